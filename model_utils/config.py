@@ -1,0 +1,261 @@
+"""Yaml configuration with a command line built from it.
+
+A config file holds up to three yaml documents: the values, a help string per key and the allowed choices per
+key (keys of nested values are written with dots, `optimizer_cfg.Lamb.learning_rate`). Every key, nested ones
+included, becomes a `--key value` option whose type is the type of its value in the yaml. The file shipped with a
+script is the schema: a user's own yaml (`--config_path`) may only set keys the shipped file has.
+
+Nothing here runs at import time; scripts call `parse_cli(default_yaml, argv)`.
+"""
+import argparse
+import difflib
+import math
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import yaml
+
+from model_utils.errors import UserError
+
+TRUE_WORDS = {"true", "yes", "on", "1"}
+FALSE_WORDS = {"false", "no", "off", "0"}
+
+
+class ConfigError(UserError):
+    """A bad key, value or config file."""
+
+
+class Config:
+    """Nested, read-only-by-convention configuration with attribute access."""
+
+    def __init__(self, values: Dict[str, Any]):
+        for key, value in values.items():
+            setattr(self, key, Config(value) if isinstance(value, dict) else value)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for missing attributes: fail with the closest real key instead of a bare AttributeError.
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"config has no key '{name}'{_suggestion(name, list(self.__dict__))}")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.__dict__
+
+    def __getitem__(self, key: str) -> Any:
+        return self.__dict__[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.__dict__.get(key, default)
+
+    def keys(self) -> List[str]:
+        return list(self.__dict__)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {k: v.to_dict() if isinstance(v, Config) else v for k, v in self.__dict__.items()}
+
+    def __repr__(self) -> str:
+        return f"Config({self.to_dict()!r})"
+
+    def __str__(self) -> str:
+        return "\n".join(f"{key}: {value!r}" for key, value in flatten(self.to_dict()).items())
+
+
+def flatten(values: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """{'a': {'b': 1}} -> {'a.b': 1}; the CLI and error messages speak in dotted keys."""
+    flat: Dict[str, Any] = {}
+    for key, value in values.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def _set_dotted(values: Dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        values = values[part]
+    values[last] = value
+
+
+def _suggestion(name: str, candidates: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.5)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, str], Dict[str, List[Any]]]:
+    """Read (values, help, choices) from a yaml file of one to three documents."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            docs = [doc for doc in yaml.safe_load_all(handle)]
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: malformed yaml ({getattr(err, 'problem', err)})") from err
+    docs = [doc if doc is not None else {} for doc in docs] or [{}]
+    if len(docs) > 3:
+        raise ConfigError(f"{path}: expected at most 3 yaml documents (values, help, choices), found {len(docs)}")
+    for doc in docs:
+        if not isinstance(doc, dict):
+            raise ConfigError(f"{path}: every yaml document must be a mapping of keys to values")
+    docs += [{}] * (3 - len(docs))
+    return docs[0], docs[1], docs[2]
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list"}.get(type(value), type(value).__name__)
+
+
+def coerce(key: str, value: Any, like: Any, source: str) -> Any:
+    """Convert `value` to the type of the schema value `like`, or fail naming the key and expected type."""
+    expected = _type_name(like)
+    if like is None or value is None:
+        return value
+    if isinstance(like, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
+            return value.strip().lower() in TRUE_WORDS
+    elif isinstance(like, int):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+    elif isinstance(like, float):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:  # yaml 1.1 reads 1e-4 (no dot) as a string
+                number = float(value.strip())
+                if not math.isnan(number):
+                    return number
+            except ValueError:
+                pass
+    elif isinstance(like, str):
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+    elif isinstance(like, list):
+        if isinstance(value, list):
+            return value
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value) if value.strip().startswith("[") else [v for v in value.split(",") if v]
+            if isinstance(parsed, list):
+                return [coerce(f"{key}[{i}]", v, like[0], source) if like else v for i, v in enumerate(parsed)]
+    elif isinstance(like, dict):
+        if isinstance(value, dict):
+            return value
+    else:
+        return value
+    raise ConfigError(f"{source}: key '{key}' expects {expected}, got {value!r}")
+
+
+def _check_choice(key: str, value: Any, choices: Dict[str, List[Any]], source: str) -> None:
+    allowed = choices.get(key)
+    if allowed and value not in allowed:
+        raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {value!r}")
+
+
+def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[str, List[Any]],
+                    source: str) -> Dict[str, Any]:
+    """Overlay a user's yaml values on the schema's, rejecting unknown keys and wrong types."""
+    flat_schema = flatten(schema)
+    merged = yaml.safe_load(yaml.safe_dump(schema))  # deep copy of plain data
+    sections = {key.rsplit(".", i)[0] for key in flat_schema for i in range(1, key.count(".") + 1)}
+    for key, value in flatten(user).items():
+        if key in sections:
+            if value == {}:
+                continue
+            raise ConfigError(f"{source}: key '{key}' is a section; set its sub-keys instead")
+        if key not in flat_schema:
+            raise ConfigError(f"{source}: unknown key '{key}'{_suggestion(key, list(flat_schema))}")
+        value = coerce(key, value, flat_schema[key], source)
+        _check_choice(key, value, choices, source)
+        _set_dotted(merged, key, value)
+    return merged
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ConfigError instead of printing usage and calling sys.exit."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(message)
+
+
+def _describe(key: str, value: Any, helps: Dict[str, str], choices: Dict[str, List[Any]]) -> str:
+    text = helps.get(key, "")
+    if key in choices:
+        text += f" (choices: {', '.join(map(str, choices[key]))})"
+    return f"{text} [default: {value!r}]".strip()
+
+
+def build_parser(values: Dict[str, Any], helps: Dict[str, str], choices: Dict[str, List[Any]],
+                 description: str = "", config_path: Optional[str] = None) -> argparse.ArgumentParser:
+    parser = _Parser(description=description, allow_abbrev=False)
+    parser.add_argument("--config_path", default=config_path, help="yaml file with the values to use")
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
+    for key, value in flatten(values).items():
+        metavar = _type_name(value).upper() if value is not None else "VALUE"
+        parser.add_argument(f"--{key}", dest=key, default=argparse.SUPPRESS, metavar=metavar,
+                            help=_describe(key, value, helps, choices))
+    return parser
+
+
+def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None, description: str = "",
+              section: Optional[str] = None) -> Config:
+    """Values of `default_config`, overlaid by a user's `--config_path` yaml, overlaid by `--key value` options.
+
+    `section` uses one top-level mapping of the yaml as the root (for files that configure several tools).
+    The help and choices documents always come from `default_config`.
+    """
+    argv = list(argv or [])
+    values, helps, choices = load_yaml_documents(default_config)
+    if section is not None:
+        values = values[section]
+        helps = {k[len(section) + 1:]: v for k, v in helps.items() if k.startswith(section + ".")}
+        choices = {k[len(section) + 1:]: v for k, v in choices.items() if k.startswith(section + ".")}
+    pre = _Parser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config_path", default=None)
+    known, _ = pre.parse_known_args(argv)
+    if known.config_path:
+        user_path = Path(known.config_path).expanduser()
+        if not user_path.is_absolute():
+            user_path = Path.cwd() / user_path
+        user_values, _, _ = load_yaml_documents(user_path)
+        if section is not None and section in user_values and isinstance(user_values[section], dict):
+            user_values = user_values[section]
+        values = merge_user_yaml(values, user_values, choices, str(user_path))
+    parser = build_parser(values, helps, choices, description, str(default_config))
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        flag = next((a for a in unknown if a.startswith("-")), unknown[0])
+        name = flag.lstrip("-").split("=", 1)[0]
+        hint = _suggestion(name, list(flatten(values))).replace("'", "'--", 1)
+        raise ConfigError(f"unknown option '{flag}'{hint}"
+                          if flag.startswith("-") else f"unexpected argument '{flag}'")
+    overrides = {k: v for k, v in vars(args).items() if k not in ("config_path", "verbose")}
+    flat = flatten(values)
+    for key, raw in overrides.items():
+        value = coerce(key, _from_cli(raw, flat[key]), flat[key], "command line")
+        _check_choice(key, value, choices, "command line")
+        _set_dotted(values, key, value)
+    for key, value in flatten(values).items():
+        _check_choice(key, value, choices, str(default_config))
+    return Config(values)
+
+
+def _from_cli(raw: str, like: Any) -> Any:
+    """Strings typed on the command line; `null`/`none` clears a value that defaults to null."""
+    if like is None:
+        return yaml.safe_load(raw) if raw.strip() else raw
+    return raw
+

@@ -1,0 +1,43 @@
+"""One way for every entry point to report a user's mistake: one line on stderr, a non-zero exit.
+
+A traceback tells a user nothing about which file or key was wrong, so entry points raise `UserError`
+with a message naming the culprit and `run_cli` prints just that line. `--verbose` shows the traceback.
+"""
+import sys
+import traceback
+from typing import Callable, List, Optional, Sequence
+
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+    """Bad input from the user (file, key, value): printed as one line, exit code 2."""
+
+
+def run_cli(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[str]] = None) -> int:
+    """Run `main(argv)` and turn errors into a one-line message and an exit code.
+
+    `--verbose` anywhere in argv is removed before `main` sees it and makes errors show their traceback.
+    Returns the exit code; callers do `sys.exit(run_cli(main))`.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in args
+    args = [a for a in args if a != "--verbose"]
+    try:
+        code = main(args)
+        return int(code or 0)
+    except UserError as err:
+        if verbose:
+            traceback.print_exc()
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        if verbose:
+            traceback.print_exc()
+        name = getattr(err, "filename", None)
+        reason = err.strerror or str(err)
+        print(f"error: {name}: {reason}" if name else f"error: {reason}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
