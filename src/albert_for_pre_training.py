@@ -1,0 +1,60 @@
+"""Pretraining network: the ALBERT backbone with the masked-LM and sentence-order-prediction heads (as Google)."""
+import mindspore as ms
+from mindspore import Parameter, nn, ops
+from mindspore.common.initializer import TruncatedNormal
+
+from src.albert_model import Activation, AlbertConfig, AlbertModel, _dense, _layer_norm, name_parameters_by_path
+
+
+def gather_positions(sequence, positions):
+    """sequence [B, S, H], positions [B, P] -> [B, P, H] (the hidden states at the masked positions)."""
+    batch, seq, width = sequence.shape
+    offsets = (ops.arange(0, batch, dtype=ms.int32) * seq).reshape(-1, 1)
+    flat_positions = (positions.astype(ms.int32) + offsets).reshape(-1)
+    gathered = ops.gather(sequence.reshape(batch * seq, width), flat_positions, 0)
+    return gathered.reshape(batch, -1, width)
+
+
+class AlbertMLMHead(nn.Cell):
+    """H -> E transform, activation, LayerNorm, then logits against the (tied) word embeddings plus a bias."""
+
+    def __init__(self, config: AlbertConfig, word_embeddings: Parameter):
+        super().__init__()
+        self.dense = _dense(config.hidden_size, config.embedding_size, config)
+        self.activation = Activation(config.hidden_act)
+        self.LayerNorm = _layer_norm(config.embedding_size, config)
+        self.bias = Parameter(ops.zeros(config.vocab_size, ms.float32), name="bias")
+        self.word_embeddings = word_embeddings  # the backbone's table: tied, not a second Parameter
+
+    def construct(self, hidden_states):
+        transformed = self.LayerNorm(self.activation(self.dense(hidden_states)).astype(ms.float32))
+        logits = ops.matmul(transformed.astype(self.word_embeddings.dtype), self.word_embeddings.swapaxes(0, 1))
+        return logits + self.bias  # [B, P, V]
+
+
+class AlbertSOPHead(nn.Cell):
+    """Sentence-order prediction: two logits from the pooled [CLS] output."""
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__()
+        self.classifier = nn.Dense(config.hidden_size, 2, weight_init=TruncatedNormal(config.initializer_range))
+
+    def construct(self, pooled_output):
+        return self.classifier(pooled_output)
+
+
+class AlbertPreTraining(nn.Cell):
+    """(input_ids, token_type_ids, input_mask, masked_lm_positions) -> (mlm_logits [B, P, V], sop_logits [B, 2])."""
+
+    def __init__(self, config: AlbertConfig, is_training: bool = False):
+        super().__init__()
+        self.albert = AlbertModel(config, is_training)
+        self.predictions = AlbertMLMHead(config, self.albert.embeddings.word_embeddings.embedding_table)
+        self.sop_classifier = AlbertSOPHead(config)
+        name_parameters_by_path(self)
+
+    def construct(self, input_ids, token_type_ids, input_mask, masked_lm_positions):
+        sequence_output, pooled_output = self.albert(input_ids, token_type_ids, input_mask)
+        mlm_logits = self.predictions(gather_positions(sequence_output, masked_lm_positions))
+        sop_logits = self.sop_classifier(pooled_output)
+        return mlm_logits.astype(ms.float32), sop_logits.astype(ms.float32)

@@ -1,0 +1,384 @@
+"""ALBERT backbone: factorized embeddings, cross-layer parameter sharing, post-LN or pre-LN blocks.
+
+One class per concept, named like HF transformers' `modeling_albert.py`, so a checkpoint name is the attribute path:
+`albert.encoder.albert_layer_groups.0.albert_layers.1.attention.query.weight`.
+
+Shapes: B batch, S sequence, E embedding size, H hidden size, N heads, D = H / N head size.
+"""
+import copy
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, List, Tuple
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn, ops
+from mindspore.common.initializer import TruncatedNormal
+
+from model_utils.errors import UserError
+
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
+SHARE_TYPES = ("all", "attention", "ffn", "none")
+LN_TYPES = ("postln", "preln")
+COMPUTE_TYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bfloat16}
+
+# HF transformers' activation names mean something else than Google's: HF "gelu" is the exact erf GELU,
+# Google's "gelu" is the tanh approximation (HF "gelu_new").
+HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+                  "gelu_fast": "gelu_new", "relu": "relu"}
+
+
+@dataclass
+class AlbertConfig:
+    """Hyper-parameters of the backbone (Google's `albert_config.json` keys plus share_type, ln_type, compute_type)."""
+
+    vocab_size: int = 30000
+    embedding_size: int = 128
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_hidden_groups: int = 1
+    inner_group_num: int = 1
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.0
+    attention_probs_dropout_prob: float = 0.0
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    share_type: str = "all"
+    ln_type: str = "postln"
+    compute_type: str = "float32"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Reject configurations the model cannot build, naming the offending key."""
+        checks = [
+            (self.hidden_act in ACTIVATIONS, f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}"),
+            (self.share_type in SHARE_TYPES, f"share_type must be one of {SHARE_TYPES}, got {self.share_type!r}"),
+            (self.ln_type in LN_TYPES, f"ln_type must be one of {LN_TYPES}, got {self.ln_type!r}"),
+            (self.compute_type in COMPUTE_TYPES,
+             f"compute_type must be one of {tuple(COMPUTE_TYPES)}, got {self.compute_type!r}"),
+            (self.hidden_size % self.num_attention_heads == 0,
+             f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"),
+            (1 <= self.num_hidden_groups <= self.num_hidden_layers,
+             f"num_hidden_groups must be in [1, num_hidden_layers={self.num_hidden_layers}], "
+             f"got {self.num_hidden_groups}"),
+            (self.inner_group_num >= 1, f"inner_group_num must be >= 1, got {self.inner_group_num}"),
+        ]
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+            checks.append((getattr(self, name) > 0, f"{name} must be positive, got {getattr(self, name)}"))
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            checks.append((0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}"))
+        for ok, message in checks:
+            if not ok:
+                raise UserError(f"invalid ALBERT config: {message}")
+
+    @classmethod
+    def from_dict(cls, values: Dict[str, Any], source: str = "config") -> "AlbertConfig":
+        """Build from Google's, HF's or brightmart's json keys; keys that do not shape the network are ignored."""
+        values = dict(values)
+        is_hf = "model_type" in values or "architectures" in values or "transformers_version" in values
+        act = values.get("hidden_act", "gelu")
+        if is_hf:
+            if act not in HF_ACTIVATIONS:
+                raise UserError(f"{source}: hidden_act {act!r} has no ALBERT equivalent")
+            values["hidden_act"] = HF_ACTIVATIONS[act]
+            if values.get("position_embedding_type", "absolute") != "absolute":
+                raise UserError(f"{source}: position_embedding_type "
+                                f"{values['position_embedding_type']!r} is not supported (only 'absolute')")
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in values.items() if k in known}
+        types = {f.name: f.type for f in fields(cls)}
+        for key, value in kwargs.items():
+            expected = types[key]
+            if expected is float and isinstance(value, int) and not isinstance(value, bool):
+                kwargs[key] = float(value)
+            elif not isinstance(value, expected) or isinstance(value, bool):
+                raise UserError(f"{source}: key '{key}' expects {expected.__name__}, got {value!r}")
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json_file(cls, path: str) -> "AlbertConfig":
+        """Read Google's `albert_config.json`, HF's `config.json` or a brightmart albert_zh config."""
+        try:
+            with open(path, encoding="utf-8") as handle:
+                values = json.load(handle)
+        except FileNotFoundError:
+            raise UserError(f"config file not found: {path}") from None
+        except json.JSONDecodeError as err:
+            raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from None
+        if not isinstance(values, dict):
+            raise UserError(f"{path}: expected a json object of config keys")
+        return cls.from_dict(values, source=str(path))
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> "AlbertConfig":
+        if name not in PRESETS:
+            raise UserError(f"unknown ALBERT preset {name!r}; choose from {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def replace(self, **changes: Any) -> "AlbertConfig":
+        return AlbertConfig(**{**asdict(self), **changes})
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def to_json_file(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(self.to_dict(), handle, indent=2)
+
+
+def _english(hidden: int, layers: int, heads: int, dropout: float) -> Dict[str, Any]:
+    return dict(vocab_size=30000, embedding_size=128, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=4 * hidden, hidden_dropout_prob=dropout,
+                attention_probs_dropout_prob=dropout)
+
+
+def _chinese(hidden: int, layers: int, heads: int) -> Dict[str, Any]:
+    return dict(vocab_size=21128, embedding_size=128, hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, intermediate_size=4 * hidden)
+
+
+# Sizes from Google's ALBERT release (v1 trained with dropout 0.1, v2 without) and brightmart's albert_zh.
+PRESETS: Dict[str, Dict[str, Any]] = {}
+for _version, _dropout in (("v1", 0.1), ("v2", 0.0)):
+    PRESETS[f"albert_base_{_version}"] = _english(768, 12, 12, _dropout)
+    PRESETS[f"albert_large_{_version}"] = _english(1024, 24, 16, _dropout)
+    PRESETS[f"albert_xlarge_{_version}"] = _english(2048, 24, 16, _dropout)
+    PRESETS[f"albert_xxlarge_{_version}"] = _english(4096, 12, 64, _dropout)
+for _size in ("base", "large", "xlarge", "xxlarge"):
+    PRESETS[f"albert_{_size}"] = PRESETS[f"albert_{_size}_v2"]
+PRESETS["albert_zh_tiny"] = _chinese(312, 4, 12)
+PRESETS["albert_zh_base"] = _chinese(768, 12, 12)
+PRESETS["albert_zh_large"] = _chinese(1024, 24, 16)
+PRESETS["albert_zh_xlarge"] = _chinese(2048, 24, 32)
+
+
+def _dense(in_size: int, out_size: int, config: AlbertConfig) -> nn.Dense:
+    """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
+    layer = nn.Dense(in_size, out_size, weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros")
+    if config.compute_type != "float32":
+        layer.to_float(COMPUTE_TYPES[config.compute_type])
+    return layer
+
+
+def _layer_norm(size: int, config: AlbertConfig) -> nn.LayerNorm:
+    return nn.LayerNorm((size,), epsilon=config.layer_norm_eps)
+
+
+def _embedding(count: int, size: int, config: AlbertConfig) -> nn.Embedding:
+    return nn.Embedding(count, size, embedding_table=TruncatedNormal(config.initializer_range))
+
+
+class Activation(nn.Cell):
+    """hidden_act by name; `gelu` is Google's tanh approximation, `gelu_exact` the erf form."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+        self.approximate = "none" if name == "gelu_exact" else "tanh"
+
+    def construct(self, x):
+        if self.name == "relu":
+            return ops.relu(x)
+        return ops.gelu(x, approximate=self.approximate)
+
+
+class AlbertEmbeddings(nn.Cell):
+    """Word + position + token-type embeddings of size E, then LayerNorm and dropout (projection to H is later)."""
+
+    def __init__(self, config: AlbertConfig, is_training: bool):
+        super().__init__()
+        self.word_embeddings = _embedding(config.vocab_size, config.embedding_size, config)
+        self.position_embeddings = _embedding(config.max_position_embeddings, config.embedding_size, config)
+        self.token_type_embeddings = _embedding(config.type_vocab_size, config.embedding_size, config)
+        self.LayerNorm = _layer_norm(config.embedding_size, config)
+        self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+
+    def construct(self, input_ids, token_type_ids):
+        seq_length = input_ids.shape[1]
+        position_ids = ops.arange(0, seq_length, dtype=ms.int32).reshape(1, -1)
+        embeddings = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+                      + self.token_type_embeddings(token_type_ids))  # [B, S, E]
+        return self.dropout(self.LayerNorm(embeddings))
+
+
+class AlbertAttention(nn.Cell):
+    """Multi-head self-attention with its output projection; owns the LayerNorm around it.
+
+    postln: LayerNorm(x + Attn(x)).   preln: x + Attn(LayerNorm(x)).
+    Scores and softmax are computed in float32 whatever compute_type is.
+    """
+
+    def __init__(self, config: AlbertConfig, is_training: bool):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.hidden_size // config.num_attention_heads
+        self.scale = 1.0 / math.sqrt(self.head_size)
+        self.compute_type = COMPUTE_TYPES[config.compute_type]
+        self.preln = config.ln_type == "preln"
+        self.query = _dense(config.hidden_size, config.hidden_size, config)
+        self.key = _dense(config.hidden_size, config.hidden_size, config)
+        self.value = _dense(config.hidden_size, config.hidden_size, config)
+        self.dense = _dense(config.hidden_size, config.hidden_size, config)
+        self.LayerNorm = _layer_norm(config.hidden_size, config)
+        self.attention_dropout = nn.Dropout(p=config.attention_probs_dropout_prob if is_training else 0.0)
+        self.output_dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+
+    def _split_heads(self, x, batch, seq):
+        return x.reshape(batch, seq, self.num_heads, self.head_size).transpose(0, 2, 1, 3)  # [B, N, S, D]
+
+    def construct(self, hidden_states, attention_bias):
+        batch, seq, hidden = hidden_states.shape
+        inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states
+        query = self._split_heads(self.query(inputs), batch, seq)
+        key = self._split_heads(self.key(inputs), batch, seq)
+        value = self._split_heads(self.value(inputs), batch, seq)
+        scores = ops.matmul(query, key.swapaxes(-1, -2)).astype(ms.float32) * self.scale  # [B, N, S, S]
+        probs = ops.softmax(scores + attention_bias, axis=-1)
+        probs = self.attention_dropout(probs).astype(self.compute_type)
+        context = ops.matmul(probs, value).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)  # [B, S, H]
+        projected = self.output_dropout(self.dense(context)).astype(ms.float32)
+        if self.preln:
+            return hidden_states + projected
+        return self.LayerNorm(hidden_states + projected)
+
+
+class AlbertLayer(nn.Cell):
+    """One transformer block: attention, then the position-wise feed-forward network.
+
+    postln: LayerNorm(h + FFN(h)).   preln: h + FFN(LayerNorm(h)).
+    """
+
+    FFN_CELLS = ("ffn", "ffn_output", "full_layer_layer_norm")
+
+    def __init__(self, config: AlbertConfig, is_training: bool):
+        super().__init__()
+        self.preln = config.ln_type == "preln"
+        self.attention = AlbertAttention(config, is_training)
+        self.ffn = _dense(config.hidden_size, config.intermediate_size, config)
+        self.ffn_output = _dense(config.intermediate_size, config.hidden_size, config)
+        self.full_layer_layer_norm = _layer_norm(config.hidden_size, config)
+        self.activation = Activation(config.hidden_act)
+        self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+
+    def construct(self, hidden_states, attention_bias):
+        hidden_states = self.attention(hidden_states, attention_bias)
+        inputs = self.full_layer_layer_norm(hidden_states) if self.preln else hidden_states
+        output = self.dropout(self.ffn_output(self.activation(self.ffn(inputs)))).astype(ms.float32)
+        if self.preln:
+            return hidden_states + output
+        return self.full_layer_layer_norm(hidden_states + output)
+
+
+class AlbertLayerGroup(nn.Cell):
+    """`inner_group_num` distinct blocks applied in sequence; a group is the unit Google's ALBERT shares."""
+
+    def __init__(self, config: AlbertConfig, is_training: bool):
+        super().__init__()
+        self.albert_layers = nn.CellList([AlbertLayer(config, is_training) for _ in range(config.inner_group_num)])
+
+    def construct(self, hidden_states, attention_bias):
+        for layer in self.albert_layers:
+            hidden_states = layer(hidden_states, attention_bias)
+        return hidden_states
+
+
+def group_index(layer: int, num_layers: int, num_groups: int) -> int:
+    """Which layer group serves layer `layer` (Google: int(layer / num_layers * num_groups))."""
+    return int(layer * num_groups / num_layers)
+
+
+class AlbertTransformer(nn.Cell):
+    """Projection E -> H, then `num_hidden_layers` applications of the layer groups.
+
+    share_type "all" is Google's scheme: layer i runs group `group_index(i)`. For "none", "attention" and
+    "ffn" every layer gets its own group, and the shared part (attention or feed-forward) is the same Cell object
+    as in the group Google's rule would pick, so it has one Parameter and one checkpoint name.
+    """
+
+    def __init__(self, config: AlbertConfig, is_training: bool):
+        super().__init__()
+        layers, groups = config.num_hidden_layers, config.num_hidden_groups
+        self.embedding_hidden_mapping_in = _dense(config.embedding_size, config.hidden_size, config)
+        own_groups = groups if config.share_type == "all" else layers
+        self.albert_layer_groups = nn.CellList([AlbertLayerGroup(config, is_training) for _ in range(own_groups)])
+        if config.share_type == "all":
+            self.layer_to_group = [group_index(i, layers, groups) for i in range(layers)]
+        else:
+            self.layer_to_group = list(range(layers))
+            shared_cells = {"attention": ("attention",), "ffn": AlbertLayer.FFN_CELLS}.get(config.share_type, ())
+            self._share(shared_cells, [group_index(i, layers, groups) for i in range(layers)])
+
+    def _share(self, cell_names: Tuple[str, ...], owner_of_layer: List[int]) -> None:
+        """Make the named cells of every layer the very Cells of the first layer with the same owner group."""
+        first_layer_of_owner: Dict[int, int] = {}
+        for layer, owner in enumerate(owner_of_layer):
+            source = first_layer_of_owner.setdefault(owner, layer)
+            if source != layer:
+                for inner, block in enumerate(self.albert_layer_groups[layer].albert_layers):
+                    for name in cell_names:
+                        setattr(block, name, getattr(self.albert_layer_groups[source].albert_layers[inner], name))
+
+    def construct(self, embeddings, attention_bias):
+        hidden_states = self.embedding_hidden_mapping_in(embeddings).astype(ms.float32)  # [B, S, H]
+        for group in self.layer_to_group:
+            hidden_states = self.albert_layer_groups[group](hidden_states, attention_bias)
+        return hidden_states
+
+
+def name_parameters_by_path(cell: nn.Cell) -> None:
+    """Give every Parameter its attribute path as name (the checkpoint name), whatever order cells were built in.
+
+    MindSpore renames parameters only when a cell is attached to a parent; the outermost network and Cells
+    shared between layers would otherwise keep short or stale names.
+    """
+    for path, param in cell.parameters_and_names():
+        param.name = path
+
+
+class AlbertModel(nn.Cell):
+    """(input_ids, token_type_ids, input_mask) [B, S] int -> (sequence_output [B, S, H], pooled_output [B, H])."""
+
+    def __init__(self, config: AlbertConfig, is_training: bool = False):
+        super().__init__()
+        config = copy.deepcopy(config)
+        config.validate()
+        self.config = config
+        self.embeddings = AlbertEmbeddings(config, is_training)
+        self.encoder = AlbertTransformer(config, is_training)
+        self.pooler = _dense(config.hidden_size, config.hidden_size, config)
+        name_parameters_by_path(self)
+
+    def construct(self, input_ids, token_type_ids, input_mask):
+        # Additive mask [B, 1, 1, S]: 0 where attended, -10000 (as Google) on padding.
+        attention_bias = ((1.0 - input_mask.astype(ms.float32)) * -10000.0).reshape(input_mask.shape[0], 1, 1, -1)
+        sequence_output = self.encoder(self.embeddings(input_ids, token_type_ids), attention_bias)
+        pooled_output = ops.tanh(self.pooler(sequence_output[:, 0]).astype(ms.float32))
+        return sequence_output, pooled_output
+
+
+def count_parameters(cell: nn.Cell) -> int:
+    """Number of distinct trainable scalars (shared Parameters counted once)."""
+    return int(sum(np.prod(p.shape) for p in cell.trainable_params()))
+
+
+def parameter_shapes(cell: nn.Cell) -> Dict[str, Tuple[int, ...]]:
+    return {p.name: tuple(p.shape) for p in cell.get_parameters()}
+
+
+def config_from_file_or_preset(value: str, **overrides: Any) -> AlbertConfig:
+    """A preset name, or a path to a json config, as users give either on the command line."""
+    if value in PRESETS:
+        return AlbertConfig.from_preset(value, **overrides)
+    if os.path.exists(value):
+        return AlbertConfig.from_json_file(value).replace(**overrides)
+    raise UserError(f"{value!r} is neither an ALBERT preset ({', '.join(sorted(PRESETS))}) nor a config file")
+

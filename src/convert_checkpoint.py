@@ -1,0 +1,242 @@
+"""Convert public ALBERT weights to a MindSpore checkpoint that loads into `AlbertPreTraining`.
+
+    python -m src.convert_checkpoint --src hf --input DIR_OR_FILE --output out.ckpt
+    python -m src.convert_checkpoint --src tf --input model.ckpt-best --config albert_config.json --output out.ckpt
+
+HF: a directory with config.json and model.safetensors or pytorch_model.bin (or one of those files, with --config).
+TF: Google's ALBERT checkpoints and brightmart's albert_zh "*_google" releases, read without TensorFlow.
+The network configuration is written next to the output as `<output>.json` (our AlbertConfig keys).
+"""
+import argparse
+import os
+import re
+import sys
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from model_utils.errors import UserError, run_cli
+from src.albert_model import AlbertConfig
+
+Tensors = Dict[str, np.ndarray]
+
+# ---------------------------------------------------------------------------------------------------------------
+# HF transformers -> ours. Module paths are identical; only the leaf names differ.
+# ---------------------------------------------------------------------------------------------------------------
+HF_SKIPPED = ("albert.embeddings.position_ids", "predictions.decoder.weight", "predictions.decoder.bias")
+HF_HEADS = ("predictions.", "sop_classifier.")
+
+
+def hf_name(name: str) -> Optional[str]:
+    """Our parameter name for an HF `AlbertForPreTraining` state-dict name, or None for tied/buffer entries."""
+    if not name.startswith(("albert.",) + HF_HEADS):
+        name = "albert." + name  # a bare AlbertModel state dict has no "albert." prefix
+    if name in HF_SKIPPED:
+        return None
+    if re.search(r"(word|position|token_type)_embeddings\.weight$", name):
+        return name[: -len("weight")] + "embedding_table"
+    if re.search(r"(LayerNorm|full_layer_layer_norm)\.(weight|bias)$", name):
+        return name[: name.rindex(".")] + (".gamma" if name.endswith(".weight") else ".beta")
+    return name
+
+
+def convert_hf(tensors: Tensors) -> Tuple[Tensors, List[str]]:
+    """Map HF names to ours; returns (converted, names not part of AlbertForPreTraining)."""
+    converted: Tensors = {}
+    skipped: List[str] = []
+    for name, value in tensors.items():
+        ours = hf_name(name)
+        if ours is None:
+            continue
+        if not ours.startswith(("albert.",) + HF_HEADS) or ours.startswith("albert.albert."):
+            skipped.append(name)
+            continue
+        converted[ours] = value
+    _check_tied_decoder(tensors, converted)
+    return converted, skipped
+
+
+def _check_tied_decoder(tensors: Tensors, converted: Tensors) -> None:
+    """Our MLM decoder is tied to the word embeddings; an HF checkpoint with an untied decoder cannot be expressed."""
+    decoder = tensors.get("predictions.decoder.weight")
+    table = converted.get("albert.embeddings.word_embeddings.embedding_table")
+    if decoder is not None and table is not None and not np.array_equal(decoder, table):
+        raise UserError("predictions.decoder.weight differs from the word embeddings: ALBERT ties them, "
+                        "this checkpoint does not")
+    bias = tensors.get("predictions.decoder.bias")
+    if bias is not None and "predictions.bias" not in converted:
+        converted["predictions.bias"] = bias
+
+
+def read_hf(path: str, config_path: Optional[str]) -> Tuple[Tensors, AlbertConfig]:
+    """Tensors and config of an HF model directory (or a single weights file plus --config)."""
+    if os.path.isdir(path):
+        config_path = config_path or os.path.join(path, "config.json")
+        candidates = [os.path.join(path, f) for f in ("model.safetensors", "pytorch_model.bin")]
+        weights = next((c for c in candidates if os.path.isfile(c)), None)
+        if weights is None:
+            raise UserError(f"{path}: no model.safetensors or pytorch_model.bin in this directory")
+    elif os.path.isfile(path):
+        weights = path
+        config_path = config_path or os.path.join(os.path.dirname(path), "config.json")
+    else:
+        raise UserError(f"input not found: {path}")
+    config = AlbertConfig.from_json_file(config_path)
+    return (_read_safetensors(weights) if weights.endswith(".safetensors") else _read_torch_bin(weights)), config
+
+
+def _read_safetensors(path: str) -> Tensors:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+    try:
+        return dict(load_file(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UserError(f"cannot read {path}: {err}") from err
+
+
+def _read_torch_bin(path: str) -> Tensors:
+    try:
+        import torch
+    except ImportError:
+        raise UserError(f"reading {path} needs PyTorch (pip install torch); "
+                        "a model.safetensors file converts without it") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises RuntimeError/EOFError/UnpicklingError for damaged files
+        raise UserError(f"cannot read {path}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
+    return {name: value.float().numpy() if value.is_floating_point() else value.numpy()
+            for name, value in state.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Google's TF names -> ours. Kernels are stored [in, out]; MindSpore Dense weights are [out, in].
+# ---------------------------------------------------------------------------------------------------------------
+_LAYER = r"albert.encoder.albert_layer_groups.\1.albert_layers.\2."
+TF_TABLE: List[Tuple[str, str]] = [
+    (r"bert/embeddings/(word|position|token_type)_embeddings", r"albert.embeddings.\1_embeddings.embedding_table"),
+    (r"bert/embeddings/LayerNorm/(gamma|beta)", r"albert.embeddings.LayerNorm.\1"),
+    (r"bert/encoder/embedding_hidden_mapping_in/(kernel|bias)", r"albert.encoder.embedding_hidden_mapping_in.\1"),
+    (r"{G}/attention_1/self/(query|key|value)/(kernel|bias)", _LAYER + r"attention.\3.\4"),
+    (r"{G}/attention_1/output/dense/(kernel|bias)", _LAYER + r"attention.dense.\3"),
+    (r"{G}/LayerNorm/(gamma|beta)", _LAYER + r"attention.LayerNorm.\3"),
+    (r"{G}/ffn_1/intermediate/dense/(kernel|bias)", _LAYER + r"ffn.\3"),
+    (r"{G}/ffn_1/intermediate/output/dense/(kernel|bias)", _LAYER + r"ffn_output.\3"),
+    (r"{G}/LayerNorm_1/(gamma|beta)", _LAYER + r"full_layer_layer_norm.\3"),
+    (r"bert/pooler/dense/(kernel|bias)", r"albert.pooler.\1"),
+    (r"cls/predictions/transform/dense/(kernel|bias)", r"predictions.dense.\1"),
+    (r"cls/predictions/transform/LayerNorm/(gamma|beta)", r"predictions.LayerNorm.\1"),
+    (r"cls/predictions/output_bias", r"predictions.bias"),
+    (r"cls/seq_relationship/output_weights", r"sop_classifier.classifier.weight"),
+    (r"cls/seq_relationship/output_bias", r"sop_classifier.classifier.bias"),
+]
+_GROUP = r"bert/encoder/transformer/group_(\d+)/inner_group_(\d+)"
+_TF_RULES = [(re.compile(pattern.replace("{G}", _GROUP) + "$"), target) for pattern, target in TF_TABLE]
+TF_TRAINING_STATE = re.compile(r"(^|/)(global_step|good_steps|loss_scale|adam_[mv]|lamb_[mv]|Momentum|"
+                               r"Adam(_\d+)?|beta[12]_power)$")
+
+
+def tf_name(name: str) -> Optional[str]:
+    """Our parameter name for a Google ALBERT TF variable, or None when it is not part of the network."""
+    name = name[len("module/"):] if name.startswith("module/") else name  # TF-Hub exports
+    for pattern, target in _TF_RULES:
+        match = pattern.match(name)
+        if match:
+            return match.expand(target).replace(".kernel", ".weight")
+    return None
+
+
+def convert_tf(tensors: Tensors) -> Tuple[Tensors, List[str]]:
+    """Map TF names to ours (transposing kernels); returns (converted, skipped non-network names)."""
+    converted: Tensors = {}
+    skipped: List[str] = []
+    for name, value in tensors.items():
+        if TF_TRAINING_STATE.search(name):
+            continue
+        ours = tf_name(name)
+        if ours is None:
+            skipped.append(name)
+            continue
+        converted[ours] = np.ascontiguousarray(value.T) if name.endswith("/kernel") else value
+    if any("bert/encoder/layer_shared/" in n or n.endswith("word_embeddings_2") for n in skipped):
+        raise UserError("this is a checkpoint of brightmart's early albert_zh layout (bert/encoder/layer_shared, "
+                        "word_embeddings_2), which places the embedding projection differently from Google's "
+                        "ALBERT; use brightmart's *_google releases, which convert with --src tf")
+    return converted, skipped
+
+
+def read_tf(prefix: str, config_path: Optional[str]) -> Tuple[Tensors, AlbertConfig]:
+    from src.tf_checkpoint import read_tf_checkpoint
+    if not config_path:
+        raise UserError("--config albert_config.json is required with --src tf")
+    config = AlbertConfig.from_json_file(config_path)
+    try:
+        return read_tf_checkpoint(prefix), config
+    except (ValueError, OSError) as err:
+        raise UserError(str(err).splitlines()[0]) from err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checking against the network and writing.
+# ---------------------------------------------------------------------------------------------------------------
+def check_against_network(converted: Tensors, config: AlbertConfig) -> List[str]:
+    """Fail unless every backbone parameter is present with the config's shape; returns missing head names."""
+    from src.albert_for_pre_training import AlbertPreTraining
+    from src.albert_model import parameter_shapes
+    expected = parameter_shapes(AlbertPreTraining(config, is_training=False))
+    wrong = [f"{n}: weights {tuple(v.shape)} vs config {expected[n]}"
+             for n, v in converted.items() if n in expected and tuple(v.shape) != expected[n]]
+    extra = sorted(n for n in converted if n not in expected)
+    missing = sorted(n for n in expected if n not in converted)
+    if wrong:
+        raise UserError(f"the config does not match the weights: {wrong[0]}" +
+                        (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""))
+    if extra:
+        raise UserError(f"the config does not match the weights: {extra[0]} has no place in the network "
+                        f"(e.g. more layer groups or inner groups in the checkpoint than in the config)")
+    backbone_missing = [n for n in missing if n.startswith("albert.")]
+    if backbone_missing:
+        raise UserError(f"the checkpoint lacks {len(backbone_missing)} backbone weights, e.g. {backbone_missing[0]}")
+    return missing
+
+
+def convert(src: str, input_path: str, output: str, config_path: Optional[str] = None) -> Dict[str, object]:
+    """Convert and write `output` (+ `output`.json config); returns a summary for printing."""
+    from mindspore import Tensor
+    from src.utils import save_checkpoint_atomic
+    if src == "hf":
+        tensors, config = read_hf(input_path, config_path)
+        converted, skipped = convert_hf(tensors)
+    else:
+        tensors, config = read_tf(input_path, config_path)
+        converted, skipped = convert_tf(tensors)
+    missing_heads = check_against_network(converted, config)
+    items = [{"name": name, "data": Tensor(np.asarray(value, dtype=np.float32))}
+             for name, value in sorted(converted.items())]
+    save_checkpoint_atomic(items, output)
+    config.to_json_file(output + ".json")
+    return {"written": output, "config": output + ".json", "parameters": len(converted),
+            "missing_heads": missing_heads, "skipped": skipped}
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m src.convert_checkpoint", description=__doc__.split("\n")[0])
+    parser.add_argument("--src", required=True, choices=["hf", "tf"], help="format of the input weights")
+    parser.add_argument("--input", required=True, help="HF directory/file, or TF checkpoint prefix")
+    parser.add_argument("--output", required=True, help="MindSpore checkpoint to write (.ckpt)")
+    parser.add_argument("--config", default=None, help="config json (required for tf; HF default: config.json)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    args = parser.parse_args(argv)
+    if os.path.exists(args.output) and not args.overwrite:
+        raise UserError(f"{args.output} exists; pass --overwrite to replace it")
+    summary = convert(args.src, args.input, args.output, args.config)
+    print(f"wrote {summary['written']} ({summary['parameters']} parameters) and {summary['config']}")
+    if summary["missing_heads"]:
+        print(f"note: the input has no pretraining head weights for: {', '.join(summary['missing_heads'])}")
+    if summary["skipped"]:
+        print(f"note: skipped {len(summary['skipped'])} tensors that are not part of ALBERT pretraining: "
+              f"{', '.join(summary['skipped'][:8])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,96 @@
+"""Checkpoint helpers shared by every entry point: atomic writes and loading that refuses to half-load."""
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Sequence, Union
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn
+
+from model_utils.errors import UserError
+
+BACKBONE_PREFIX = "albert."
+# Train-cell state that shares a checkpoint with the weights (optimizer moments, step, loss scale).
+TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v.", "accu_grads.", "global_step",
+                        "learning_rate", "beta1_power", "beta2_power", "scale_sense", "current_iterator_step",
+                        "last_overflow_iterator_step", "epoch_num", "step_num", "loss_scale", "overflow_count")
+_SHOWN = 8
+
+
+@dataclass
+class LoadReport:
+    """What a checkpoint load did: which network parameters were left at their initial values, what was unused."""
+
+    loaded: List[str] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)
+    unused: List[str] = field(default_factory=list)
+
+
+def _listing(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" ... and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def read_checkpoint(path: str) -> Dict[str, Parameter]:
+    """ms.load_checkpoint with a one-line error naming the file when it is missing or unreadable."""
+    if not os.path.isfile(path):
+        raise UserError(f"checkpoint not found: {path}")
+    try:
+        return ms.load_checkpoint(path)
+    except Exception as err:  # MindSpore raises ValueError/RuntimeError with multi-line text for corrupt files
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"cannot read checkpoint {path}: {reason}") from err
+
+
+def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, np.ndarray, Tensor]]],
+                 allow_missing: Sequence[str] = (), required_prefix: str = BACKBONE_PREFIX) -> LoadReport:
+    """Load a checkpoint into `net`, failing loudly instead of silently keeping random weights.
+
+    Every parameter of `net` must come from the checkpoint, except names starting with one of `allow_missing`
+    (a new task head); a name under `required_prefix` (the backbone) can never be missing. Shapes must match.
+    Optimizer state in the checkpoint is ignored; other unused names are reported in the returned LoadReport.
+    """
+    where = source if isinstance(source, str) else "checkpoint"
+    values = read_checkpoint(source) if isinstance(source, str) else dict(source)
+    params = {p.name: p for p in net.get_parameters()}
+
+    mismatched = [f"{name}: checkpoint {tuple(np.shape(values[name]))} vs network {tuple(p.shape)}"
+                  for name, p in params.items() if name in values and tuple(np.shape(values[name])) != tuple(p.shape)]
+    if mismatched:
+        raise UserError(f"{where}: shapes do not match the network (a checkpoint of another config?): "
+                        f"{_listing(mismatched)}")
+    missing = [name for name in params if name not in values]
+    required = [name for name in missing if name.startswith(required_prefix) or not name.startswith(tuple(allow_missing))]
+    if required:
+        raise UserError(f"{where}: {len(required)} network parameters are not in the checkpoint and would stay "
+                        f"randomly initialised: {_listing(required)}")
+    to_load = {name: _as_parameter(name, values[name]) for name in params if name in values}
+    not_loaded, _ = ms.load_param_into_net(net, to_load, strict_load=True)
+    if not_loaded:
+        raise UserError(f"{where}: MindSpore did not load {_listing(not_loaded)}")
+    unused = [name for name in values if name not in params and not name.startswith(TRAIN_STATE_PREFIXES)]
+    return LoadReport(loaded=sorted(to_load), missing=missing, unused=unused)
+
+
+def _as_parameter(name: str, value: Union[Parameter, np.ndarray, Tensor]) -> Parameter:
+    if isinstance(value, Parameter):
+        return value
+    return Parameter(value if isinstance(value, Tensor) else Tensor(np.asarray(value)), name=name)
+
+
+def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str) -> None:
+    """Write a checkpoint under a temporary name and rename it into place, so a crash never leaves half a file
+    under the final name."""
+    if not path.endswith(".ckpt"):
+        raise UserError(f"checkpoint file name must end with .ckpt: {path}")
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".ckpt", dir=folder)
+    os.close(handle)
+    try:
+        ms.save_checkpoint(items, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
