@@ -1,0 +1,369 @@
+"""Text corpus -> ALBERT pretraining MindRecord (sentence-order prediction, n-gram whole-word masking).
+
+Input: one sentence per line, a blank line between documents; many files or globs (comma-separated).
+
+    python -m src.create_pretraining_data --input_file "corpus/*.txt" --output_file data/pretrain.mindrecord \
+        --spm_model_file 30k-clean.model --max_seq_length 128 --dupe_factor 10 --num_workers 2
+
+Per document and per duplication round (`dupe_factor`), sentences are accumulated into chunks of about
+`max_seq_length - 3` tokens (with probability `short_seq_prob` a shorter random target is drawn). A chunk of
+several sentences is cut at a random sentence boundary into segments A and B; a chunk that is one long sentence
+is cut inside it. With probability 0.5 the segments are swapped (`next_sentence_labels` = 1, "wrong order"),
+otherwise kept in order (0). Documents with a single sentence carry no order signal and are skipped (counted in
+the summary). Masking picks whole words (SentencePiece pieces starting with "▁", WordPiece pieces not starting
+with "##") in n-grams of n <= `ngram` words with p(n) proportional to 1/n, up to
+min(max_predictions_per_seq, round(len * masked_lm_prob)) tokens; each chosen token becomes [MASK] with p=0.8,
+stays itself with p=0.1, becomes a random non-special token with p=0.1.
+
+Reproducibility: every (file, document, round) draws from its own RNG seeded by (random_seed, file, document,
+round), and the final instance order is a permutation drawn from `random_seed`; so the records are identical for
+any `num_workers`.
+
+Record schema (one MindRecord row per instance; S = max_seq_length, P = max_predictions_per_seq):
+    input_ids             int32 [S]   [CLS] A [SEP] B [SEP], padded with the pad id (0)
+    input_mask            int32 [S]   1 for real tokens, 0 for padding
+    segment_ids           int32 [S]   0 for [CLS] A [SEP], 1 for B [SEP], 0 for padding
+    next_sentence_labels  int32 []    0 = A precedes B in the text, 1 = swapped (sentence-order prediction)
+    masked_lm_positions   int32 [P]   positions of the predicted tokens, ascending, padded with 0
+    masked_lm_ids         int32 [P]   original ids at those positions, padded with 0
+    masked_lm_weights     float32 [P] 1.0 for real predictions, 0.0 for padding
+Beside the shards, `<output_file>.meta.json` records counts, lengths and the tokenizer.
+"""
+import multiprocessing
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from model_utils.config import parse_cli
+from model_utils.errors import UserError, run_cli
+from src.data_utils import Progress, check_max_seq_length, resolve_input_files, tokenizer_from_config
+from src.mindrecord_io import check_output_free, write_records
+from src.tokenization import FullTokenizer
+
+CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
+COLUMNS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
+           "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
+DOCS_PER_TASK = 32
+
+
+@dataclass(frozen=True)
+class MaskingOptions:
+    max_seq_length: int = 512
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    ngram: int = 3
+
+    def check(self) -> None:
+        check_max_seq_length(self.max_seq_length)
+        if not 0.0 < self.masked_lm_prob < 1.0:
+            raise UserError(f"masked_lm_prob must be in (0, 1), got {self.masked_lm_prob}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise UserError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        if self.max_predictions_per_seq < 1:
+            raise UserError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
+        if self.ngram < 1:
+            raise UserError(f"ngram must be >= 1, got {self.ngram}")
+
+
+@dataclass
+class Document:
+    """Raw sentences of one document and where it starts (for error messages and the RNG key)."""
+    file_index: int
+    doc_index: int
+    path: str
+    first_line: int
+    sentences: List[str]
+
+
+def read_documents(paths: Sequence[Path]) -> List[Document]:
+    """Split files into documents at blank lines; empty documents vanish."""
+    documents: List[Document] = []
+    for file_index, path in enumerate(paths):
+        try:
+            text = path.read_text(encoding="utf-8-sig")
+        except UnicodeDecodeError as err:
+            raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+        doc_index, sentences, first = 0, [], 0
+        for line_no, line in enumerate(text.splitlines(), start=1):
+            line = line.strip()
+            if line:
+                if not sentences:
+                    first = line_no
+                sentences.append(line)
+            elif sentences:
+                documents.append(Document(file_index, doc_index, str(path), first, sentences))
+                doc_index, sentences = doc_index + 1, []
+        if sentences:
+            documents.append(Document(file_index, doc_index, str(path), first, sentences))
+    return documents
+
+
+class InstanceMaker:
+    """Turns tokenized documents into padded instance arrays; holds the tokenizer-derived lookup tables."""
+
+    def __init__(self, tokenizer: FullTokenizer, options: MaskingOptions, random_seed: int):
+        self.tokenizer = tokenizer
+        self.options = options
+        self.random_seed = random_seed
+        inv = tokenizer.inv_vocab
+        self.word_start = np.array([tokenizer.is_word_start(inv[i]) for i in range(tokenizer.vocab_size)])
+        self.replacement_ids = [i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids]
+        ngrams = np.arange(1, options.ngram + 1)
+        self.ngram_weights = list(1.0 / ngrams)
+
+    def tokenize_document(self, document: Document) -> List[List[int]]:
+        ids = (self.tokenizer.encode(sentence) for sentence in document.sentences)
+        return [sentence for sentence in ids if sentence]
+
+    def document_rng(self, document: Document, round_index: int) -> random.Random:
+        # A str seed is hashed with SHA-512 by `random`, independent of PYTHONHASHSEED and of the process.
+        return random.Random(f"{self.random_seed}/{document.file_index}/{document.doc_index}/{round_index}")
+
+    def segment_pairs(self, sentences: List[List[int]], rng: random.Random) -> Iterator[Tuple[List[int], List[int], int]]:
+        """(A, B, label) pairs of one document for one round; label 1 means A and B were swapped."""
+        max_tokens = self.options.max_seq_length - 3
+        target = rng.randint(2, max_tokens) if rng.random() < self.options.short_seq_prob else max_tokens
+        chunk: List[List[int]] = []
+        length = 0
+        for index, sentence in enumerate(sentences):
+            chunk.append(sentence)
+            length += len(sentence)
+            if index + 1 < len(sentences) and length < target:
+                continue
+            pair = self._split_chunk(chunk, rng)
+            chunk, length = [], 0
+            if pair is None:
+                continue
+            first, second = pair
+            swapped = rng.random() < 0.5
+            if swapped:
+                first, second = second, first
+            truncate_pair_randomly(first, second, max_tokens, rng)
+            yield first, second, int(swapped)
+
+    @staticmethod
+    def _split_chunk(chunk: List[List[int]], rng: random.Random) -> Optional[Tuple[List[int], List[int]]]:
+        if len(chunk) >= 2:
+            cut = rng.randint(1, len(chunk) - 1)
+            return [t for s in chunk[:cut] for t in s], [t for s in chunk[cut:] for t in s]
+        only = chunk[0]
+        if len(only) < 2:
+            return None
+        cut = rng.randint(1, len(only) - 1)
+        return only[:cut], only[cut:]
+
+    def word_groups(self, tokens: Sequence[int]) -> List[List[int]]:
+        """Positions of `tokens` grouped into whole words; [CLS] and [SEP] are never candidates."""
+        groups: List[List[int]] = []
+        specials = (self.tokenizer.cls_id, self.tokenizer.sep_id)
+        previous_special = True
+        for position, token in enumerate(tokens):
+            if token in specials:
+                previous_special = True
+                continue
+            if groups and not previous_special and not self.word_start[token]:
+                groups[-1].append(position)
+            else:
+                groups.append([position])
+            previous_special = False
+        return groups
+
+    def choose_spans(self, tokens: Sequence[int], rng: random.Random) -> List[List[int]]:
+        """N-gram whole-word spans to mask (each a list of token positions), at most the prediction budget."""
+        budget = min(self.options.max_predictions_per_seq,
+                     max(1, int(round(len(tokens) * self.options.masked_lm_prob))))
+        groups = self.word_groups(tokens)
+        starts = list(range(len(groups)))
+        rng.shuffle(starts)
+        covered = set()
+        spans: List[List[int]] = []
+        used = 0
+        for start in starts:
+            if used >= budget:
+                break
+            longest = min(self.options.ngram, len(groups) - start)
+            n = rng.choices(range(1, longest + 1), weights=self.ngram_weights[:longest])[0]
+            span = [p for group in groups[start:start + n] for p in group]
+            while used + len(span) > budget and n > 1:  # shrink the n-gram until it fits the budget
+                n -= 1
+                span = [p for group in groups[start:start + n] for p in group]
+            if used + len(span) > budget or any(p in covered for p in span):
+                continue
+            covered.update(span)
+            spans.append(span)
+            used += len(span)
+        return spans
+
+    def mask(self, tokens: List[int], rng: random.Random) -> Tuple[List[int], List[int], List[int]]:
+        """(masked input ids, predicted positions ascending, original ids at those positions)."""
+        positions = sorted(p for span in self.choose_spans(tokens, rng) for p in span)
+        masked = list(tokens)
+        for position in positions:
+            draw = rng.random()
+            if draw < 0.8:
+                masked[position] = self.tokenizer.mask_id
+            elif draw >= 0.9:
+                masked[position] = self.replacement_ids[rng.randrange(len(self.replacement_ids))]
+        return masked, positions, [tokens[p] for p in positions]
+
+    def document_instances(self, document: Document, dupe_factor: int) -> Tuple[Dict[str, np.ndarray], int]:
+        """All instances of one document over `dupe_factor` rounds, as stacked arrays; also its token count."""
+        sentences = self.tokenize_document(document)
+        rows: List[Tuple[List[int], List[int], int, List[int], List[int]]] = []
+        if len(sentences) >= 2:
+            cls, sep = self.tokenizer.cls_id, self.tokenizer.sep_id
+            for round_index in range(dupe_factor):
+                rng = self.document_rng(document, round_index)
+                for first, second, label in self.segment_pairs(sentences, rng):
+                    tokens = [cls, *first, sep, *second, sep]
+                    masked, positions, originals = self.mask(tokens, rng)
+                    rows.append((masked, [0] * (len(first) + 2) + [1] * (len(second) + 1), label,
+                                 positions, originals))
+        return self.stack(rows), sum(len(s) for s in sentences)
+
+    def stack(self, rows: Sequence[Tuple[List[int], List[int], int, List[int], List[int]]]) -> Dict[str, np.ndarray]:
+        seq, preds, n = self.options.max_seq_length, self.options.max_predictions_per_seq, len(rows)
+        arrays = {name: np.zeros((n, seq), np.int32) for name in ("input_ids", "input_mask", "segment_ids")}
+        arrays["input_ids"][:] = self.tokenizer.pad_id
+        arrays["next_sentence_labels"] = np.zeros(n, np.int32)
+        arrays.update({name: np.zeros((n, preds), np.int32) for name in ("masked_lm_positions", "masked_lm_ids")})
+        arrays["masked_lm_weights"] = np.zeros((n, preds), np.float32)
+        for i, (ids, segments, label, positions, originals) in enumerate(rows):
+            arrays["input_ids"][i, :len(ids)] = ids
+            arrays["input_mask"][i, :len(ids)] = 1
+            arrays["segment_ids"][i, :len(segments)] = segments
+            arrays["next_sentence_labels"][i] = label
+            arrays["masked_lm_positions"][i, :len(positions)] = positions
+            arrays["masked_lm_ids"][i, :len(originals)] = originals
+            arrays["masked_lm_weights"][i, :len(positions)] = 1.0
+        return arrays
+
+
+def truncate_pair_randomly(first: List[int], second: List[int], max_tokens: int, rng: random.Random) -> None:
+    """Shorten the longer segment from a random end until the pair fits (keeps both ends of the text in play)."""
+    while len(first) + len(second) > max_tokens:
+        longer = first if len(first) > len(second) else second
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+# Worker processes build their InstanceMaker once, from the arguments given to the pool initializer.
+_WORKER_MAKER: Optional[InstanceMaker] = None
+
+
+def _init_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed: int) -> None:
+    global _WORKER_MAKER
+    _WORKER_MAKER = InstanceMaker(tokenizer, options, random_seed)
+
+
+def _process_batch(args: Tuple[List[Document], int]) -> Tuple[List[Dict[str, np.ndarray]], List[int]]:
+    documents, dupe_factor = args
+    results = [_WORKER_MAKER.document_instances(doc, dupe_factor) for doc in documents]
+    return [arrays for arrays, _ in results], [tokens for _, tokens in results]
+
+
+def make_instances(documents: List[Document], tokenizer: FullTokenizer, options: MaskingOptions,
+                   dupe_factor: int, random_seed: int, num_workers: int = 1,
+                   progress: bool = False) -> Tuple[Dict[str, np.ndarray], Dict[str, int]]:
+    """Instances of all documents, in the seed's shuffled order, and counts for the summary.
+
+    Documents are handed to workers in fixed batches and results are collected in document order, so the
+    outcome does not depend on `num_workers`.
+    """
+    batches = [(documents[i:i + DOCS_PER_TASK], dupe_factor) for i in range(0, len(documents), DOCS_PER_TASK)]
+    bar = Progress(len(documents), "documents", enabled=progress)
+    per_document: List[Dict[str, np.ndarray]] = []
+    token_counts: List[int] = []
+    if num_workers <= 1:
+        _init_worker(tokenizer, options, random_seed)
+        results = map(_process_batch, batches)
+        for arrays, tokens in results:
+            per_document += arrays
+            token_counts += tokens
+            bar.update(len(tokens))
+    else:
+        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        with context.Pool(num_workers, _init_worker, (tokenizer, options, random_seed)) as pool:
+            for arrays, tokens in pool.imap(_process_batch, batches):
+                per_document += arrays
+                token_counts += tokens
+                bar.update(len(tokens))
+    bar.close()
+    instances = {name: np.concatenate([a[name] for a in per_document]) for name in COLUMNS}
+    order = np.random.default_rng(random_seed).permutation(len(instances["input_ids"]))
+    instances = {name: array[order] for name, array in instances.items()}
+    used = [doc for doc, arrays in zip(documents, per_document) if len(arrays["input_ids"])]
+    stats = {"documents": len(documents), "documents_used": len(used),
+             "documents_skipped": len(documents) - len(used), "tokens": int(sum(token_counts)),
+             "instances": int(len(order))}
+    if not used:
+        first = documents[0]
+        raise UserError(f"no document can make a sentence pair (each needs at least two non-empty sentences), "
+                        f"e.g. {first.path} line {first.first_line}")
+    return instances, stats
+
+
+def schema(options: MaskingOptions) -> Dict[str, Dict[str, object]]:
+    seq, preds = options.max_seq_length, options.max_predictions_per_seq
+    return {"input_ids": {"type": "int32", "shape": [seq]}, "input_mask": {"type": "int32", "shape": [seq]},
+            "segment_ids": {"type": "int32", "shape": [seq]}, "next_sentence_labels": {"type": "int32"},
+            "masked_lm_positions": {"type": "int32", "shape": [preds]},
+            "masked_lm_ids": {"type": "int32", "shape": [preds]},
+            "masked_lm_weights": {"type": "float32", "shape": [preds]}}
+
+
+def iter_rows(arrays: Dict[str, np.ndarray]) -> Iterator[Dict[str, np.ndarray]]:
+    for i in range(len(arrays["input_ids"])):
+        yield {name: arrays[name][i] for name in COLUMNS}
+
+
+def create_pretraining_data(config) -> Dict[str, object]:
+    """The whole tool: read, tokenize, make instances, write shards and meta; returns the summary."""
+    started = time.time()
+    options = MaskingOptions(config.max_seq_length, config.max_predictions_per_seq, config.masked_lm_prob,
+                             config.short_seq_prob, config.ngram)
+    options.check()
+    if config.dupe_factor < 1:
+        raise UserError(f"dupe_factor must be >= 1, got {config.dupe_factor}")
+    check_output_free(config.output_file, config.partition_number, config.overwrite)
+    paths = resolve_input_files(config.input_file)
+    tokenizer = tokenizer_from_config(config)
+    documents = read_documents(paths)
+    if not documents:
+        raise UserError(f"empty corpus: no text in {', '.join(map(str, paths))}")
+    instances, stats = make_instances(documents, tokenizer, options, config.dupe_factor, config.random_seed,
+                                      config.num_workers, progress=config.progress)
+    masked = instances["masked_lm_weights"].sum()
+    real = instances["input_mask"].sum()
+    stats.update(input_files=len(paths), input_bytes=sum(p.stat().st_size for p in paths),
+                 masked_tokens=int(masked), masked_fraction=round(float(masked / real), 4),
+                 sop_swapped_fraction=round(float(instances["next_sentence_labels"].mean()), 4))
+    meta = {"kind": "pretraining", "columns": list(COLUMNS), "max_seq_length": options.max_seq_length,
+            "max_predictions_per_seq": options.max_predictions_per_seq, "tokenizer": tokenizer.describe(),
+            "options": {"masked_lm_prob": options.masked_lm_prob, "short_seq_prob": options.short_seq_prob,
+                        "ngram": options.ngram, "dupe_factor": config.dupe_factor,
+                        "random_seed": config.random_seed}, "stats": stats}
+    meta = write_records(config.output_file, schema(options), iter_rows(instances), meta,
+                         config.partition_number, config.overwrite, description="albert pretraining")
+    stats["seconds"] = round(time.time() - started, 2)
+    stats["output_files"] = meta["files"]
+    return stats
+
+
+def main(argv: List[str]) -> int:
+    config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0], section="pretraining")
+    stats = create_pretraining_data(config)
+    print("summary: " + ", ".join(f"{key}={value}" for key, value in stats.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,148 @@
+"""Helpers shared by the data creators: input files, strict tsv/json reading, tokenizer from flags, packing
+of `[CLS] a [SEP] b [SEP]` sequences, and a progress line.
+
+Reading is strict on purpose: a malformed row is reported with its file and line instead of being skipped,
+because a silently shorter data set is discovered only after a wasted fine-tuning run.
+"""
+import csv
+import glob
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from model_utils.errors import UserError
+from src.tokenization import FullTokenizer
+
+
+def resolve_input_files(spec: str) -> List[Path]:
+    """Comma-separated files or glob patterns -> sorted unique existing files (sorted so runs are reproducible)."""
+    patterns = [p.strip() for p in str(spec or "").split(",") if p.strip()]
+    if not patterns:
+        raise UserError("no input_file given")
+    files = set()
+    for pattern in patterns:
+        matches = [Path(m) for m in glob.glob(os.path.expanduser(pattern), recursive=True)]
+        matches = [m for m in matches if m.is_file()]
+        if not matches:
+            raise UserError(f"input_file: nothing matches {pattern!r}")
+        files.update(m.resolve() for m in matches)
+    return sorted(files)
+
+
+def tokenizer_from_config(config: Any) -> FullTokenizer:
+    """FullTokenizer from the `vocab_file` / `spm_model_file` / `do_lower_case` flags every creator has."""
+    if not config.spm_model_file and not config.vocab_file:
+        raise UserError("set --spm_model_file (SentencePiece, English ALBERT) or --vocab_file (WordPiece, albert_zh)")
+    return FullTokenizer(config.vocab_file or None, do_lower_case=config.do_lower_case,
+                         spm_model_file=config.spm_model_file or None)
+
+
+def read_tsv(path: os.PathLike) -> Iterator[Tuple[int, List[str]]]:
+    """(line number, fields) of a tab-separated file; a UTF-8 BOM is dropped, quotes are literal text (GLUE)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"input file not found: {path}")
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            for line_no, fields in enumerate(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
+                if fields and any(f.strip() for f in fields):
+                    yield line_no, fields
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+    except csv.Error as err:
+        raise UserError(f"{path}: malformed tsv ({err})") from err
+
+
+def load_json(path: os.PathLike) -> Any:
+    """json.load with errors that name the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"input file not found: {path}")
+    try:
+        with open(path, encoding="utf-8-sig") as handle:
+            return json.load(handle)
+    except json.JSONDecodeError as err:
+        raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from err
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+
+
+def require(mapping: Any, key: str, kind: type, where: str) -> Any:
+    """mapping[key] checked for presence and type, failing with `where` (file and item) in the message."""
+    if not isinstance(mapping, dict) or key not in mapping:
+        raise UserError(f"{where}: missing field '{key}'")
+    value = mapping[key]
+    if not isinstance(value, kind):
+        raise UserError(f"{where}: field '{key}' should be {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def pack_pair(tokenizer: FullTokenizer, ids_a: Sequence[int], ids_b: Optional[Sequence[int]],
+              max_seq_length: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`[CLS] a [SEP] (b [SEP])` padded to max_seq_length -> (input_ids, input_mask, segment_ids), int32.
+
+    The caller truncates first; a sequence that does not fit is a programming error.
+    """
+    ids = [tokenizer.cls_id, *ids_a, tokenizer.sep_id]
+    segments = [0] * len(ids)
+    if ids_b is not None:
+        ids += [*ids_b, tokenizer.sep_id]
+        segments += [1] * (len(ids_b) + 1)
+    if len(ids) > max_seq_length:
+        raise ValueError(f"sequence of {len(ids)} tokens exceeds max_seq_length {max_seq_length}")
+    input_ids = np.full(max_seq_length, tokenizer.pad_id, dtype=np.int32)
+    input_ids[:len(ids)] = ids
+    input_mask = np.zeros(max_seq_length, dtype=np.int32)
+    input_mask[:len(ids)] = 1
+    segment_ids = np.zeros(max_seq_length, dtype=np.int32)
+    segment_ids[:len(segments)] = segments
+    return input_ids, input_mask, segment_ids
+
+
+def truncate_pair_from_end(ids_a: List[int], ids_b: List[int], max_tokens: int) -> None:
+    """Shorten the longer of the two lists, one token at a time from its end (Google's classifier rule)."""
+    while len(ids_a) + len(ids_b) > max_tokens:
+        (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
+
+
+def check_max_seq_length(max_seq_length: int, minimum: int = 8) -> None:
+    if max_seq_length < minimum:
+        raise UserError(f"max_seq_length must be at least {minimum}, got {max_seq_length}")
+
+
+class Progress:
+    """A one-line progress bar on stderr (redrawn at most every 0.5 s); silent when disabled."""
+
+    def __init__(self, total: int, unit: str, enabled: bool = True, stream: Any = None):
+        self.total, self.unit, self.enabled = total, unit, enabled
+        self.stream = stream or sys.stderr
+        self.done = 0
+        self.start = self.last = time.time()
+
+    def update(self, count: int) -> None:
+        self.done += count
+        now = time.time()
+        if self.enabled and now - self.last >= 0.5:
+            self.last = now
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        elapsed = max(now - self.start, 1e-9)
+        fraction = self.done / self.total if self.total else 1.0
+        rate = self.done / elapsed
+        eta = (self.total - self.done) / rate if rate > 0 else 0.0
+        bar = "#" * int(30 * fraction)
+        self.stream.write(f"\r[{bar:<30}] {self.done}/{self.total} {self.unit} "
+                          f"{rate:.1f}/s eta {eta:.0f}s")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self._draw(time.time())
+            self.stream.write("\n")
+            self.stream.flush()

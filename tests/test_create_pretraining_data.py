@@ -1,0 +1,261 @@
+"""Pretraining data from the real sample corpora: SOP, masking statistics, consistency, determinism, bad input.
+
+Token streams for the consistency checks come from HF's AlbertTokenizer, not from the code under test.
+"""
+import collections
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from model_utils.errors import UserError, run_cli
+from src import create_pretraining_data as cpd
+from src.tokenization import FullTokenizer
+
+SEQ = 128
+
+
+@pytest.fixture(scope="module")
+def spm_path(assets):
+    return str(assets / "tokenizer" / "albert_30k-clean.model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(spm_path):
+    return FullTokenizer(None, True, spm_path)
+
+
+@pytest.fixture(scope="module")
+def documents(assets):
+    docs = cpd.read_documents([assets / "derived" / "squad_v1.1_dev_contexts_corpus.txt"])
+    return docs[:150]
+
+
+@pytest.fixture(scope="module")
+def instances(documents, tokenizer):
+    options = cpd.MaskingOptions(max_seq_length=SEQ, max_predictions_per_seq=40)
+    arrays, stats = cpd.make_instances(documents, tokenizer, options, dupe_factor=2, random_seed=7)
+    return arrays, stats
+
+
+def _restore(arrays, i):
+    """Original ids of instance i: the masked positions get back their masked_lm_ids."""
+    ids = arrays["input_ids"][i].copy()
+    n = int(arrays["masked_lm_weights"][i].sum())
+    ids[arrays["masked_lm_positions"][i][:n]] = arrays["masked_lm_ids"][i][:n]
+    return ids[: int(arrays["input_mask"][i].sum())]
+
+
+def _find_all(haystack: bytes, needle: bytes):
+    out, start = [], haystack.find(needle)
+    while start >= 0:
+        if start % 4 == 0:
+            out.append(start // 4)
+        start = haystack.find(needle, start + 1)
+    return out
+
+
+def test_documents_split_at_blank_lines(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a b.\nc d.\n\n\n e f. \n\ng.\n", encoding="utf-8")
+    docs = cpd.read_documents([corpus])
+    assert [d.sentences for d in docs] == [["a b.", "c d."], ["e f."], ["g."]]
+    assert [d.first_line for d in docs] == [1, 5, 7]
+
+
+def test_segments_are_text_in_order_and_sop_balanced(instances, documents, spm_path):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AlbertTokenizer(vocab_file=spm_path, do_lower_case=True, keep_accents=False)
+    streams = [np.array([t for s in d.sentences for t in hf.encode(s, add_special_tokens=False)], np.int32).tobytes()
+               for d in documents]
+    arrays, stats = instances
+    labels = arrays["next_sentence_labels"]
+    assert stats["instances"] == len(labels) > 500
+    assert abs(labels.mean() - 0.5) < 0.05  # binomial sd at n>500 is < 0.023
+    checked = 0
+    for i in range(0, len(labels), 3):
+        ids = _restore(arrays, i)
+        seps = np.flatnonzero(ids == 3)
+        assert ids[0] == 2 and len(seps) == 2 and seps[1] == len(ids) - 1
+        first, second = ids[1:seps[0]], ids[seps[0] + 1:seps[1]]
+        segs = arrays["segment_ids"][i][: len(ids)]
+        assert (segs[: seps[0] + 1] == 0).all() and (segs[seps[0] + 1:] == 1).all()
+        # Both segments are contiguous text of one document, A before B unless the label says swapped.
+        found = False
+        for stream in streams:
+            starts_a = _find_all(stream, first.astype(np.int32).tobytes())
+            starts_b = _find_all(stream, second.astype(np.int32).tobytes())
+            if labels[i] == 0:
+                found = any(a + len(first) <= b for a in starts_a for b in starts_b)
+            else:
+                found = any(b + len(second) <= a for a in starts_a for b in starts_b)
+            if found:
+                break
+        assert found, f"instance {i} (label {labels[i]}) is not two ordered pieces of one document"
+        checked += 1
+    assert checked > 150
+
+
+def test_masking_rate_and_80_10_10(instances, tokenizer):
+    arrays, _ = instances
+    lengths = arrays["input_mask"].sum(1)
+    predicted = arrays["masked_lm_weights"].sum(1)
+    budget = np.maximum(1, np.round(lengths * 0.15))
+    assert (predicted <= budget).all()
+    rate = predicted.sum() / lengths.sum()
+    assert abs(rate - 0.15) < 0.01, rate
+    n = predicted.astype(int)
+    rows = np.repeat(np.arange(len(n)), n)
+    cols = np.concatenate([np.arange(k) for k in n])
+    positions = arrays["masked_lm_positions"][rows, cols]
+    originals = arrays["masked_lm_ids"][rows, cols]
+    shown = arrays["input_ids"][rows, positions]
+    # Every prediction points at a real, non-special token; positions ascend and are unique.
+    assert (positions > 0).all() and (positions < lengths[rows]).all()
+    assert not np.isin(originals, [0, 2, 3, 4]).any()  # <unk> (1) is real text and may be masked
+    for i in range(len(n)):
+        p = arrays["masked_lm_positions"][i][: n[i]]
+        assert (np.diff(p) > 0).all()
+        assert (arrays["masked_lm_positions"][i][n[i]:] == 0).all()
+        assert (arrays["masked_lm_ids"][i][n[i]:] == 0).all()
+    is_mask = shown == tokenizer.mask_id
+    is_same = shown == originals
+    is_random = ~is_mask & ~is_same
+    total = len(shown)
+    assert abs(is_mask.mean() - 0.8) < 0.02, is_mask.mean()
+    assert abs(is_same.mean() - 0.1) < 0.015
+    assert abs(is_random.mean() - 0.1) < 0.015
+    assert total > 5000
+    # Unmasked positions are never [MASK].
+    unmasked = arrays["input_ids"].copy()
+    unmasked[rows, positions] = -1
+    assert not (unmasked == tokenizer.mask_id).any()
+
+
+def test_ngram_lengths_follow_inverse_n(documents, tokenizer):
+    options = cpd.MaskingOptions(max_seq_length=512, max_predictions_per_seq=512, masked_lm_prob=0.15, ngram=3)
+    maker = cpd.InstanceMaker(tokenizer, options, 0)
+    import random
+    rng = random.Random(0)
+    counts = collections.Counter()
+    for doc in documents:
+        tokens = [t for s in maker.tokenize_document(doc) for t in s][:500]
+        groups = maker.word_groups(tokens)
+        starts = {g[0]: len(g) for g in groups}
+        for span in maker.choose_spans(tokens, rng):
+            # Count whole words in the span: each word starts at a group start and covers the whole group.
+            words, position = 0, span[0]
+            while position <= span[-1]:
+                assert position in starts, "a span must cover whole words"
+                position += starts[position]
+                words += 1
+            assert position == span[-1] + 1 and len(span) == span[-1] - span[0] + 1
+            counts[words] += 1
+    total = sum(counts.values())
+    expected = {1: 6 / 11, 2: 3 / 11, 3: 2 / 11}
+    assert set(counts) <= {1, 2, 3} and total > 1500
+    for n, p in expected.items():
+        assert abs(counts[n] / total - p) < 0.03, (n, counts[n] / total, p)
+
+
+def _config_args(spm_path, inputs, output, *extra):
+    return ["--input_file", inputs, "--output_file", str(output), "--spm_model_file", spm_path,
+            "--max_seq_length", str(SEQ), "--dupe_factor", "2", "--progress", "false", *extra]
+
+
+def _read_records(*paths):
+    """Rows in file order (MindDataset without shuffle is ordered; FileReader interleaves shards)."""
+    import mindspore.dataset as ds
+    data = ds.MindDataset([str(p) for p in paths], shuffle=False)
+    return list(data.create_dict_iterator(output_numpy=True))
+
+
+def _row_key(row):
+    return b"".join(np.asarray(row[name]).tobytes() for name in cpd.COLUMNS)
+
+
+def test_same_records_for_any_worker_count(tmp_path, spm_path, assets, capsys):
+    inputs = f"{assets}/pretrain/bert_sample_text.txt,{assets}/derived/squad_v1.1_dev_contexts_corpus.txt"
+    one, two, single = tmp_path / "one.mindrecord", tmp_path / "two.mindrecord", tmp_path / "single.mindrecord"
+    common = ["--dupe_factor", "1", "--partition_number", "2"]
+    assert cpd.main(_config_args(spm_path, inputs, one, *common, "--num_workers", "1")) == 0
+    assert "summary: documents=" in capsys.readouterr().out
+    assert cpd.main(_config_args(spm_path, inputs, two, *common, "--num_workers", "2")) == 0
+    rows_one = _read_records(str(one) + "0", str(one) + "1")
+    rows_two = _read_records(str(two) + "0", str(two) + "1")
+    assert len(rows_one) == len(rows_two) > 1000
+    assert [_row_key(r) for r in rows_one] == [_row_key(r) for r in rows_two]
+    # One file instead of two shards: the same records (shards only distribute them).
+    assert cpd.main(_config_args(spm_path, inputs, single, "--dupe_factor", "1", "--num_workers", "2")) == 0
+    assert sorted(map(_row_key, _read_records(single))) == sorted(map(_row_key, rows_one))
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"one.mindrecord0", "one.mindrecord0.db", "one.mindrecord1", "one.mindrecord1.db",
+            "one.mindrecord.meta.json", "single.mindrecord", "single.mindrecord.db"} <= names
+    assert not [n for n in names if "tmp" in n]
+
+
+def test_seed_changes_records(documents, tokenizer):
+    options = cpd.MaskingOptions(max_seq_length=SEQ)
+    first, _ = cpd.make_instances(documents[:20], tokenizer, options, 1, random_seed=1)
+    again, _ = cpd.make_instances(documents[:20], tokenizer, options, 1, random_seed=1)
+    other, _ = cpd.make_instances(documents[:20], tokenizer, options, 1, random_seed=2)
+    np.testing.assert_array_equal(first["input_ids"], again["input_ids"])
+    assert not np.array_equal(first["masked_lm_positions"], other["masked_lm_positions"])
+
+
+def test_chinese_wordpiece_corpus(tmp_path, assets):
+    out = tmp_path / "zh.mindrecord"
+    args = ["--input_file", str(assets / "pretrain" / "albert_zh_news_zh_1.txt"), "--output_file", str(out),
+            "--vocab_file", str(assets / "tokenizer" / "albert_zh_vocab.txt"), "--max_seq_length", "128",
+            "--dupe_factor", "1", "--progress", "false"]
+    assert cpd.main(args) == 0
+    rows = _read_records(out)
+    assert len(rows) > 20
+    vocab = FullTokenizer(str(assets / "tokenizer" / "albert_zh_vocab.txt"))
+    assert all(r["input_ids"][0] == vocab.cls_id for r in rows)
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_bad_input(tmp_path, spm_path):
+    out = tmp_path / "o.mindrecord"
+    empty = _write(tmp_path / "empty.txt", "\n\n  \n")
+    with pytest.raises(UserError, match="empty corpus"):
+        cpd.main(_config_args(spm_path, empty, out))
+    short = _write(tmp_path / "short.txt", "\n\nOnly one sentence here.\n")
+    with pytest.raises(UserError, match=r"short\.txt line 3"):
+        cpd.main(_config_args(spm_path, short, out))
+    with pytest.raises(UserError, match="nothing matches"):
+        cpd.main(_config_args(spm_path, str(tmp_path / "missing*.txt"), out))
+    with pytest.raises(UserError, match="masked_lm_prob"):
+        cpd.main(_config_args(spm_path, short, out, "--masked_lm_prob", "1.5"))
+    assert not any(tmp_path.glob("o.mindrecord*"))
+    assert run_cli(cpd.main, _config_args(spm_path, short, out, "--dupe_factr", "2")) == 2
+
+
+def test_existing_output_and_interrupted_write(tmp_path, spm_path, assets, monkeypatch):
+    corpus = str(assets / "pretrain" / "bert_sample_text.txt")
+    out = tmp_path / "o.mindrecord"
+    assert cpd.main(_config_args(spm_path, corpus, out)) == 0
+    before = out.read_bytes()
+    with pytest.raises(UserError, match="already exists.*--overwrite"):
+        cpd.main(_config_args(spm_path, corpus, out))
+    assert out.read_bytes() == before
+
+    from mindspore import mindrecord
+
+    def fail(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mindrecord.FileWriter, "commit", fail)
+    with pytest.raises(KeyboardInterrupt):
+        cpd.main(_config_args(spm_path, corpus, tmp_path / "new.mindrecord"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.mindrecord", "o.mindrecord.db",
+                                                          "o.mindrecord.meta.json"]
+    monkeypatch.undo()
+    assert cpd.main(_config_args(spm_path, corpus, out, "--overwrite", "true", "--random_seed", "3")) == 0
+    assert len(_read_records(out)) > 0
