@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -72,13 +72,17 @@ def load_json(path: os.PathLike) -> Any:
         raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
 
 
-def require(mapping: Any, key: str, kind: type, where: str) -> Any:
+def require(mapping: Any, key: str, kind: Union[type, Tuple[type, ...]], where: str) -> Any:
     """mapping[key] checked for presence and type, failing with `where` (file and item) in the message."""
-    if not isinstance(mapping, dict) or key not in mapping:
+    if not isinstance(mapping, dict):
+        raise UserError(f"{where}: expected an object with field '{key}', got {type(mapping).__name__}")
+    if key not in mapping:
         raise UserError(f"{where}: missing field '{key}'")
     value = mapping[key]
-    if not isinstance(value, kind):
-        raise UserError(f"{where}: field '{key}' should be {kind.__name__}, got {type(value).__name__}")
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds:
+        names = " or ".join(k.__name__ for k in kinds)
+        raise UserError(f"{where}: field '{key}' should be {names}, got {type(value).__name__}")
     return value
 
 

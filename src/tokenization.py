@@ -12,7 +12,7 @@ import collections
 import re
 import unicodedata
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from model_utils.errors import UserError
 
@@ -109,6 +109,22 @@ class SentencePieceTokenizer:
     def normalize_text(self, text: str) -> str:
         """The text as the tokenizer sees it, for comparing detokenized pieces with original strings."""
         return preprocess_text(text, lower=self.do_lower_case, keep_accents=self.keep_accents)
+
+    def normalize_char(self, char: str) -> str:
+        return preprocess_text(char, lower=self.do_lower_case, remove_space=False, keep_accents=self.keep_accents)
+
+    @staticmethod
+    def split_units(word: str) -> List[Tuple[str, int, int]]:
+        """(text, start, end) units of a word: a TeX quote pair is one unit (it becomes one '"')."""
+        units, index = [], 0
+        while index < len(word):
+            if word[index:index + 2] in ("``", "''"):
+                units.append(('"', index, index + 2))
+                index += 2
+            else:
+                units.append((word[index], index, index + 1))
+                index += 1
+        return units
 
 
 def load_vocab(vocab_file: str) -> Dict[str, int]:
@@ -268,6 +284,13 @@ class WordPieceVocabTokenizer:
     def normalize_text(self, text: str) -> str:
         return " ".join(self.basic.tokenize(text))
 
+    def normalize_char(self, char: str) -> str:
+        return "".join(self.basic.tokenize(char))
+
+    @staticmethod
+    def split_units(word: str) -> List[Tuple[str, int, int]]:
+        return [(char, index, index + 1) for index, char in enumerate(word)]
+
 
 class FullTokenizer:
     """Google's entry point: SentencePiece when `spm_model_file` is given, else WordPiece from `vocab_file`.
@@ -330,6 +353,20 @@ class FullTokenizer:
     def normalize_text(self, text: str) -> str:
         """`text` normalised as the tokenizer normalises it (case, accents, spacing)."""
         return self.impl.normalize_text(text)
+
+    def normalize_with_offsets(self, word: str) -> Tuple[str, List[Tuple[int, int]]]:
+        """`word` normalised as the tokenizer normalises it, with the [start, end) of the original characters
+        behind each normalised character; lets answer spans be mapped between pieces and original text."""
+        normalized = self.normalize_text(word).replace(" ", "")
+        if word.isascii() and len(normalized) == len(word) and "``" not in word and "''" not in word:
+            return normalized, [(i, i + 1) for i in range(len(word))]  # one-to-one: the common case, kept fast
+        chars: List[str] = []
+        origin: List[Tuple[int, int]] = []
+        for text, start, end in self.impl.split_units(word):
+            norm = self.impl.normalize_char(text).replace(" ", "")
+            chars.append(norm)
+            origin += [(start, end)] * len(norm)
+        return "".join(chars), origin
 
     def describe(self) -> Dict[str, object]:
         """What a data sidecar records so that readers can check the data matches a model config."""

@@ -1,0 +1,234 @@
+"""SQuAD features on the real dev files: answer alignment, windows, p_mask, eval maps, v2, bad input."""
+import json
+import re
+import string
+
+import numpy as np
+import pytest
+
+from model_utils.errors import UserError, run_cli
+from src import create_squad_data as csd
+from src.tokenization import FullTokenizer
+
+SQUAD_FILES = ["v1.1/dev-v1.1.part1_bloomsbury.json", "v1.1/dev-v1.1.part2_bloomsbury.json",
+               "v2.0/dev-v2.0.subset_Normans_Rhine.json", "v2.0/dev-v2.0.subset_Normans_ComplexityTheory.json"]
+
+
+def normalize_answer(text):
+    """The official SQuAD evaluation normalisation (lowercase, no punctuation/articles/extra spaces)."""
+    text = "".join(c for c in text.lower() if c not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+@pytest.fixture(scope="module")
+def spm_path(assets):
+    return str(assets / "tokenizer" / "albert_30k-clean.model")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(spm_path):
+    return FullTokenizer(None, True, spm_path)
+
+
+@pytest.fixture(scope="module")
+def hf(spm_path):
+    transformers = pytest.importorskip("transformers")
+    return transformers.AlbertTokenizer(vocab_file=spm_path, do_lower_case=True, keep_accents=False)
+
+
+def test_every_gold_answer_maps_back_to_its_text(assets, tokenizer, hf):
+    """Over all answers of the v1.1 dev set and the v2.0 subsets: the pieces covering the gold characters give
+    back the gold text (after SQuAD normalisation) unless the gold answer starts or ends inside a piece."""
+    total, exact, inside_piece, other = 0, 0, [], []
+    for name in SQUAD_FILES:
+        for article in json.loads((assets / "squad" / name).read_text(encoding="utf-8"))["data"]:
+            for paragraph in article["paragraphs"]:
+                context = paragraph["context"]
+                tokenized = csd.tokenize_context(tokenizer, context)
+                assert tokenized.ids == hf.encode(context, add_special_tokens=False)
+                for qa in paragraph["qas"]:
+                    for answer in qa["answers"]:
+                        start, text = answer["answer_start"], answer["text"]
+                        first, last = tokenized.token_span(start, start + len(text))
+                        got = context[tokenized.char_spans[first][0]:tokenized.char_spans[last][1]]
+                        total += 1
+                        if normalize_answer(got) == normalize_answer(text):
+                            exact += 1
+                        elif text in got and len(got) > len(text):
+                            inside_piece.append((text, got))
+                        else:
+                            other.append((text, got))
+    rate = exact / total
+    print(f"answer alignment: {exact}/{total} = {rate:.4%}; gold inside a piece: {len(inside_piece)}; "
+          f"other: {len(other)}")
+    assert total > 36000
+    assert rate > 0.997
+    assert not other, other[:10]
+
+
+def _examples(assets, name, is_training, v2=False):
+    return csd.read_squad_examples(assets / "squad" / name, is_training, v2)
+
+
+def test_training_features_point_at_the_answer(assets, tokenizer):
+    examples, skipped = _examples(assets, "../derived/squad_v1.1_dev_sample_SuperBowl50_5paras.json", True)
+    assert skipped == 0 and len(examples) == 117
+    options = csd.SquadOptions(max_seq_length=128, doc_stride=32, max_query_length=24, is_training=True)
+    in_window = exact = windows = 0
+    for index, example in enumerate(examples):
+        features = list(csd.example_features(example, index, tokenizer, options))
+        windows += len(features)
+        found = False
+        for record, fmap in features:
+            start, end = int(record["start_positions"]), int(record["end_positions"])
+            if record["is_impossible"]:
+                assert start == end == 0
+                continue
+            found = True
+            assert record["p_mask"][start] == 0 and record["p_mask"][end] == 0 and start <= end
+            span = fmap["token_to_char_span"]
+            text = example.context[span[start][0]:span[end][1]]
+            # exact, or the gold answer is part of one piece ("gold" of the piece "golden")
+            assert normalize_answer(text) == normalize_answer(example.answer_text) or example.answer_text in text
+            exact += normalize_answer(text) == normalize_answer(example.answer_text)
+        in_window += found
+    assert in_window == len(examples) and exact >= len(examples) - 3
+    assert windows > 1.5 * len(examples)  # 128 tokens force several windows on most paragraphs
+
+
+def test_feature_layout_and_windows(assets, tokenizer):
+    examples, _ = _examples(assets, "../derived/squad_v1.1_dev_sample_SuperBowl50_5paras.json", False)
+    options = csd.SquadOptions(max_seq_length=96, doc_stride=40, max_query_length=16, is_training=False)
+    example = examples[0]
+    context = csd.tokenize_context(tokenizer, example.context)
+    features = list(csd.example_features(example, 0, tokenizer, options))
+    query = tokenizer.encode(example.question_text)[:16]
+    for record, fmap in features:
+        n = int(record["input_mask"].sum())
+        ids = record["input_ids"]
+        assert ids[0] == tokenizer.cls_id and list(ids[1:1 + len(query)]) == query
+        assert ids[1 + len(query)] == tokenizer.sep_id and ids[n - 1] == tokenizer.sep_id and (ids[n:] == 0).all()
+        context_positions = np.flatnonzero(record["p_mask"] == 0)
+        assert context_positions[0] == 0  # [CLS] may be predicted (no answer)
+        assert list(context_positions[1:]) == list(range(len(query) + 2, n - 1))
+        assert (record["segment_ids"][:len(query) + 2] == 0).all() and (record["segment_ids"][len(query) + 2:n] == 1).all()
+        words = [w for w in fmap["token_to_orig_map"] if w >= 0]
+        assert words == sorted(words) and len(fmap["tokens"]) == n
+    # every context token is the max-context token of exactly one window
+    owners = np.zeros(len(context.ids), int)
+    windows = csd.doc_windows(len(context.ids), 96 - len(query) - 3, 40)
+    for index, (start, length) in enumerate(windows):
+        for i in range(start, start + length):
+            owners[i] += csd.is_max_context(windows, index, i)
+    assert (owners == 1).all() and len(windows) == len(features) > 2
+    assert windows[-1][0] + windows[-1][1] == len(context.ids)
+    assert all(b[0] - a[0] == 40 for a, b in zip(windows, windows[1:]))
+
+
+def test_v2_impossible_questions(assets, tokenizer):
+    examples, _ = _examples(assets, "v2.0/dev-v2.0.subset_Normans_Rhine.json", True, v2=True)
+    impossible = [e for e in examples if e.is_impossible]
+    assert len(impossible) > 100
+    options = csd.SquadOptions(max_seq_length=384, is_training=True)
+    for example in impossible[:50]:
+        for record, _ in csd.example_features(example, 0, tokenizer, options):
+            assert record["is_impossible"] == 1 and record["start_positions"] == record["end_positions"] == 0
+    with pytest.raises(UserError, match="is_impossible but version_2_with_negative is false"):
+        _examples(assets, "v2.0/dev-v2.0.subset_Normans_Rhine.json", True, v2=False)
+
+
+def _args(spm_path, source, out, *extra):
+    return ["--spm_model_file", spm_path, "--input_file", str(source), "--output_file", str(out),
+            "--max_seq_length", "128", "--doc_stride", "64", *extra]
+
+
+def _read(path):
+    import mindspore.dataset as ds
+    return list(ds.MindDataset([str(path)], shuffle=False).create_dict_iterator(output_numpy=True))
+
+
+def test_eval_output_with_feature_map(tmp_path, assets, spm_path, capsys):
+    source = assets / "derived" / "squad_v1.1_dev_sample_SuperBowl50_5paras.json"
+    out = tmp_path / "dev.mindrecord"
+    assert csd.main(_args(spm_path, source, out, "--is_training", "false")) == 0
+    assert "features of 117 questions" in capsys.readouterr().out
+    records = _read(out)
+    features = [json.loads(line) for line in open(str(out) + ".features.jsonl", encoding="utf-8")]
+    examples = [json.loads(line) for line in open(str(out) + ".examples.jsonl", encoding="utf-8")]
+    assert set(records[0]) == set(csd.EVAL_COLUMNS)
+    assert len(records) == len(features) > len(examples) == 117
+    assert [int(r["unique_ids"]) for r in records] == [f["unique_id"] for f in features]
+    assert features[0]["unique_id"] == 1000000000
+    tok = FullTokenizer(None, True, spm_path)
+    for record, feature in zip(records, features):
+        n = int(record["input_mask"].sum())
+        assert tok.convert_tokens_to_ids(feature["tokens"]) == list(record["input_ids"][:n])
+        example = examples[feature["example_index"]]
+        assert example["qas_id"] == feature["qas_id"]
+        for position, span in enumerate(feature["token_to_char_span"]):
+            word = feature["token_to_orig_map"][position]
+            assert (span is None) == (word < 0)
+            if span is not None:  # the piece's characters lie inside its whitespace word
+                assert example["context"][span[0]:span[1]] in example["doc_tokens"][word]
+    meta = json.loads((tmp_path / "dev.mindrecord.meta.json").read_text())
+    assert meta["num_records"] == len(records) and meta["stats"]["examples"] == 117
+
+
+def test_train_output(tmp_path, assets, spm_path):
+    source = assets / "squad" / "v2.0" / "dev-v2.0.subset_Normans_Rhine.json"
+    out = tmp_path / "train.mindrecord"
+    args = _args(spm_path, source, out, "--is_training", "true", "--version_2_with_negative", "true",
+                 "--partition_number", "2")
+    assert csd.main(args) == 0
+    assert not (tmp_path / "train.mindrecord.features.jsonl").exists()
+    meta = json.loads((tmp_path / "train.mindrecord.meta.json").read_text())
+    assert meta["files"] == ["train.mindrecord0", "train.mindrecord1"]
+    assert meta["columns"] == list(csd.TRAIN_COLUMNS)
+    impossible = meta["stats"]["impossible_features"]
+    assert 0 < impossible < meta["num_records"]
+    assert sum(int(r["is_impossible"]) for r in _read(tmp_path / "train.mindrecord0")) > 0
+
+
+def _bad(tmp_path, spm_path, text, match, *extra):
+    source = tmp_path / "bad.json"
+    source.write_text(text, encoding="utf-8")
+    with pytest.raises(UserError, match=match):
+        csd.main(_args(spm_path, source, tmp_path / "o.mindrecord", *extra))
+    assert not list(tmp_path.glob("o.mindrecord*"))
+
+
+def test_bad_input(tmp_path, spm_path):
+    qa = {"id": "q1", "question": "Who?", "answers": [{"text": "Bob", "answer_start": 0}]}
+    doc = {"data": [{"title": "t", "paragraphs": [{"context": "Bob went home.", "qas": [qa]}]}]}
+    _bad(tmp_path, spm_path, '{"data": [\n{"paragraphs": ]}', r"bad\.json line 2: malformed json")
+    _bad(tmp_path, spm_path, json.dumps({"version": "1.1"}), "missing field 'data'")
+    _bad(tmp_path, spm_path, json.dumps({"data": [{"paragraphs": [{"qas": []}]}]}),
+         r"data\[0\]\.paragraphs\[0\]: missing field 'context'")
+    broken = json.loads(json.dumps(doc))
+    del broken["data"][0]["paragraphs"][0]["qas"][0]["question"]
+    _bad(tmp_path, spm_path, json.dumps(broken), r"qas\[0\]: missing field 'question'")
+    broken = json.loads(json.dumps(doc))
+    broken["data"][0]["paragraphs"][0]["qas"][0]["answers"] = []
+    _bad(tmp_path, spm_path, json.dumps(broken), "q1 has no answer")
+    broken["data"][0]["paragraphs"][0]["qas"][0]["answers"] = [{"text": "Bob", "answer_start": "0"}]
+    _bad(tmp_path, spm_path, json.dumps(broken), "'answer_start' should be int")
+    _bad(tmp_path, spm_path, json.dumps({"data": []}), "no questions")
+    _bad(tmp_path, spm_path, json.dumps(doc), "max_query_length", "--max_query_length", "200")
+    # A misplaced answer is skipped in training (counted), as in Google's reader.
+    broken["data"][0]["paragraphs"][0]["qas"].append(dict(qa, id="q2", answers=[{"text": "Bob", "answer_start": 4}]))
+    broken["data"][0]["paragraphs"][0]["qas"][0]["answers"] = qa["answers"]
+    (tmp_path / "skip.json").write_text(json.dumps(broken), encoding="utf-8")
+    examples, skipped = csd.read_squad_examples(tmp_path / "skip.json", True, False)
+    assert len(examples) == 1 and skipped == 1
+
+
+def test_existing_output(tmp_path, spm_path):
+    source = tmp_path / "s.json"
+    source.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Bob went home.", "qas": [
+        {"id": "q", "question": "Who went home?", "answers": [{"text": "Bob", "answer_start": 0}]}]}]}]}))
+    out = tmp_path / "o.mindrecord"
+    args = _args(spm_path, source, out, "--is_training", "false")
+    assert csd.main(args) == 0
+    (tmp_path / "o.mindrecord.db").unlink()  # any one existing output file blocks the run
+    assert run_cli(csd.main, args) == 2
+    assert csd.main(args + ["--overwrite", "true"]) == 0
