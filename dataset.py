@@ -1,0 +1,172 @@
+"""MindDataset pipelines for every task, reading the MindRecord files written by `src/create_*`.
+
+Each function takes `data`: a MindRecord file, the `--output_file` given to a data creator (its shards are found
+through `<output_file>.meta.json`), a folder (every MindRecord file in it), or a list of these. It returns a
+batched dataset whose columns come in the order stated in the function's docstring: the order the task networks
+take their inputs. Integer columns are cast to int32 and real-valued ones to float32, so data written by other
+tools (e.g. int64 records from TF-converted data) works too.
+
+Training pipelines shuffle (`seed` makes the order reproducible: it sets MindSpore's global dataset seed) and
+drop the last incomplete batch. Evaluation pipelines keep the order and every row; with `num_shards` > 1 they
+pad the data with rows marked `is_real_example` = 0 (SQuAD: `unique_ids` = -1) so that every rank gets the same
+number of batches, which collective evaluation needs.
+"""
+import os
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from model_utils.errors import UserError
+
+DataSource = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+PRETRAIN_COLUMNS = ["input_ids", "input_mask", "segment_ids", "next_sentence_labels", "masked_lm_positions",
+                    "masked_lm_ids", "masked_lm_weights"]
+CLASSIFIER_TRAIN_COLUMNS = ["input_ids", "input_mask", "segment_ids", "label_ids"]
+CLASSIFIER_EVAL_COLUMNS = CLASSIFIER_TRAIN_COLUMNS + ["is_real_example"]
+SQUAD_TRAIN_COLUMNS = ["input_ids", "input_mask", "segment_ids", "p_mask", "start_positions", "end_positions",
+                       "is_impossible"]
+SQUAD_EVAL_COLUMNS = ["input_ids", "input_mask", "segment_ids", "p_mask", "unique_ids"]
+FLOAT_COLUMNS = {"masked_lm_weights"}
+
+
+def _is_mindrecord(path: Path) -> bool:
+    stem = path.name.rstrip("0123456789")
+    return stem.endswith(".mindrecord") and not path.name.endswith(".db")
+
+
+def resolve_mindrecord_files(data: DataSource) -> List[str]:
+    """The MindRecord files behind `data` (see the module docstring), in a stable order."""
+    import json
+
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    if not items:
+        raise UserError("no data files given")
+    files: List[str] = []
+    for item in items:
+        path = Path(item).expanduser()
+        meta = Path(str(path) + ".meta.json")
+        if path.is_dir():
+            found = sorted(str(p) for p in path.iterdir() if p.is_file() and _is_mindrecord(p))
+            if not found:
+                raise UserError(f"no .mindrecord files in {path}")
+            files += found
+        elif meta.is_file():
+            files += [str(path.with_name(name)) for name in json.loads(meta.read_text(encoding="utf-8"))["files"]]
+        elif path.is_file():
+            files.append(str(path))
+        else:
+            raise UserError(f"data not found: {path}")
+    missing = [f for f in files if not Path(f).is_file()]
+    if missing:
+        raise UserError(f"MindRecord file missing: {missing[0]} (incomplete copy of the data?)")
+    return files
+
+
+def _open(files: List[str], columns: List[str], **kwargs):
+    import mindspore.dataset as ds
+
+    found = ds.MindDataset(files, shuffle=False).get_col_names()
+    missing = [c for c in columns if c not in found]
+    if missing:
+        raise UserError(f"{files[0]}: columns {missing} missing (found {found}); was it written for this task?")
+    return ds.MindDataset(files, columns_list=columns, **kwargs)
+
+
+def _finish(dataset, columns: List[str], float_columns: Sequence[str], batch_size: int, drop_remainder: bool,
+            num_parallel_workers: int):
+    import mindspore as ms
+    import mindspore.dataset.transforms as transforms
+
+    for column in columns:
+        dtype = ms.float32 if column in float_columns else ms.int32
+        dataset = dataset.map(operations=transforms.TypeCast(dtype), input_columns=[column],
+                              num_parallel_workers=num_parallel_workers)
+    return dataset.batch(batch_size, drop_remainder=drop_remainder)
+
+
+def _num_rows(files: List[str]) -> int:
+    import mindspore.dataset as ds
+
+    return ds.MindDataset(files, shuffle=False).get_dataset_size()
+
+
+def _padding_row(files: List[str], columns: List[str], marker: Dict[str, int]) -> Dict[str, object]:
+    """A row shaped like the data, all zeros except the column that marks it as padding (scalars as Python
+    numbers, which MindDataset's padded_sample requires)."""
+    import mindspore.dataset as ds
+
+    first = next(ds.MindDataset(files, columns_list=columns, shuffle=False).create_dict_iterator(
+        output_numpy=True, num_epochs=1))
+    row = {name: np.zeros_like(value) for name, value in first.items()}
+    for name, value in marker.items():
+        row[name] = np.array(value, dtype=first[name].dtype)
+    return {name: value.item() if value.ndim == 0 else value for name, value in row.items()}
+
+
+def _build(data: DataSource, columns: List[str], batch_size: int, is_training: bool, num_shards: int, shard_id: int,
+           shuffle: Optional[bool], seed: Optional[int], drop_remainder: Optional[bool],
+           num_parallel_workers: int, float_columns: Sequence[str] = (), padding_marker: Optional[Dict[str, int]] = None):
+    import mindspore.dataset as ds
+
+    if batch_size < 1:
+        raise UserError(f"batch_size must be >= 1, got {batch_size}")
+    if num_shards < 1 or not 0 <= shard_id < num_shards:
+        raise UserError(f"shard_id must be in [0, num_shards), got shard_id={shard_id}, num_shards={num_shards}")
+    files = resolve_mindrecord_files(data)
+    shuffle = is_training if shuffle is None else shuffle
+    drop_remainder = is_training if drop_remainder is None else drop_remainder
+    if seed is not None:
+        ds.config.set_seed(seed)
+    kwargs = dict(shuffle=shuffle, num_parallel_workers=num_parallel_workers)
+    if num_shards > 1:
+        kwargs.update(num_shards=num_shards, shard_id=shard_id)
+        remainder = _num_rows(files) % num_shards
+        if padding_marker is not None and not is_training and remainder:
+            kwargs.update(padded_sample=_padding_row(files, columns, padding_marker),
+                          num_padded=num_shards - remainder, shuffle=False)
+    dataset = _open(files, columns, **kwargs)
+    return _finish(dataset, columns, float_columns, batch_size, drop_remainder, num_parallel_workers)
+
+
+def create_pretraining_dataset(data: DataSource, batch_size: int, num_shards: int = 1, shard_id: int = 0,
+                               shuffle: bool = True, seed: Optional[int] = None, drop_remainder: bool = True,
+                               num_parallel_workers: int = 2):
+    """Pretraining batches; columns: input_ids, input_mask, segment_ids, next_sentence_labels,
+    masked_lm_positions, masked_lm_ids (int32), masked_lm_weights (float32)."""
+    return _build(data, PRETRAIN_COLUMNS, batch_size, True, num_shards, shard_id, shuffle, seed, drop_remainder,
+                  num_parallel_workers, float_columns=FLOAT_COLUMNS)
+
+
+def create_classification_dataset(data: DataSource, batch_size: int, is_training: bool = True,
+                                  num_shards: int = 1, shard_id: int = 0, shuffle: Optional[bool] = None,
+                                  seed: Optional[int] = None, drop_remainder: Optional[bool] = None,
+                                  regression: bool = False, num_parallel_workers: int = 2):
+    """GLUE/LCQMC batches; columns: input_ids, input_mask, segment_ids, label_ids (float32 when `regression`,
+    i.e. STS-B), and for evaluation (is_training False) also is_real_example."""
+    columns = CLASSIFIER_TRAIN_COLUMNS if is_training else CLASSIFIER_EVAL_COLUMNS
+    return _build(data, columns, batch_size, is_training, num_shards, shard_id, shuffle, seed, drop_remainder,
+                  num_parallel_workers, float_columns=["label_ids"] if regression else [],
+                  padding_marker={"is_real_example": 0})
+
+
+def create_race_dataset(data: DataSource, batch_size: int, is_training: bool = True, num_shards: int = 1,
+                        shard_id: int = 0, shuffle: Optional[bool] = None, seed: Optional[int] = None,
+                        drop_remainder: Optional[bool] = None, num_parallel_workers: int = 2):
+    """RACE batches; columns: input_ids, input_mask, segment_ids ([batch, 4, seq]), label_ids, and for
+    evaluation also is_real_example."""
+    columns = CLASSIFIER_TRAIN_COLUMNS if is_training else CLASSIFIER_EVAL_COLUMNS
+    return _build(data, columns, batch_size, is_training, num_shards, shard_id, shuffle, seed, drop_remainder,
+                  num_parallel_workers, padding_marker={"is_real_example": 0})
+
+
+def create_squad_dataset(data: DataSource, batch_size: int, is_training: bool = True, num_shards: int = 1,
+                         shard_id: int = 0, shuffle: Optional[bool] = None, seed: Optional[int] = None,
+                         drop_remainder: Optional[bool] = None, num_parallel_workers: int = 2):
+    """SQuAD batches. Training columns: input_ids, input_mask, segment_ids, p_mask, start_positions,
+    end_positions, is_impossible. Evaluation columns: input_ids, input_mask, segment_ids, p_mask, unique_ids
+    (-1 on padding rows)."""
+    columns = SQUAD_TRAIN_COLUMNS if is_training else SQUAD_EVAL_COLUMNS
+    return _build(data, columns, batch_size, is_training, num_shards, shard_id, shuffle, seed, drop_remainder,
+                  num_parallel_workers, padding_marker={"unique_ids": -1})

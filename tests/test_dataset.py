@@ -1,0 +1,108 @@
+"""dataset.py pipelines over records written by the data creators from the real assets."""
+import numpy as np
+import pytest
+
+import dataset
+from model_utils.errors import UserError
+from src import create_finetune_data as cfd
+from src import create_pretraining_data as cpd
+from src import create_squad_data as csd
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, assets):
+    """One small data set per task, written once for the module."""
+    root = tmp_path_factory.mktemp("data")
+    spm = str(assets / "tokenizer" / "albert_30k-clean.model")
+    common = ["--spm_model_file", spm, "--max_seq_length", "64"]
+    cpd.main(common + ["--input_file", str(assets / "pretrain" / "bert_sample_text.txt"), "--output_file",
+                       str(root / "pretrain" / "pt.mindrecord"), "--dupe_factor", "3", "--partition_number", "2",
+                       "--max_predictions_per_seq", "10", "--progress", "false"])
+    cfd.main(common + ["--task_name", "mrpc", "--data_dir", str(assets / "glue" / "MRPC"), "--split", "dev",
+                       "--output_file", str(root / "mrpc_dev.mindrecord")])
+    cfd.main(common + ["--task_name", "race", "--data_dir", str(assets / "race" / "RACE"), "--split", "train",
+                       "--output_file", str(root / "race_train.mindrecord")])
+    sample = str(assets / "derived" / "squad_v1.1_dev_sample_SuperBowl50_5paras.json")
+    csd.main(common + ["--input_file", sample, "--output_file", str(root / "squad_dev.mindrecord"),
+                       "--is_training", "false", "--doc_stride", "32", "--max_query_length", "24"])
+    csd.main(common + ["--input_file", sample, "--output_file", str(root / "squad_train.mindrecord"),
+                       "--doc_stride", "32", "--max_query_length", "24"])
+    return root
+
+
+def _rows(pipeline):
+    return list(pipeline.create_dict_iterator(output_numpy=True, num_epochs=1))
+
+
+def test_pretraining_columns_and_types(data):
+    pipeline = dataset.create_pretraining_dataset(data / "pretrain", batch_size=4, seed=1)
+    assert pipeline.get_col_names() == dataset.PRETRAIN_COLUMNS
+    batch = _rows(pipeline)[0]
+    assert batch["input_ids"].shape == (4, 64) and batch["input_ids"].dtype == np.int32
+    assert batch["next_sentence_labels"].shape == (4,)
+    assert batch["masked_lm_positions"].shape == (4, 10)
+    assert batch["masked_lm_weights"].dtype == np.float32
+
+
+def test_folder_output_file_and_list_resolve_to_the_same_files(data):
+    by_dir = dataset.resolve_mindrecord_files(data / "pretrain")
+    by_name = dataset.resolve_mindrecord_files(data / "pretrain" / "pt.mindrecord")
+    assert by_dir == by_name == [str(data / "pretrain" / "pt.mindrecord0"), str(data / "pretrain" / "pt.mindrecord1")]
+    assert dataset.resolve_mindrecord_files(by_dir) == by_dir
+
+
+def test_seeded_shuffle_is_reproducible(data):
+    def order(seed):
+        rows = _rows(dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 8, seed=seed))
+        return np.concatenate([b["input_ids"][:, 1] for b in rows]).tolist()
+
+    plain = _rows(dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 8, is_training=False))
+    plain_order = np.concatenate([b["input_ids"][:, 1] for b in plain]).tolist()
+    assert order(5) == order(5) != plain_order
+    assert sorted(order(5)) == sorted(plain_order)
+
+
+def test_training_shards_are_disjoint(data):
+    seen = []
+    for shard in range(2):
+        rows = _rows(dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 4, num_shards=2,
+                                                           shard_id=shard, seed=3))
+        seen.append({row.tobytes() for batch in rows for row in batch["input_ids"]})
+    assert not seen[0] & seen[1]
+    assert len(seen[0]) + len(seen[1]) >= 400
+
+
+def test_eval_shards_are_padded_to_equal_size(data):
+    shards = [_rows(dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 16, is_training=False,
+                                                          num_shards=5, shard_id=i)) for i in range(5)]
+    sizes = [sum(len(b["label_ids"]) for b in shard) for shard in shards]
+    assert sizes == [82] * 5  # 408 rows + 2 padding rows
+    real = [b["is_real_example"] for shard in shards for b in shard]
+    assert np.concatenate(real).sum() == 408
+    assert shards[0][0]["label_ids"].dtype == np.int32
+    assert dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 16, is_training=False
+                                                 ).get_col_names() == dataset.CLASSIFIER_EVAL_COLUMNS
+
+
+def test_race_and_squad(data):
+    race = _rows(dataset.create_race_dataset(data / "race_train.mindrecord", 2, seed=0))
+    assert race[0]["input_ids"].shape == (2, 4, 64)
+    train = dataset.create_squad_dataset(data / "squad_train.mindrecord", 8, is_training=True, seed=0)
+    assert train.get_col_names() == dataset.SQUAD_TRAIN_COLUMNS
+    evaluation = dataset.create_squad_dataset(data / "squad_dev.mindrecord", 8, is_training=False, num_shards=3,
+                                              shard_id=2)
+    ids = np.concatenate([b["unique_ids"] for b in _rows(evaluation)])
+    total = dataset._num_rows(dataset.resolve_mindrecord_files(data / "squad_dev.mindrecord"))
+    assert len(ids) == -(-total // 3)
+    assert ((ids >= 1000000000) | (ids == -1)).all()
+
+
+def test_errors(data, tmp_path):
+    with pytest.raises(UserError, match="data not found"):
+        dataset.create_pretraining_dataset(tmp_path / "missing", 2)
+    with pytest.raises(UserError, match="no .mindrecord files"):
+        dataset.create_pretraining_dataset(tmp_path, 2)
+    with pytest.raises(UserError, match=r"columns \['next_sentence_labels'"):
+        dataset.create_pretraining_dataset(data / "mrpc_dev.mindrecord", 2)
+    with pytest.raises(UserError, match="shard_id"):
+        dataset.create_squad_dataset(data / "squad_dev.mindrecord", 2, num_shards=2, shard_id=2)
