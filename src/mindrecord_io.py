@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
 
 from model_utils.errors import UserError
+from src.data_utils import default_file_mode
 
 META_SUFFIX = ".meta.json"
 WRITE_BATCH = 2048
@@ -127,13 +128,13 @@ def _publish(staging: Path, output_file: Path, partition_number: int, sidecars: 
         for path in [final_meta] + _all_outputs(output_file, partition_number, sidecars):
             if path.exists():
                 path.unlink()
-    umask = os.umask(0)
-    os.umask(umask)
+    mode = default_file_mode()
     for path in _all_outputs(output_file, partition_number, sidecars)[:-1]:
-        os.chmod(staging / path.name, 0o666 & ~umask)  # FileWriter creates 0600 files; use the user's umask
+        os.chmod(staging / path.name, mode)  # FileWriter creates 0600 files
         os.replace(staging / path.name, path)
     tmp_meta = staging / final_meta.name
     tmp_meta.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.chmod(tmp_meta, mode)
     os.replace(tmp_meta, final_meta)
 
 

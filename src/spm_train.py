@@ -1,0 +1,109 @@
+"""Train a SentencePiece vocabulary with ALBERT's recipe, for pretraining on your own corpus.
+
+    python -m src.spm_train --input_file "corpus/*.txt" --model_prefix vocab/my30k --vocab_size 30000
+
+Recipe (as Google trained 30k-clean.model): unigram model, <pad>=0, <unk>=1, no <s>/</s>, control symbols
+[CLS] [SEP] [MASK] at ids 2..4, user symbols ( ) " - . – £ € as pieces of their own, character coverage
+0.99995, shuffled input sentences. The corpus is normalised exactly as the tokenizer normalises text before
+encoding (whitespace collapse, accent stripping, lowercasing when do_lower_case), so the pieces match what
+`FullTokenizer(spm_model_file=..., do_lower_case=...)` will look up. Writes PREFIX.model and PREFIX.vocab.
+"""
+import io
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator, List, Sequence
+
+from model_utils.config import parse_cli
+from model_utils.errors import UserError, run_cli
+from src.data_utils import default_file_mode, resolve_input_files
+from src.tokenization import preprocess_text
+
+CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
+SEED = 12345
+
+
+def _sentences(paths: Sequence[Path], do_lower_case: bool) -> Iterator[str]:
+    for path in paths:
+        with open(path, encoding="utf-8-sig", errors="strict") as handle:
+            for line in handle:
+                text = preprocess_text(line, lower=do_lower_case)
+                if text:
+                    yield text
+
+
+def _symbols(spec: str) -> List[str]:
+    return [s for s in spec.split(",") if s]
+
+
+def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_size: int = 30000,
+                        do_lower_case: bool = True, model_type: str = "unigram",
+                        character_coverage: float = 0.99995, input_sentence_size: int = 10000000,
+                        control_symbols: str = "[CLS],[SEP],[MASK]",
+                        user_defined_symbols: str = '(,),",-,.,–,£,€', num_threads: int = 2,
+                        overwrite: bool = False) -> Path:
+    """Train and write PREFIX.model / PREFIX.vocab (atomically); returns the model path."""
+    import sentencepiece as spm
+
+    if not model_prefix:
+        raise UserError("set --model_prefix (writes PREFIX.model and PREFIX.vocab)")
+    prefix = Path(model_prefix).expanduser().absolute()
+    outputs = [Path(f"{prefix}.model"), Path(f"{prefix}.vocab")]
+    existing = [str(p) for p in outputs if p.exists()]
+    if existing and not overwrite:
+        raise UserError(f"output already exists: {existing[0]} (pass --overwrite true to replace it)")
+    if next(_sentences(input_files, do_lower_case), None) is None:
+        raise UserError(f"empty corpus: no text in {', '.join(map(str, input_files))}")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    spm.set_random_generator_seed(SEED)
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=_sentences(input_files, do_lower_case), model_writer=model,
+            vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
+            input_sentence_size=input_sentence_size, shuffle_input_sentence=True, pad_id=0, unk_id=1,
+            bos_id=-1, eos_id=-1, control_symbols=_symbols(control_symbols),
+            user_defined_symbols=_symbols(user_defined_symbols), num_threads=num_threads, minloglevel=2)
+    except UnicodeDecodeError as err:
+        raise UserError(f"input is not UTF-8 text ({err.reason} at byte {err.start})") from err
+    except RuntimeError as err:
+        hint = " (lower --vocab_size for a corpus this small)" if "vocab_size" in str(err) else ""
+        raise UserError(f"SentencePiece training failed: {err}{hint}") from err
+    _write_atomically(outputs[0], model.getvalue())
+    _write_atomically(outputs[1], _vocab_text(model.getvalue()).encode("utf-8"))
+    return outputs[0]
+
+
+def _vocab_text(model: bytes) -> str:
+    """The PREFIX.vocab listing spm_train writes: piece <TAB> score, one per id."""
+    import sentencepiece as spm
+
+    processor = spm.SentencePieceProcessor(model_proto=model)
+    return "".join(f"{processor.IdToPiece(i)}\t{processor.GetScore(i):g}\n" for i in range(processor.GetPieceSize()))
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, default_file_mode())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main(argv: List[str]) -> int:
+    config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0], section="spm")
+    model = train_sentencepiece(resolve_input_files(config.input_file), config.model_prefix, config.vocab_size,
+                                config.do_lower_case, config.model_type, config.character_coverage,
+                                config.input_sentence_size, config.control_symbols, config.user_defined_symbols,
+                                config.num_threads, config.overwrite)
+    print(f"wrote {model} and {model.with_suffix('.vocab')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
