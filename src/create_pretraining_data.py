@@ -29,6 +29,7 @@ Record schema (one MindRecord row per instance; S = max_seq_length, P = max_pred
     masked_lm_weights     float32 [P] 1.0 for real predictions, 0.0 for padding
 Beside the shards, `<output_file>.meta.json` records counts, lengths and the tokenizer.
 """
+import bisect
 import multiprocessing
 import random
 import sys
@@ -114,8 +115,8 @@ class InstanceMaker:
         inv = tokenizer.inv_vocab
         self.word_start = np.array([tokenizer.is_word_start(inv[i]) for i in range(tokenizer.vocab_size)])
         self.replacement_ids = [i for i in range(tokenizer.vocab_size) if i not in tokenizer.special_ids]
-        ngrams = np.arange(1, options.ngram + 1)
-        self.ngram_weights = list(1.0 / ngrams)
+        weights = 1.0 / np.arange(1, options.ngram + 1)
+        self.ngram_cumulative = [np.cumsum(weights[:n]).tolist() for n in range(1, options.ngram + 1)]
 
     def tokenize_document(self, document: Document) -> List[List[int]]:
         ids = (self.tokenizer.encode(sentence) for sentence in document.sentences)
@@ -158,51 +159,63 @@ class InstanceMaker:
         cut = rng.randint(1, len(only) - 1)
         return only[:cut], only[cut:]
 
-    def word_groups(self, tokens: Sequence[int]) -> List[List[int]]:
-        """Positions of `tokens` grouped into whole words; [CLS] and [SEP] are never candidates."""
-        groups: List[List[int]] = []
-        specials = (self.tokenizer.cls_id, self.tokenizer.sep_id)
-        previous_special = True
-        for position, token in enumerate(tokens):
-            if token in specials:
-                previous_special = True
-                continue
-            if groups and not previous_special and not self.word_start[token]:
-                groups[-1].append(position)
-            else:
-                groups.append([position])
-            previous_special = False
-        return groups
+    def word_groups(self, tokens: Sequence[int]) -> Tuple[List[int], List[int], List[int]]:
+        """Whole words of `tokens` as (starts, ends, segments): word i covers positions [starts[i], ends[i]) in
+        segment segments[i] (1 = A, 2 = B). [CLS] and [SEP] belong to no word."""
+        ids = np.asarray(tokens)
+        special = (ids == self.tokenizer.cls_id) | (ids == self.tokenizer.sep_id)
+        after_special = np.concatenate(([True], special[:-1]))
+        begins = ~special & (self.word_start[ids] | after_special)
+        starts = np.flatnonzero(begins)
+        boundaries = np.append(np.flatnonzero(begins | special), len(ids))
+        ends = boundaries[np.searchsorted(boundaries, starts, side="right")]
+        segments = np.cumsum(special)[starts]
+        return starts.tolist(), ends.tolist(), segments.tolist()
 
-    def choose_spans(self, tokens: Sequence[int], rng: random.Random) -> List[List[int]]:
-        """N-gram whole-word spans to mask (each a list of token positions), at most the prediction budget."""
+    def _draw_n(self, rng: random.Random, longest: int) -> int:
+        """n in 1..longest with p(n) proportional to 1/n."""
+        cumulative = self.ngram_cumulative[longest - 1]
+        return min(bisect.bisect_right(cumulative, rng.random() * cumulative[-1]) + 1, longest)
+
+    def choose_spans(self, tokens: Sequence[int], rng: random.Random) -> List[Tuple[int, int]]:
+        """N-gram whole-word spans [start, end) to mask, within one segment, at most the prediction budget.
+
+        Words are visited in random order (a Fisher-Yates shuffle drawn only as far as needed); from each an
+        n-gram of n words is drawn and shortened while it would exceed the budget; spans that overlap an
+        earlier one are skipped.
+        """
         budget = min(self.options.max_predictions_per_seq,
                      max(1, int(round(len(tokens) * self.options.masked_lm_prob))))
-        groups = self.word_groups(tokens)
-        starts = list(range(len(groups)))
-        rng.shuffle(starts)
-        covered = set()
-        spans: List[List[int]] = []
+        starts, ends, segments = self.word_groups(tokens)
+        count = len(starts)
+        order = list(range(count))
+        covered = bytearray(len(tokens))
+        spans: List[Tuple[int, int]] = []
         used = 0
-        for start in starts:
+        for i in range(count):
             if used >= budget:
                 break
-            longest = min(self.options.ngram, len(groups) - start)
-            n = rng.choices(range(1, longest + 1), weights=self.ngram_weights[:longest])[0]
-            span = [p for group in groups[start:start + n] for p in group]
-            while used + len(span) > budget and n > 1:  # shrink the n-gram until it fits the budget
+            j = i + rng.randrange(count - i)
+            order[i], order[j] = order[j], order[i]
+            first = order[i]
+            longest = 1
+            while (longest < self.options.ngram and first + longest < count
+                   and segments[first + longest] == segments[first]):
+                longest += 1
+            n = self._draw_n(rng, longest)
+            while n > 1 and used + ends[first + n - 1] - starts[first] > budget:
                 n -= 1
-                span = [p for group in groups[start:start + n] for p in group]
-            if used + len(span) > budget or any(p in covered for p in span):
+            begin, end = starts[first], ends[first + n - 1]
+            if used + end - begin > budget or any(covered[begin:end]):
                 continue
-            covered.update(span)
-            spans.append(span)
-            used += len(span)
+            covered[begin:end] = b"\x01" * (end - begin)
+            spans.append((begin, end))
+            used += end - begin
         return spans
 
     def mask(self, tokens: List[int], rng: random.Random) -> Tuple[List[int], List[int], List[int]]:
         """(masked input ids, predicted positions ascending, original ids at those positions)."""
-        positions = sorted(p for span in self.choose_spans(tokens, rng) for p in span)
+        positions = [p for begin, end in sorted(self.choose_spans(tokens, rng)) for p in range(begin, end)]
         masked = list(tokens)
         for position in positions:
             draw = rng.random()

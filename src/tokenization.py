@@ -10,6 +10,7 @@ join back into text) lives here, so the data-creation modules never branch on th
 """
 import collections
 import re
+import string
 import unicodedata
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -19,7 +20,7 @@ from model_utils.errors import UserError
 SPIECE_UNDERLINE = "\u2581"
 CONTROL_SYMBOLS = ("[CLS]", "[SEP]", "[MASK]")
 # Pieces treated as whole words on their own when grouping pieces for whole-word masking.
-_PUNCTUATION_PIECES = frozenset('!"#$%&\'()*+,-./:;?@[\\]^_`{|}~')
+_PUNCTUATION_PIECES = frozenset(string.punctuation)
 
 
 def preprocess_text(text: str, lower: bool = False, remove_space: bool = True, keep_accents: bool = False) -> str:
@@ -27,7 +28,7 @@ def preprocess_text(text: str, lower: bool = False, remove_space: bool = True, k
     if remove_space:
         text = " ".join(text.strip().split())
     text = text.replace("``", '"').replace("''", '"')
-    if not keep_accents:
+    if not keep_accents and not text.isascii():  # ASCII is unchanged by NFKD: skip the per-character pass
         text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
     if lower:
         text = text.lower()
