@@ -283,6 +283,13 @@ def _process_batch(args: Tuple[List[Document], int]) -> Tuple[List[Dict[str, np.
     return [arrays for arrays, _ in results], [tokens for _, tokens in results]
 
 
+def _pool_context():
+    """fork starts workers fastest, but forking a process that has loaded MindSpore (and its threads) is slow
+    and unsafe, so such a process (e.g. one that also trains) spawns fresh workers instead."""
+    fork = sys.platform.startswith("linux") and "mindspore" not in sys.modules
+    return multiprocessing.get_context("fork" if fork else "spawn")
+
+
 def make_instances(documents: List[Document], tokenizer: FullTokenizer, options: MaskingOptions,
                    dupe_factor: int, random_seed: int, num_workers: int = 1,
                    progress: bool = False) -> Tuple[Dict[str, np.ndarray], Dict[str, int]]:
@@ -291,7 +298,9 @@ def make_instances(documents: List[Document], tokenizer: FullTokenizer, options:
     Documents are handed to workers in fixed batches and results are collected in document order, so the
     outcome does not depend on `num_workers`.
     """
-    batches = [(documents[i:i + DOCS_PER_TASK], dupe_factor) for i in range(0, len(documents), DOCS_PER_TASK)]
+    # Small enough batches that every worker gets several; the results do not depend on the batching.
+    size = max(1, min(DOCS_PER_TASK, len(documents) // (8 * max(1, num_workers))))
+    batches = [(documents[i:i + size], dupe_factor) for i in range(0, len(documents), size)]
     bar = Progress(len(documents), "documents", enabled=progress)
     per_document: List[Dict[str, np.ndarray]] = []
     token_counts: List[int] = []
@@ -303,8 +312,7 @@ def make_instances(documents: List[Document], tokenizer: FullTokenizer, options:
             token_counts += tokens
             bar.update(len(tokens))
     else:
-        context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-        with context.Pool(num_workers, _init_worker, (tokenizer, options, random_seed)) as pool:
+        with _pool_context().Pool(num_workers, _init_worker, (tokenizer, options, random_seed)) as pool:
             for arrays, tokens in pool.imap(_process_batch, batches):
                 per_document += arrays
                 token_counts += tokens

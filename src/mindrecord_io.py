@@ -101,6 +101,7 @@ def _write_shards(writer_class: Any, paths: List[Path], schema: Dict[str, Dict[s
     for path in paths:
         writer = writer_class(str(path), shard_num=1)
         writer.add_schema(schema, description)
+        _cache_schema_lookups(writer)
         writers.append(writer)
     batches: List[List[Mapping[str, Any]]] = [[] for _ in paths]
     count = 0
@@ -118,6 +119,23 @@ def _write_shards(writer_class: Any, paths: List[Path], schema: Dict[str, Dict[s
             writer.write_raw_data(batch)
         writer.commit()
     return count
+
+
+def _cache_schema_lookups(writer: Any) -> None:
+    """Answer the writer's schema lookups from a copy, which makes writing about 2x faster.
+
+    MindSpore 2.10's FileWriter asks its C++ header for the schema (decoded from JSON anew each time) for every
+    field of every row it writes; that, not the disk, dominates writing time. The schema cannot change after
+    `add_schema`, so a copy is exact. Writers whose internals differ are left alone.
+    """
+    header = getattr(writer, "_header", None)
+    header_class = type(header)
+    if header is None or not all(isinstance(getattr(header_class, name, None), property)
+                                 for name in ("schema", "blob_fields")):
+        return
+    schema, blob_fields = header.schema, header.blob_fields
+    header.__class__ = type("SchemaCachedHeader", (header_class,), {
+        "schema": property(lambda self: schema), "blob_fields": property(lambda self: blob_fields)})
 
 
 def _publish(staging: Path, output_file: Path, partition_number: int, sidecars: List[str],
