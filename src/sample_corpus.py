@@ -1,0 +1,64 @@
+"""A pretraining corpus that needs no download: the Python reference documentation shipped with Python.
+
+    python -m src.sample_corpus --output_file data/pydoc_corpus.txt
+
+`pydoc_data.topics` (part of the standard library) holds about 80 documentation topics, roughly 0.5 MB of
+English prose. Each topic becomes one document, written one sentence per line with a blank line between
+documents: the input format of `src.spm_train` and `src.create_pretraining_data`. It is what the quick start
+trains its vocabulary and tiny model on.
+"""
+import re
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+from model_utils.errors import UserError, run_cli
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
+_RULE = re.compile(r"^[*=\-~^]{3,}$")  # reST heading underlines
+
+
+def topic_sentences(text: str) -> List[str]:
+    """Prose sentences of one topic: paragraphs joined; code, grammar rules and headings dropped."""
+    sentences: List[str] = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        lines = [line for line in paragraph.splitlines() if line.strip()]
+        if not lines or lines[0].startswith((" " * 4, ">>>", "\t")) or "::=" in paragraph \
+                or any(_RULE.match(line.strip()) for line in lines):
+            continue
+        joined = " ".join(line.strip() for line in lines)
+        sentences += [s for s in _SENTENCE_END.split(joined) if len(s.split()) >= 3]
+    return sentences
+
+
+def write_corpus(output_file: str, overwrite: bool = False) -> Dict[str, int]:
+    """Write the corpus; returns the numbers of documents, sentences and bytes."""
+    from pydoc_data.topics import topics
+
+    path = Path(output_file)
+    if path.exists() and not overwrite:
+        raise UserError(f"output already exists: {path} (pass --overwrite to replace it)")
+    documents = [topic_sentences(topics[name]) for name in sorted(topics)]
+    documents = [d for d in documents if len(d) >= 2]
+    text = "\n\n".join("\n".join(sentences) for sentences in documents) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return {"documents": len(documents), "sentences": sum(map(len, documents)), "bytes": len(text.encode())}
+
+
+def main(argv: List[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output_file", required=True)
+    parser.add_argument("--overwrite", action="store_true")
+    args = parser.parse_args(argv)
+    stats = write_corpus(args.output_file, args.overwrite)
+    print(f"wrote {args.output_file}: " + ", ".join(f"{k}={v}" for k, v in stats.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,69 @@
+"""The data tools as users run them: `python -m src.<tool> --flag value`, driven by create_data_config.yaml."""
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from model_utils.config import flatten, parse_cli
+
+TOOLS = {"spm": "src.spm_train", "pretraining": "src.create_pretraining_data", "finetune": "src.create_finetune_data",
+         "squad": "src.create_squad_data"}
+
+
+def _run(project_root, module, *args):
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=project_root, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_every_key_has_help_and_every_section_parses(project_root):
+    values, helps, _ = yaml.safe_load_all((project_root / "create_data_config.yaml").read_text(encoding="utf-8"))
+    assert set(values) == set(TOOLS)
+    for section, keys in values.items():
+        for key in flatten(keys):
+            assert helps.get(f"{section}.{key}"), f"{section}.{key} has no help"
+        config = parse_cli(project_root / "create_data_config.yaml", [], section=section)
+        assert config.to_dict() == keys
+    google_flags = {"input_file", "output_file", "vocab_file", "spm_model_file", "do_lower_case", "max_seq_length",
+                    "max_predictions_per_seq", "masked_lm_prob", "dupe_factor", "short_seq_prob", "ngram",
+                    "random_seed"}
+    assert google_flags <= set(values["pretraining"])
+    assert {"doc_stride", "max_query_length", "version_2_with_negative"} <= set(values["squad"])
+
+
+def test_quick_start_chain_from_the_command_line(tmp_path, project_root):
+    """Corpus shipped with Python -> SentencePiece vocabulary -> pretraining MindRecord -> dataset batches."""
+    corpus, prefix, records = tmp_path / "corpus.txt", tmp_path / "spm", tmp_path / "pt.mindrecord"
+    done = _run(project_root, "src.sample_corpus", "--output_file", corpus)
+    assert done.returncode == 0, done.stderr
+    text = corpus.read_text(encoding="utf-8")
+    assert text.count("\n\n") > 50 and len(text) > 300000
+    done = _run(project_root, "src.spm_train", "--input_file", corpus, "--model_prefix", prefix, "--vocab_size", 2000)
+    assert done.returncode == 0, done.stderr
+    done = _run(project_root, "src.create_pretraining_data", "--input_file", corpus, "--output_file", records,
+                "--spm_model_file", f"{prefix}.model", "--max_seq_length", 64, "--dupe_factor", 1,
+                "--num_workers", 2)
+    assert done.returncode == 0, done.stderr
+    assert "summary: documents=" in done.stdout and "instances=" in done.stdout
+    assert "documents" in done.stderr  # the progress bar
+    import dataset
+    batch = next(dataset.create_pretraining_dataset(records, 8, seed=0).create_dict_iterator(output_numpy=True))
+    assert batch["input_ids"].shape == (8, 64) and batch["input_ids"].max() < 2000
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS.values()))
+def test_help_and_errors(tool, tmp_path, project_root):
+    done = _run(project_root, tool, "--help")
+    assert done.returncode == 0 and "--config_path" in done.stdout
+    done = _run(project_root, tool, "--input_file", tmp_path / "missing.txt", "--overwrte", "true")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == ["error: unknown option '--overwrte'; did you mean '--overwrite'?"]
+
+
+def test_missing_input_is_one_line_error(tmp_path, project_root, assets):
+    done = _run(project_root, "src.create_finetune_data", "--task_name", "rte", "--data_dir", tmp_path,
+                "--output_file", tmp_path / "o.mindrecord", "--spm_model_file",
+                assets / "tokenizer" / "albert_30k-clean.model")
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"error: input file not found: {tmp_path / 'train.tsv'}"
+    assert not list(tmp_path.iterdir())
