@@ -104,10 +104,11 @@ def _read_question(qa: Any, context: str, where: str, is_training: bool,
                    version_2: bool) -> Optional[SquadExample]:
     qas_id = str(require(qa, "id", (str, int), where))
     question = require(qa, "question", str, where)
-    impossible = bool(qa.get("is_impossible", False)) if isinstance(qa, dict) else False
+    impossible = bool(qa.get("is_impossible", False))
     if impossible and not version_2:
         raise UserError(f"{where}: question {qas_id} is_impossible but version_2_with_negative is false")
-    answers = require(qa, "answers", list, where)
+    # Prediction-only files may leave out the answers; training needs them.
+    answers = require(qa, "answers", list, where) if is_training or "answers" in qa else []
     texts = [require(answer, "text", str, f"{where}.answers[{i}]") for i, answer in enumerate(answers)]
     example = SquadExample(qas_id, question, context, texts, is_impossible=impossible, source=where)
     if not is_training or impossible:
@@ -233,7 +234,6 @@ def example_features(example: SquadExample, example_index: int, tokenizer: FullT
             first, last = (answer[0] - start + offset, answer[1] - start + offset) if inside else (0, 0)
             record.update(start_positions=np.int32(first), end_positions=np.int32(last),
                           is_impossible=np.int32(not inside))
-        positions = range(offset, offset + length)
         feature_map = {
             "example_index": example_index, "qas_id": example.qas_id, "doc_span_index": window_index,
             "tokens": tokenizer.convert_ids_to_tokens(ids),
@@ -243,7 +243,6 @@ def example_features(example: SquadExample, example_index: int, tokenizer: FullT
             "token_is_max_context": [False] * offset + [is_max_context(windows, window_index, start + i)
                                                         for i in range(length)] + [False],
         }
-        assert len(feature_map["tokens"]) == len(ids) == offset + length + 1 and all(p < seq for p in positions)
         yield record, feature_map
 
 

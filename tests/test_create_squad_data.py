@@ -232,3 +232,27 @@ def test_existing_output(tmp_path, spm_path):
     (tmp_path / "o.mindrecord.db").unlink()  # any one existing output file blocks the run
     assert run_cli(csd.main, args) == 2
     assert csd.main(args + ["--overwrite", "true"]) == 0
+
+
+def test_wordpiece_alignment_on_chinese_text(assets):
+    """albert_zh: Chinese characters, full-width letters and accents map back to the exact answer text."""
+    transformers = pytest.importorskip("transformers")
+    vocab = str(assets / "tokenizer" / "albert_zh_vocab.txt")
+    tokenizer = FullTokenizer(vocab, do_lower_case=True)
+    context = "《城市的自觉》作者姚远，1981年出生于南京，Café ＡＢＣ公司 unaffable。"
+    tokenized = csd.tokenize_context(tokenizer, context)
+    assert tokenized.ids == transformers.BertTokenizer(vocab).encode(context, add_special_tokens=False)
+    for answer in ["姚远", "1981年", "南京", "Café", "ＡＢＣ公司", "unaffable"]:
+        start = context.index(answer)
+        first, last = tokenized.token_span(start, start + len(answer))
+        assert context[tokenized.char_spans[first][0]:tokenized.char_spans[last][1]] == answer
+
+
+def test_prediction_file_without_answers(tmp_path):
+    source = tmp_path / "test.json"
+    source.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Bob went home.", "qas": [
+        {"id": "q", "question": "Who went home?"}]}]}]}), encoding="utf-8")
+    examples, _ = csd.read_squad_examples(source, is_training=False, version_2_with_negative=False)
+    assert examples[0].answers == []
+    with pytest.raises(UserError, match="missing field 'answers'"):
+        csd.read_squad_examples(source, is_training=True, version_2_with_negative=False)
