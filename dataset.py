@@ -107,7 +107,8 @@ def _padding_row(files: List[str], columns: List[str], marker: Dict[str, int]) -
 
 def _build(data: DataSource, columns: List[str], batch_size: int, is_training: bool, num_shards: int, shard_id: int,
            shuffle: Optional[bool], seed: Optional[int], drop_remainder: Optional[bool],
-           num_parallel_workers: int, float_columns: Sequence[str] = (), padding_marker: Optional[Dict[str, int]] = None):
+           num_parallel_workers: int, float_columns: Sequence[str] = (),
+           padding_marker: Optional[Dict[str, int]] = None):
     import mindspore.dataset as ds
 
     if batch_size < 1:

@@ -126,7 +126,8 @@ class InstanceMaker:
         # A str seed is hashed with SHA-512 by `random`, independent of PYTHONHASHSEED and of the process.
         return random.Random(f"{self.random_seed}/{document.file_index}/{document.doc_index}/{round_index}")
 
-    def segment_pairs(self, sentences: List[List[int]], rng: random.Random) -> Iterator[Tuple[List[int], List[int], int]]:
+    def segment_pairs(self, sentences: List[List[int]],
+                      rng: random.Random) -> Iterator[Tuple[List[int], List[int], int]]:
         """(A, B, label) pairs of one document for one round; label 1 means A and B were swapped."""
         max_tokens = self.options.max_seq_length - 3
         target = rng.randint(2, max_tokens) if rng.random() < self.options.short_seq_prob else max_tokens

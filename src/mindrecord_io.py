@@ -62,7 +62,8 @@ def check_output_free(output_file: os.PathLike, partition_number: int = 1, overw
 
 def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]], records: Iterable[Mapping[str, Any]],
                   meta: Dict[str, Any], partition_number: int = 1, overwrite: bool = False,
-                  sidecars: Optional[Dict[str, Callable[[Path], None]]] = None, description: str = "") -> Dict[str, Any]:
+                  sidecars: Optional[Dict[str, Callable[[Path], None]]] = None,
+                  description: str = "") -> Dict[str, Any]:
     """Write `records` as MindRecord shards plus sidecars, atomically; returns the meta dict written.
 
     `sidecars` maps a file suffix (".features.jsonl") to a function that writes that file at the given path.

@@ -227,7 +227,8 @@ def test_bad_race_input(tmp_path, spm_path):
 
 def test_existing_output_is_kept(tmp_path, assets, spm_path):
     out = tmp_path / "o.mindrecord"
-    args = _args(spm_path, out, "--task_name", "wnli", "--data_dir", str(assets / "glue" / "hf_dummy" / "wnli" / "WNLI"))
+    data_dir = assets / "glue" / "hf_dummy" / "wnli" / "WNLI"
+    args = _args(spm_path, out, "--task_name", "wnli", "--data_dir", str(data_dir))
     assert cfd.main(args) == 0
     before = out.read_bytes()
     assert run_cli(cfd.main, args) == 2

@@ -3,7 +3,6 @@
 Token streams for the consistency checks come from HF's AlbertTokenizer, not from the code under test.
 """
 import collections
-import os
 import random
 import string
 from pathlib import Path

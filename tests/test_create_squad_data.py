@@ -111,7 +111,8 @@ def test_feature_layout_and_windows(assets, tokenizer):
         context_positions = np.flatnonzero(record["p_mask"] == 0)
         assert context_positions[0] == 0  # [CLS] may be predicted (no answer)
         assert list(context_positions[1:]) == list(range(len(query) + 2, n - 1))
-        assert (record["segment_ids"][:len(query) + 2] == 0).all() and (record["segment_ids"][len(query) + 2:n] == 1).all()
+        segments = record["segment_ids"]
+        assert (segments[:len(query) + 2] == 0).all() and (segments[len(query) + 2:n] == 1).all()
         words = [w for w in fmap["token_to_orig_map"] if w >= 0]
         assert words == sorted(words) and len(fmap["tokens"]) == n
     # every context token is the max-context token of exactly one window
