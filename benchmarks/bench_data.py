@@ -1,6 +1,7 @@
 """Data pipeline throughput: pretraining data creation (1 and 2 workers) and MindRecord reading.
 
-    python benchmarks/bench_data.py [--corpus FILE] [--spm_model_file MODEL] [--dupe_factor 5] [--json_out F]
+    python benchmarks/bench_data.py [--corpus FILE] [--repeat 3] [--spm_model_file MODEL] [--dupe_factor 5]
+                                    [--json_out F]
 
 Reports, for pretraining data creation, documents/s, instances/s and MB/s of input text for tokenization alone
 and for the whole creation (tokenize + pair + mask + write), so one sees how much of the time tokenization
@@ -9,6 +10,8 @@ assets in ../shared/assets; any one-sentence-per-line corpus and SentencePiece m
 """
 import argparse
 import json
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +41,8 @@ def _rate_row(stage: str, workers: int, seconds: float, documents: int, instance
 
 
 def bench_creation(corpus: Path, spm: str, dupe_factor: int, max_seq_length: int, workdir: Path) -> list:
-    """Tokenization alone, instance creation (tokenize + pair + mask) and the whole tool (+ MindRecord write)."""
+    """Tokenization alone, instance creation (tokenize + pair + mask) and the whole tool (+ MindRecord write),
+    with 1 and 2 workers."""
     tokenizer = FullTokenizer(None, True, spm)
     documents = cpd.read_documents([corpus])
     megabytes = corpus.stat().st_size / 1e6
@@ -49,16 +53,19 @@ def bench_creation(corpus: Path, spm: str, dupe_factor: int, max_seq_length: int
         (arrays, _), seconds = _time(lambda: cpd.make_instances(documents, tokenizer, options, dupe_factor, 1,
                                                                 workers))
         rows.append(_rate_row("instances", workers, seconds, len(documents), len(arrays["input_ids"]), megabytes))
-    # Imported here, after the instance timings (as the tool does: forking workers from a process that has
-    # loaded MindSpore is slower), and before the write timings, so that none of them includes the import.
-    import mindspore.mindrecord  # noqa: F401
+    # The tool as users run it (its own process: MindSpore is loaded only to write, so worker processes fork
+    # cheaply and, with several output shards, write them in parallel). Includes interpreter and MindSpore
+    # start-up, measured alone in the first row.
+    _, startup = _time(lambda: subprocess.run([sys.executable, "-c", "import mindspore.mindrecord"], check=True))
+    rows.append(_rate_row("start-up only", 1, startup, len(documents), None, megabytes))
     for workers in (1, 2):
         argv = ["--input_file", str(corpus), "--output_file", str(workdir / f"pt{workers}.mindrecord"),
                 "--spm_model_file", spm, "--max_seq_length", str(max_seq_length), "--dupe_factor", str(dupe_factor),
-                "--num_workers", str(workers), "--progress", "false"]
-        config = cpd.parse_cli(cpd.CONFIG_FILE, argv, section="pretraining")
-        stats, seconds = _time(lambda: cpd.create_pretraining_data(config))
-        rows.append(_rate_row("create + write", workers, seconds, len(documents), stats["instances"], megabytes))
+                "--num_workers", str(workers), "--partition_number", "2", "--progress", "false"]
+        done, seconds = _time(lambda: subprocess.run([sys.executable, "-m", "src.create_pretraining_data", *argv],
+                                                     cwd=ROOT, check=True, capture_output=True, text=True))
+        instances = int(re.search(r"instances=(\d+)", done.stdout).group(1))
+        rows.append(_rate_row("whole tool (CLI)", workers, seconds, len(documents), instances, megabytes))
     return rows
 
 
@@ -77,7 +84,7 @@ def bench_readers(workdir: Path, spm: str, batch_size: int = 32) -> list:
                        "--output_file", str(squad), "--is_training", "false"])
     readers = [
         ("create_pretraining_dataset", lambda: dataset.create_pretraining_dataset(
-            workdir / "pt1.mindrecord", batch_size, seed=0)),
+            workdir / "pt1.mindrecord", batch_size, seed=0)),  # written as 2 shards
         ("create_classification_dataset", lambda: dataset.create_classification_dataset(
             finetune, batch_size, seed=0)),
         ("create_squad_dataset (eval)", lambda: dataset.create_squad_dataset(squad, batch_size, is_training=False)),
@@ -104,13 +111,16 @@ def main() -> int:
     parser.add_argument("--spm_model_file", default=str(ASSETS / "tokenizer" / "albert_30k-clean.model"))
     parser.add_argument("--dupe_factor", type=int, default=5)
     parser.add_argument("--max_seq_length", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=3, help="use the corpus this many times (as new documents)")
     parser.add_argument("--json_out", default="")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        creation = bench_creation(Path(args.corpus), args.spm_model_file, args.dupe_factor, args.max_seq_length,
-                                  Path(tmp))
+        corpus = Path(tmp) / "corpus.txt"
+        text = Path(args.corpus).read_text(encoding="utf-8").strip("\n")
+        corpus.write_text("\n\n".join([text] * args.repeat) + "\n", encoding="utf-8")
+        creation = bench_creation(corpus, args.spm_model_file, args.dupe_factor, args.max_seq_length, Path(tmp))
         readers = bench_readers(Path(tmp), args.spm_model_file)
-    print(f"pretraining data creation: {args.corpus} ({Path(args.corpus).stat().st_size / 1e6:.2f} MB), "
+    print(f"pretraining data creation: {args.corpus} x {args.repeat} ({len(text) * args.repeat / 1e6:.2f} MB), "
           f"dupe_factor {args.dupe_factor}, max_seq_length {args.max_seq_length}")
     _print_table(creation)
     print("\nMindRecord readers")

@@ -43,7 +43,7 @@ import numpy as np
 from model_utils.config import parse_cli
 from model_utils.errors import UserError, run_cli
 from src.data_utils import Progress, check_max_seq_length, resolve_input_files, tokenizer_from_config
-from src.mindrecord_io import check_output_free, write_records
+from src.mindrecord_io import ColumnTable, check_output_free, write_records
 from src.tokenization import FullTokenizer
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
@@ -342,11 +342,6 @@ def schema(options: MaskingOptions) -> Dict[str, Dict[str, object]]:
             "masked_lm_weights": {"type": "float32", "shape": [preds]}}
 
 
-def iter_rows(arrays: Dict[str, np.ndarray]) -> Iterator[Dict[str, np.ndarray]]:
-    for i in range(len(arrays["input_ids"])):
-        yield {name: arrays[name][i] for name in COLUMNS}
-
-
 def create_pretraining_data(config) -> Dict[str, object]:
     """The whole tool: read, tokenize, make instances, write shards and meta; returns the summary."""
     started = time.time()
@@ -373,8 +368,9 @@ def create_pretraining_data(config) -> Dict[str, object]:
             "options": {"masked_lm_prob": options.masked_lm_prob, "short_seq_prob": options.short_seq_prob,
                         "ngram": options.ngram, "dupe_factor": config.dupe_factor,
                         "random_seed": config.random_seed}, "stats": stats}
-    meta = write_records(config.output_file, schema(options), iter_rows(instances), meta,
-                         config.partition_number, config.overwrite, description="albert pretraining")
+    meta = write_records(config.output_file, schema(options), ColumnTable(instances), meta,
+                         config.partition_number, config.overwrite, description="albert pretraining",
+                         num_workers=config.num_workers)
     stats["seconds"] = round(time.time() - started, 2)
     stats["output_files"] = meta["files"]
     return stats

@@ -11,11 +11,15 @@ with N > 1 it writes `DIR/train.mindrecord0` .. `DIR/train.mindrecord{N-1}` (Min
 self-contained MindRecord file holding every N-th record, so that data-parallel ranks can read disjoint files.
 """
 import json
+import multiprocessing
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+
+import numpy as np
 
 from model_utils.errors import UserError
 from src.data_utils import default_file_mode
@@ -60,25 +64,46 @@ def check_output_free(output_file: os.PathLike, partition_number: int = 1, overw
         raise UserError(f"output already exists: {existing[0]} (pass --overwrite true to replace it)")
 
 
-def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]], records: Iterable[Mapping[str, Any]],
-                  meta: Dict[str, Any], partition_number: int = 1, overwrite: bool = False,
-                  sidecars: Optional[Dict[str, Callable[[Path], None]]] = None,
-                  description: str = "") -> Dict[str, Any]:
+class ColumnTable:
+    """Rows kept as one array per column: cheap to slice into shards and to hand to writer processes."""
+
+    def __init__(self, columns: Dict[str, np.ndarray]):
+        self.columns = columns
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values())))
+
+    def __getitem__(self, index: slice) -> "ColumnTable":
+        return ColumnTable({name: array[index] for name, array in self.columns.items()})
+
+    def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
+        for i in range(len(self)):
+            yield {name: array[i] for name, array in self.columns.items()}
+
+
+def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]],
+                  records: Union[Iterable[Mapping[str, Any]], ColumnTable], meta: Dict[str, Any],
+                  partition_number: int = 1, overwrite: bool = False,
+                  sidecars: Optional[Dict[str, Callable[[Path], None]]] = None, description: str = "",
+                  num_workers: int = 1) -> Dict[str, Any]:
     """Write `records` as MindRecord shards plus sidecars, atomically; returns the meta dict written.
 
     `sidecars` maps a file suffix (".features.jsonl") to a function that writes that file at the given path.
-    `meta` is completed with the file names, the number of records and the schema.
+    `meta` is completed with the file names, the number of records and the schema. A ColumnTable written to
+    several shards with `num_workers` > 1 is written by that many processes at once (the files are the same).
     """
-    from mindspore.mindrecord import FileWriter  # deferred: importing MindSpore costs seconds
-
     sidecars = sidecars or {}
     output_file = Path(output_file).absolute()
     check_output_free(output_file, partition_number, overwrite, sidecars)
     output_file.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_file.name}.tmp-", dir=output_file.parent))
     try:
-        count = _write_shards(FileWriter, [staging / p.name for p in shard_paths(output_file, partition_number)],
-                              schema, records, description or output_file.stem)
+        paths = [staging / p.name for p in shard_paths(output_file, partition_number)]
+        description = description or output_file.stem
+        if isinstance(records, ColumnTable) and num_workers > 1 and partition_number > 1 and _can_fork():
+            count = _write_shards_in_processes(paths, schema, records, description, num_workers)
+        else:
+            count = _write_shards(paths, schema, records, description)
         if count == 0:
             raise UserError(f"no records to write to {output_file}")
         for suffix, write in sidecars.items():
@@ -91,16 +116,46 @@ def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]], r
     return meta
 
 
-def _write_shards(writer_class: Any, paths: List[Path], schema: Dict[str, Dict[str, Any]],
-                  records: Iterable[Mapping[str, Any]], description: str) -> int:
+def _can_fork() -> bool:
+    """Writer processes are forked (they inherit the rows without copying); a process that has loaded MindSpore
+    (and its threads) must not fork, so it writes the shards itself."""
+    return sys.platform.startswith("linux") and "mindspore" not in sys.modules
+
+
+# The table the forked writer processes read their shards from (set just before the pool forks).
+_SHARED_TABLE: Optional[ColumnTable] = None
+
+
+def _write_shard_of_shared_table(args: Tuple[int, int, Path, Dict[str, Dict[str, Any]], str]) -> int:
+    shard, num_shards, path, schema, description = args
+    return _write_shards([path], schema, _SHARED_TABLE[shard::num_shards], description)
+
+
+def _write_shards_in_processes(paths: List[Path], schema: Dict[str, Dict[str, Any]], table: ColumnTable,
+                               description: str, num_workers: int) -> int:
+    """Shard k holds rows k, k+N, ... exactly as `_write_shards` deals them, written by a pool of processes."""
+    global _SHARED_TABLE
+    _SHARED_TABLE = table
+    try:
+        jobs = [(k, len(paths), path, schema, description) for k, path in enumerate(paths)]
+        with multiprocessing.get_context("fork").Pool(min(num_workers, len(paths))) as pool:
+            return sum(pool.map(_write_shard_of_shared_table, jobs))
+    finally:
+        _SHARED_TABLE = None
+
+
+def _write_shards(paths: List[Path], schema: Dict[str, Dict[str, Any]], records: Iterable[Mapping[str, Any]],
+                  description: str) -> int:
     """Deal records round-robin to one single-file writer per shard; returns the number written.
 
     FileWriter(shard_num=N) spreads records over its shards in an order that varies from run to run, so
     shards are written as independent files here to keep every file's content reproducible.
     """
+    from mindspore.mindrecord import FileWriter  # deferred: importing MindSpore costs seconds
+
     writers = []
     for path in paths:
-        writer = writer_class(str(path), shard_num=1)
+        writer = FileWriter(str(path), shard_num=1)
         writer.add_schema(schema, description)
         _cache_schema_lookups(writer)
         writers.append(writer)
