@@ -40,15 +40,29 @@ def test_quick_start_chain_from_the_command_line(tmp_path, project_root):
     assert text.count("\n\n") > 50 and len(text) > 300000
     done = _run(project_root, "src.spm_train", "--input_file", corpus, "--model_prefix", prefix, "--vocab_size", 2000)
     assert done.returncode == 0, done.stderr
-    done = _run(project_root, "src.create_pretraining_data", "--input_file", corpus, "--output_file", records,
-                "--spm_model_file", f"{prefix}.model", "--max_seq_length", 64, "--dupe_factor", 1,
-                "--num_workers", 2)
+    args = ["--input_file", corpus, "--spm_model_file", f"{prefix}.model", "--max_seq_length", 64,
+            "--dupe_factor", 1, "--partition_number", 2]
+    # Its own process has not loaded MindSpore: 2 workers make instances and write the 2 shards in parallel.
+    done = _run(project_root, "src.create_pretraining_data", *args, "--output_file", records, "--num_workers", 2)
     assert done.returncode == 0, done.stderr
     assert "summary: documents=" in done.stdout and "instances=" in done.stdout
     assert "documents" in done.stderr  # the progress bar
     import dataset
+    from src import create_pretraining_data
     batch = next(dataset.create_pretraining_dataset(records, 8, seed=0).create_dict_iterator(output_numpy=True))
     assert batch["input_ids"].shape == (8, 64) and batch["input_ids"].max() < 2000
+    # The same files as one process writes them.
+    serial = tmp_path / "serial.mindrecord"
+    assert create_pretraining_data.main([*map(str, args), "--output_file", str(serial), "--progress", "false"]) == 0
+    for shard in "01":
+        assert (tmp_path / f"pt.mindrecord{shard}").is_file()
+        assert _rows(f"{records}{shard}") == _rows(f"{serial}{shard}")
+
+
+def _rows(path):
+    import mindspore.dataset as ds
+    data = ds.MindDataset([str(path)], shuffle=False)
+    return [b"".join(v.tobytes() for v in row.values()) for row in data.create_tuple_iterator(output_numpy=True)]
 
 
 @pytest.mark.parametrize("tool", sorted(TOOLS.values()))
