@@ -62,7 +62,7 @@ def test_quick_start_chain_from_the_command_line(tmp_path, project_root):
 def _rows(path):
     import mindspore.dataset as ds
     data = ds.MindDataset([str(path)], shuffle=False)
-    return [b"".join(v.tobytes() for v in row.values()) for row in data.create_tuple_iterator(output_numpy=True)]
+    return [b"".join(v.tobytes() for v in row) for row in data.create_tuple_iterator(output_numpy=True)]
 
 
 @pytest.mark.parametrize("tool", sorted(TOOLS.values()))
