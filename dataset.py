@@ -64,6 +64,44 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     return files
 
 
+def load_data_meta(data: DataSource) -> Dict[str, object]:
+    """The `.meta.json` the data creator wrote beside `data` (columns, num_records, max_seq_length, tokenizer).
+
+    `data` is an output_file, one of its shards, a folder holding one data set, or a list of these that all
+    belong to one data set. Runners use it with `check_data_meta` before building a model.
+    """
+    import json
+
+    items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
+    metas = {}
+    for item in items:
+        path = Path(item).expanduser()
+        if path.is_dir():
+            found = sorted(path.glob("*.meta.json"))
+        else:  # the output_file itself, or one of its numbered shards
+            found = [c for c in (Path(f"{path}.meta.json"), Path(str(path).rstrip("0123456789") + ".meta.json"))
+                     if c.is_file()][:1]
+        if not found:
+            raise UserError(f"no .meta.json found for {path}: was it written by src/create_*.py?")
+        metas.update((str(f), json.loads(f.read_text(encoding="utf-8"))) for f in found)
+    if len(metas) > 1:
+        raise UserError(f"{data} holds several data sets ({', '.join(metas)}); pass one output_file")
+    return next(iter(metas.values()))
+
+
+def check_data_meta(meta: Dict[str, object], vocab_size: Optional[int] = None,
+                    max_seq_length: Optional[int] = None) -> None:
+    """Fail early, naming both numbers, when data and model disagree (a wrong vocabulary or sequence length
+    otherwise surfaces as an index error deep inside a training step)."""
+    data_vocab = meta.get("tokenizer", {}).get("vocab_size")
+    if vocab_size is not None and data_vocab is not None and data_vocab > vocab_size:
+        raise UserError(f"the data was tokenized with a {data_vocab}-token vocabulary "
+                        f"({meta['tokenizer'].get('model_file')}) but the model has vocab_size {vocab_size}")
+    if max_seq_length is not None and meta.get("max_seq_length") not in (None, max_seq_length):
+        raise UserError(f"the data has max_seq_length {meta['max_seq_length']} but the model config says "
+                        f"{max_seq_length}; recreate the data or change the config")
+
+
 def _open(files: List[str], columns: List[str], **kwargs):
     import mindspore.dataset as ds
 

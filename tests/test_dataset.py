@@ -106,3 +106,17 @@ def test_errors(data, tmp_path):
         dataset.create_pretraining_dataset(data / "mrpc_dev.mindrecord", 2)
     with pytest.raises(UserError, match="shard_id"):
         dataset.create_squad_dataset(data / "squad_dev.mindrecord", 2, num_shards=2, shard_id=2)
+
+
+def test_data_meta_checks(data):
+    meta = dataset.load_data_meta(data / "pretrain")
+    assert meta == dataset.load_data_meta(data / "pretrain" / "pt.mindrecord1")
+    assert meta["kind"] == "pretraining" and meta["max_seq_length"] == 64 and meta["tokenizer"]["vocab_size"] == 30000
+    dataset.check_data_meta(meta, vocab_size=30000, max_seq_length=64)
+    with pytest.raises(UserError, match="30000-token vocabulary"):
+        dataset.check_data_meta(meta, vocab_size=21128)
+    with pytest.raises(UserError, match="max_seq_length 64 but the model config says 128"):
+        dataset.check_data_meta(meta, max_seq_length=128)
+    with pytest.raises(UserError, match="several data sets"):
+        dataset.load_data_meta(data)
+    assert dataset.load_data_meta(data / "squad_dev.mindrecord")["stats"]["examples"] == 117
