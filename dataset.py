@@ -10,6 +10,9 @@ Training pipelines shuffle (`seed` makes the order reproducible: it sets MindSpo
 drop the last incomplete batch. Evaluation pipelines keep the order and every row; with `num_shards` > 1 they
 pad the data with rows marked `is_real_example` = 0 (SQuAD: `unique_ids` = -1) so that every rank gets the same
 number of batches, which collective evaluation needs.
+
+`load_data_meta(data)` returns what the creator recorded about the data (columns, counts, max_seq_length,
+tokenizer) and `check_data_meta(meta, vocab_size, max_seq_length)` stops a run whose data does not fit the model.
 """
 import os
 from pathlib import Path
