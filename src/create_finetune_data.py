@@ -34,14 +34,12 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from model_utils.config import parse_cli
 from model_utils.errors import UserError, run_cli
-from src.data_utils import (check_max_seq_length, load_json, pack_pair, read_tsv, require, tokenizer_from_config,
-                            truncate_pair_from_end)
+from src.data_utils import (check_max_seq_length, load_json, pack_pair, parse_tool_config, read_tsv, require,
+                            tokenizer_from_config, truncate_pair_from_end)
 from src.mindrecord_io import check_output_free, write_jsonl, write_records
 from src.tokenization import FullTokenizer
 
-CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "label_ids", "is_real_example")
 RACE_CHOICES = 4
 
@@ -322,7 +320,7 @@ def create_finetune_data(config) -> Dict[str, object]:
 
 
 def main(argv: List[str]) -> int:
-    config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0], section="finetune")
+    config = parse_tool_config(argv, "finetune", __doc__.splitlines()[0])
     meta = create_finetune_data(config)
     print(f"wrote {meta['num_records']} {config.task_name} {config.split} records to "
           f"{', '.join(meta['files'])} in {Path(config.output_file).parent}")

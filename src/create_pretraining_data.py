@@ -40,13 +40,12 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from model_utils.config import parse_cli
 from model_utils.errors import UserError, run_cli
-from src.data_utils import Progress, check_max_seq_length, resolve_input_files, tokenizer_from_config
+from src.data_utils import (Progress, check_max_seq_length, not_utf8, parse_tool_config, resolve_input_files,
+                            tokenizer_from_config)
 from src.mindrecord_io import ColumnTable, check_output_free, write_records
 from src.tokenization import FullTokenizer
 
-CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
            "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 DOCS_PER_TASK = 32
@@ -89,7 +88,7 @@ def read_documents(paths: Sequence[Path]) -> List[Document]:
         try:
             text = path.read_text(encoding="utf-8-sig")
         except UnicodeDecodeError as err:
-            raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+            raise not_utf8(path, err) from err
         doc_index, sentences, first = 0, [], 0
         for line_no, line in enumerate(text.splitlines(), start=1):
             line = line.strip()
@@ -377,7 +376,7 @@ def create_pretraining_data(config) -> Dict[str, object]:
 
 
 def main(argv: List[str]) -> int:
-    config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0], section="pretraining")
+    config = parse_tool_config(argv, "pretraining", __doc__.splitlines()[0])
     stats = create_pretraining_data(config)
     print("summary: " + ", ".join(f"{key}={value}" for key, value in stats.items()))
     return 0

@@ -36,13 +36,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from model_utils.config import parse_cli
 from model_utils.errors import UserError, run_cli
-from src.data_utils import check_max_seq_length, load_json, require, tokenizer_from_config
+from src.data_utils import check_max_seq_length, load_json, parse_tool_config, require, tokenizer_from_config
 from src.mindrecord_io import check_output_free, write_jsonl, write_records
 from src.tokenization import FullTokenizer
 
-CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
 TRAIN_COLUMNS = ("input_ids", "input_mask", "segment_ids", "p_mask", "start_positions", "end_positions",
                  "is_impossible")
 EVAL_COLUMNS = ("input_ids", "input_mask", "segment_ids", "p_mask", "unique_ids")
@@ -303,7 +301,7 @@ def create_squad_data(config) -> Dict[str, Any]:
 
 
 def main(argv: List[str]) -> int:
-    config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0], section="squad")
+    config = parse_tool_config(argv, "squad", __doc__.splitlines()[0])
     meta = create_squad_data(config)
     stats = meta["stats"]
     skipped = f" ({stats['skipped_examples']} answers skipped: text not at answer_start)" if config.is_training else ""

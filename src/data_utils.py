@@ -15,8 +15,27 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from model_utils.config import Config, parse_cli
 from model_utils.errors import UserError
 from src.tokenization import FullTokenizer
+
+CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
+
+
+def parse_tool_config(argv: Sequence[str], section: str, description: str) -> Config:
+    """The tool's section of create_data_config.yaml, overridden by --config_path and --flags."""
+    return parse_cli(CONFIG_FILE, argv, description, section=section)
+
+
+def not_utf8(path: os.PathLike, err: UnicodeDecodeError) -> UserError:
+    return UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})")
+
+
+def refuse_existing(paths: Sequence[os.PathLike], overwrite: bool) -> None:
+    """An existing output is never silently replaced: stop unless the user asked for --overwrite true."""
+    existing = [str(p) for p in paths if Path(p).exists()]
+    if existing and not overwrite:
+        raise UserError(f"output already exists: {existing[0]} (pass --overwrite true to replace it)")
 
 
 def resolve_input_files(spec: str) -> List[Path]:
@@ -53,7 +72,7 @@ def read_tsv(path: os.PathLike) -> Iterator[Tuple[int, List[str]]]:
                 if fields and any(f.strip() for f in fields):
                     yield line_no, fields
     except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+        raise not_utf8(path, err) from err
     except csv.Error as err:
         raise UserError(f"{path}: malformed tsv ({err})") from err
 
@@ -69,7 +88,7 @@ def load_json(path: os.PathLike) -> Any:
     except json.JSONDecodeError as err:
         raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from err
     except UnicodeDecodeError as err:
-        raise UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+        raise not_utf8(path, err) from err
 
 
 def require(mapping: Any, key: str, kind: Union[type, Tuple[type, ...]], where: str) -> Any:

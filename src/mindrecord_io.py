@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
 import numpy as np
 
 from model_utils.errors import UserError
-from src.data_utils import default_file_mode
+from src.data_utils import default_file_mode, refuse_existing
 
 META_SUFFIX = ".meta.json"
 WRITE_BATCH = 2048
@@ -59,9 +59,7 @@ def check_output_free(output_file: os.PathLike, partition_number: int = 1, overw
     if output_file.is_dir():
         raise UserError(f"output_file {output_file} is a directory; name a file inside it, "
                         f"e.g. {output_file / 'train.mindrecord'}")
-    existing = [str(p) for p in _all_outputs(output_file, partition_number, sidecars) if p.exists()]
-    if existing and not overwrite:
-        raise UserError(f"output already exists: {existing[0]} (pass --overwrite true to replace it)")
+    refuse_existing(_all_outputs(output_file, partition_number, sidecars), overwrite)
 
 
 class ColumnTable:

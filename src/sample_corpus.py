@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Dict, List
 
 from model_utils.errors import UserError, run_cli
+from src.data_utils import parse_tool_config, refuse_existing
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 _RULE = re.compile(r"^[*=\-~^]{3,}$")  # reST heading underlines
@@ -35,9 +36,10 @@ def write_corpus(output_file: str, overwrite: bool = False) -> Dict[str, int]:
     """Write the corpus; returns the numbers of documents, sentences and bytes."""
     from pydoc_data.topics import topics
 
+    if not output_file:
+        raise UserError("set --output_file")
     path = Path(output_file)
-    if path.exists() and not overwrite:
-        raise UserError(f"output already exists: {path} (pass --overwrite to replace it)")
+    refuse_existing([path], overwrite)
     documents = [topic_sentences(topics[name]) for name in sorted(topics)]
     documents = [d for d in documents if len(d) >= 2]
     text = "\n\n".join("\n".join(sentences) for sentences in documents) + "\n"
@@ -49,14 +51,9 @@ def write_corpus(output_file: str, overwrite: bool = False) -> Dict[str, int]:
 
 
 def main(argv: List[str]) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output_file", required=True)
-    parser.add_argument("--overwrite", action="store_true")
-    args = parser.parse_args(argv)
-    stats = write_corpus(args.output_file, args.overwrite)
-    print(f"wrote {args.output_file}: " + ", ".join(f"{k}={v}" for k, v in stats.items()))
+    config = parse_tool_config(argv, "sample_corpus", __doc__.splitlines()[0])
+    stats = write_corpus(config.output_file, config.overwrite)
+    print(f"wrote {config.output_file}: " + ", ".join(f"{k}={v}" for k, v in stats.items()))
     return 0
 
 

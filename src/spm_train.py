@@ -15,12 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, List, Sequence
 
-from model_utils.config import parse_cli
 from model_utils.errors import UserError, run_cli
-from src.data_utils import default_file_mode, resolve_input_files
+from src.data_utils import default_file_mode, parse_tool_config, refuse_existing, resolve_input_files
 from src.tokenization import preprocess_text
 
-CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
 SEED = 12345
 
 
@@ -50,9 +48,7 @@ def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_si
         raise UserError("set --model_prefix (writes PREFIX.model and PREFIX.vocab)")
     prefix = Path(model_prefix).expanduser().absolute()
     outputs = [Path(f"{prefix}.model"), Path(f"{prefix}.vocab")]
-    existing = [str(p) for p in outputs if p.exists()]
-    if existing and not overwrite:
-        raise UserError(f"output already exists: {existing[0]} (pass --overwrite true to replace it)")
+    refuse_existing(outputs, overwrite)
     if next(_sentences(input_files, do_lower_case), None) is None:
         raise UserError(f"empty corpus: no text in {', '.join(map(str, input_files))}")
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +61,7 @@ def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_si
             input_sentence_size=input_sentence_size, shuffle_input_sentence=True, pad_id=0, unk_id=1,
             bos_id=-1, eos_id=-1, control_symbols=_symbols(control_symbols),
             user_defined_symbols=_symbols(user_defined_symbols), num_threads=num_threads, minloglevel=2)
-    except UnicodeDecodeError as err:
+    except UnicodeDecodeError as err:  # raised while the trainer reads our iterator
         raise UserError(f"input is not UTF-8 text ({err.reason} at byte {err.start})") from err
     except RuntimeError as err:
         hint = " (lower --vocab_size for a corpus this small)" if "vocab_size" in str(err) else ""
@@ -96,7 +92,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def main(argv: List[str]) -> int:
-    config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0], section="spm")
+    config = parse_tool_config(argv, "spm", __doc__.splitlines()[0])
     model = train_sentencepiece(resolve_input_files(config.input_file), config.model_prefix, config.vocab_size,
                                 config.do_lower_case, config.model_type, config.character_coverage,
                                 config.input_sentence_size, config.control_symbols, config.user_defined_symbols,

@@ -7,7 +7,7 @@ import yaml
 
 from model_utils.config import flatten, parse_cli
 
-TOOLS = {"spm": "src.spm_train", "pretraining": "src.create_pretraining_data", "finetune": "src.create_finetune_data",
+TOOLS = {"sample_corpus": "src.sample_corpus", "spm": "src.spm_train", "pretraining": "src.create_pretraining_data", "finetune": "src.create_finetune_data",
          "squad": "src.create_squad_data"}
 
 
@@ -66,10 +66,10 @@ def _rows(path):
 
 
 @pytest.mark.parametrize("tool", sorted(TOOLS.values()))
-def test_help_and_errors(tool, tmp_path, project_root):
+def test_help_and_errors(tool, project_root):
     done = _run(project_root, tool, "--help")
     assert done.returncode == 0 and "--config_path" in done.stdout
-    done = _run(project_root, tool, "--input_file", tmp_path / "missing.txt", "--overwrte", "true")
+    done = _run(project_root, tool, "--overwrte", "true")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == ["error: unknown option '--overwrte'; did you mean '--overwrite'?"]
 
