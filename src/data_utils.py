@@ -146,18 +146,20 @@ def check_max_seq_length(max_seq_length: int, minimum: int = 8) -> None:
 
 
 class Progress:
-    """A one-line progress bar on stderr (redrawn at most every 0.5 s); silent when disabled."""
+    """A progress bar on stderr: redrawn in place every 0.5 s on a terminal; in a log file (not a terminal), one
+    line every 30 s so logs stay readable. Silent when disabled."""
 
     def __init__(self, total: int, unit: str, enabled: bool = True, stream: Any = None):
         self.total, self.unit, self.enabled = total, unit, enabled
         self.stream = stream or sys.stderr
+        self.interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.done = 0
         self.start = self.last = time.time()
 
     def update(self, count: int) -> None:
         self.done += count
         now = time.time()
-        if self.enabled and now - self.last >= 0.5:
+        if self.enabled and now - self.last >= (0.5 if self.interactive else 30.0):
             self.last = now
             self._draw(now)
 
@@ -167,12 +169,13 @@ class Progress:
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
         bar = "#" * int(30 * fraction)
-        self.stream.write(f"\r[{bar:<30}] {self.done}/{self.total} {self.unit} "
-                          f"{rate:.1f}/s eta {eta:.0f}s")
+        line = f"[{bar:<30}] {self.done}/{self.total} {self.unit} {rate:.1f}/s eta {eta:.0f}s"
+        self.stream.write(f"\r{line}" if self.interactive else f"{line}\n")
         self.stream.flush()
 
     def close(self) -> None:
         if self.enabled:
             self._draw(time.time())
-            self.stream.write("\n")
+            if self.interactive:
+                self.stream.write("\n")
             self.stream.flush()
