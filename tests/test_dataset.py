@@ -20,6 +20,8 @@ def data(tmp_path_factory, assets):
                        "--max_predictions_per_seq", "10", "--progress", "false"])
     cfd.main(common + ["--task_name", "mrpc", "--data_dir", str(assets / "glue" / "MRPC"), "--split", "dev",
                        "--output_file", str(root / "mrpc_dev.mindrecord")])
+    cfd.main(common + ["--task_name", "sts-b", "--data_dir", str(assets / "glue" / "hf_dummy" / "stsb" / "SST-B"),
+                       "--output_file", str(root / "stsb_train.mindrecord")])
     cfd.main(common + ["--task_name", "race", "--data_dir", str(assets / "race" / "RACE"), "--split", "train",
                        "--output_file", str(root / "race_train.mindrecord")])
     sample = str(assets / "derived" / "squad_v1.1_dev_sample_SuperBowl50_5paras.json")
@@ -82,6 +84,12 @@ def test_eval_shards_are_padded_to_equal_size(data):
     assert shards[0][0]["label_ids"].dtype == np.int32
     assert dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 16, is_training=False
                                                  ).get_col_names() == dataset.CLASSIFIER_EVAL_COLUMNS
+
+
+def test_regression_labels_are_float(data):
+    rows = _rows(dataset.create_classification_dataset(data / "stsb_train.mindrecord", 3, regression=True, seed=0))
+    assert rows[0]["label_ids"].dtype == np.float32
+    assert sorted(rows[0]["label_ids"].tolist()) == pytest.approx([3.8, 3.8, 5.0])
 
 
 def test_race_and_squad(data):
