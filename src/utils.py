@@ -61,12 +61,14 @@ def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, 
         raise UserError(f"{where}: shapes do not match the network (a checkpoint of another config?): "
                         f"{_listing(mismatched)}")
     missing = [name for name in params if name not in values]
-    required = [name for name in missing if name.startswith(required_prefix) or not name.startswith(tuple(allow_missing))]
+    required = [name for name in missing
+                if name.startswith(required_prefix) or not name.startswith(tuple(allow_missing))]
     if required:
         raise UserError(f"{where}: {len(required)} network parameters are not in the checkpoint and would stay "
                         f"randomly initialised: {_listing(required)}")
     to_load = {name: _as_parameter(name, values[name]) for name in params if name in values}
     not_loaded, _ = ms.load_param_into_net(net, to_load, strict_load=True)
+    not_loaded = [name for name in not_loaded if name not in missing]
     if not_loaded:
         raise UserError(f"{where}: MindSpore did not load {_listing(not_loaded)}")
     unused = [name for name in values if name not in params and not name.startswith(TRAIN_STATE_PREFIXES)]

@@ -1,0 +1,215 @@
+"""Backbone structure: presets, parameter counts against HF, sharing, pre-LN, compute types, config files."""
+import functools
+import json
+
+import numpy as np
+import pytest
+import torch
+from mindspore import Tensor
+from mindspore.nn.utils import no_init_parameters
+
+from hf_reference import random_batch
+from model_utils.errors import UserError
+from src.albert_for_pre_training import AlbertPreTraining
+from src.albert_model import PRESETS, AlbertConfig, AlbertModel, count_parameters
+
+TINY = dict(vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+            intermediate_size=40, max_position_embeddings=32)
+
+
+def hf_parameter_count(config: AlbertConfig) -> int:
+    """Parameters of HF's AlbertForPreTraining for the same sizes, built on the meta device (no memory)."""
+    from transformers import AlbertConfig as HFConfig, AlbertForPreTraining
+    hf_config = HFConfig(**{k: v for k, v in config.to_dict().items()
+                            if k not in ("share_type", "ln_type", "compute_type", "hidden_act")})
+    with torch.device("meta"):
+        model = AlbertForPreTraining(hf_config)
+    # HF keeps predictions.bias and predictions.decoder.bias as one tensor and ties the decoder weight.
+    return sum(p.numel() for p in model.parameters())
+
+
+# v1 and v2 (and the unversioned aliases) differ only in dropout: one build per distinct shape.
+DISTINCT_PRESETS = sorted({json.dumps({k: v for k, v in values.items() if "dropout" not in k}, sort_keys=True): name
+                           for name, values in sorted(PRESETS.items(), reverse=True)}.values())
+
+
+@functools.lru_cache(maxsize=None)
+def our_counts(preset: str):
+    """(all parameters, backbone parameters) of our AlbertPreTraining for a preset (shapes only, no init)."""
+    with no_init_parameters():
+        net = AlbertPreTraining(AlbertConfig.from_preset(preset))
+    backbone = sum(int(np.prod(p.shape)) for p in net.trainable_params() if p.name.startswith("albert."))
+    return count_parameters(net), backbone
+
+
+@pytest.mark.parametrize("preset", DISTINCT_PRESETS)
+def test_preset_parameter_counts_equal_hf(preset):
+    assert our_counts(preset)[0] == hf_parameter_count(AlbertConfig.from_preset(preset))
+
+
+def test_published_sizes():
+    """Backbone sizes quoted by Google's ALBERT paper (12M base, 18M large, 60M xlarge, 235M xxlarge)."""
+    millions = {name: our_counts(name)[1] / 1e6 for name in ("albert_base", "albert_large",
+                                                                      "albert_xlarge", "albert_xxlarge")}
+    assert round(millions["albert_base"]) == 12 and round(millions["albert_large"]) == 18
+    assert 58 <= millions["albert_xlarge"] <= 60
+    assert 222 <= millions["albert_xxlarge"] <= 236
+
+
+def _layer(net: AlbertModel, layer: int, inner: int = 0):
+    return net.encoder.albert_layer_groups[net.encoder.layer_to_group[layer]].albert_layers[inner]
+
+
+def expected_count(share_type: str, c: AlbertConfig) -> int:
+    """Count by hand: embeddings + projection + pooler + attention and FFN blocks that are distinct."""
+    h, e, i = c.hidden_size, c.embedding_size, c.intermediate_size
+    embeddings = (c.vocab_size + c.max_position_embeddings + c.type_vocab_size) * e + 2 * e
+    attention = 4 * (h * h + h) + 2 * h
+    ffn = (h * i + i) + (i * h + h) + 2 * h
+    layers = c.num_hidden_layers * c.inner_group_num
+    shared = c.num_hidden_groups * c.inner_group_num
+    blocks = {"all": shared * (attention + ffn), "none": layers * (attention + ffn),
+              "attention": shared * attention + layers * ffn, "ffn": layers * attention + shared * ffn}[share_type]
+    return embeddings + (e * h + h) + blocks + (h * h + h)
+
+
+@pytest.mark.parametrize("share_type", ["all", "attention", "ffn", "none"])
+def test_share_type_counts_and_identity(share_type):
+    config = AlbertConfig(share_type=share_type, num_hidden_groups=2, inner_group_num=2, **TINY)
+    net = AlbertModel(config)
+    assert count_parameters(net) == expected_count(share_type, config)
+    first, third = _layer(net, 0), _layer(net, 1)  # layers 0 and 1 both belong to group 0 (4 layers, 2 groups)
+    assert (first.attention.query.weight is third.attention.query.weight) == (share_type in ("all", "attention"))
+    assert (first.ffn.weight is third.ffn.weight) == (share_type in ("all", "ffn"))
+    assert first.attention is not _layer(net, 0, inner=1).attention  # inner-group layers are always distinct
+    assert _layer(net, 0).attention.query.weight is not _layer(net, 3).attention.query.weight  # other group
+    names = [p.name for p in net.get_parameters()]
+    assert len(names) == len(set(names))
+
+
+def _layer_norm(x, gamma, beta, eps=1e-12):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * gamma + beta
+
+
+def numpy_preln_forward(params, config, input_ids, token_type_ids, input_mask):
+    """Pre-LN ALBERT in numpy: h = x + Attn(LN(x)); out = h + FFN(LN(h)); ReLU activation."""
+    p = {k: v.asnumpy().astype(np.float64) for k, v in params.items()}
+    emb = "embeddings."
+    x = (p[emb + "word_embeddings.embedding_table"][input_ids]
+         + p[emb + "position_embeddings.embedding_table"][: input_ids.shape[1]]
+         + p[emb + "token_type_embeddings.embedding_table"][token_type_ids])
+    x = _layer_norm(x, p[emb + "LayerNorm.gamma"], p[emb + "LayerNorm.beta"])
+    lin = lambda v, name: v @ p[name + ".weight"].T + p[name + ".bias"]  # noqa: E731
+    x = lin(x, "encoder.embedding_hidden_mapping_in")
+    bias = (1.0 - input_mask[:, None, None, :]) * -10000.0
+    heads, size = config.num_attention_heads, config.hidden_size // config.num_attention_heads
+    split = lambda v: v.reshape(v.shape[0], v.shape[1], heads, size).transpose(0, 2, 1, 3)  # noqa: E731
+    for layer in range(config.num_hidden_layers):
+        pre = f"encoder.albert_layer_groups.{layer}.albert_layers.0."
+        a = _layer_norm(x, p[pre + "attention.LayerNorm.gamma"], p[pre + "attention.LayerNorm.beta"])
+        q, k, v = (split(lin(a, pre + "attention." + n)) for n in ("query", "key", "value"))
+        scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(size) + bias
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        context = (probs @ v).transpose(0, 2, 1, 3).reshape(x.shape)
+        x = x + lin(context, pre + "attention.dense")
+        f = _layer_norm(x, p[pre + "full_layer_layer_norm.gamma"], p[pre + "full_layer_layer_norm.beta"])
+        x = x + lin(np.maximum(lin(f, pre + "ffn"), 0.0), pre + "ffn_output")
+    return x
+
+
+def test_preln_matches_numpy_formula():
+    config = AlbertConfig(ln_type="preln", share_type="none", hidden_act="relu", **TINY)
+    net = AlbertModel(config)
+    net.set_train(False)
+    rng = np.random.default_rng(0)
+    for param in net.get_parameters():  # LayerNorm gammas/betas away from 1/0 so their placement matters
+        param.set_data(Tensor(rng.normal(0, 0.3, param.shape).astype(np.float32) + (1.0 if "gamma" in param.name
+                                                                                        else 0.0)))
+    input_ids, token_type_ids, input_mask, _ = random_batch(config.vocab_size, 2)
+    sequence, _ = net(Tensor(input_ids), Tensor(token_type_ids), Tensor(input_mask))
+    params = {p.name: p for p in net.get_parameters()}
+    reference = numpy_preln_forward(params, config, input_ids, token_type_ids, input_mask.astype(np.float64))
+    assert np.abs(sequence.asnumpy() - reference).max() < 1e-4
+    postln = AlbertModel(config.replace(ln_type="postln"))
+    postln.set_train(False)
+    for param in postln.get_parameters():
+        param.set_data(params[param.name].data)
+    other, _ = postln(Tensor(input_ids), Tensor(token_type_ids), Tensor(input_mask))
+    assert np.abs(other.asnumpy() - reference).max() > 1e-2  # the formula really differs
+
+
+@pytest.mark.parametrize("compute_type", ["float16"])
+def test_reduced_precision_stays_close_to_float32(compute_type):
+    config = AlbertConfig(**TINY)
+    full = AlbertModel(config)
+    half = AlbertModel(config.replace(compute_type=compute_type))
+    for net in (full, half):
+        net.set_train(False)
+    for param in half.get_parameters():
+        param.set_data({p.name: p for p in full.get_parameters()}[param.name].data)
+    batch = [Tensor(x) for x in random_batch(config.vocab_size, 2)[:3]]
+    (seq_full, pooled_full), (seq_half, pooled_half) = full(*batch), half(*batch)
+    assert seq_half.dtype == seq_full.dtype  # hidden states and LayerNorm stay float32
+    assert np.abs(seq_half.asnumpy() - seq_full.asnumpy()).max() < 2e-2
+    assert np.abs(pooled_half.asnumpy() - pooled_full.asnumpy()).max() < 2e-2
+
+
+def test_sequence_length_is_not_baked_in():
+    net = AlbertModel(AlbertConfig(**TINY))
+    net.set_train(False)
+    for seq in (8, 20):
+        ids, types, mask, _ = random_batch(50, 2, seq=seq)
+        sequence, pooled = net(Tensor(ids), Tensor(types), Tensor(mask))
+        assert sequence.shape == (3, seq, 32) and pooled.shape == (3, 32)
+
+
+GOOGLE_BASE_V2 = {"attention_probs_dropout_prob": 0, "hidden_act": "gelu", "hidden_dropout_prob": 0,
+                  "embedding_size": 128, "hidden_size": 768, "initializer_range": 0.02, "intermediate_size": 3072,
+                  "max_position_embeddings": 512, "num_attention_heads": 12, "num_hidden_layers": 12,
+                  "num_hidden_groups": 1, "net_structure_type": 0, "layers_to_keep": [], "gap_size": 0,
+                  "num_memory_blocks": 0, "inner_group_num": 1, "down_scale_factor": 1, "type_vocab_size": 2,
+                  "vocab_size": 30000}
+BRIGHTMART_TINY = {"attention_probs_dropout_prob": 0.0, "directionality": "bidi", "hidden_act": "gelu",
+                   "hidden_dropout_prob": 0.0, "hidden_size": 312, "embedding_size": 128,
+                   "initializer_range": 0.02, "intermediate_size": 1248, "max_position_embeddings": 512,
+                   "num_attention_heads": 12, "num_hidden_layers": 4, "pooler_fc_size": 768,
+                   "pooler_num_attention_heads": 12, "pooler_num_fc_layers": 3, "pooler_size_per_head": 128,
+                   "pooler_type": "first_token_transform", "type_vocab_size": 2, "vocab_size": 21128,
+                   "ln_type": "postln"}
+
+
+def test_config_files_of_google_hf_and_brightmart(tmp_path):
+    from transformers import AlbertConfig as HFConfig
+    (tmp_path / "google.json").write_text(json.dumps(GOOGLE_BASE_V2))
+    (tmp_path / "zh.json").write_text(json.dumps(BRIGHTMART_TINY))
+    HFConfig(embedding_size=128, hidden_size=768, num_attention_heads=12, intermediate_size=3072).save_pretrained(
+        str(tmp_path / "hf"))
+    google = AlbertConfig.from_json_file(str(tmp_path / "google.json"))
+    hf = AlbertConfig.from_json_file(str(tmp_path / "hf" / "config.json"))
+    zh = AlbertConfig.from_json_file(str(tmp_path / "zh.json"))
+    assert google == AlbertConfig.from_preset("albert_base_v2")
+    assert hf.replace(hidden_act="gelu") == google  # HF's default gelu_new is Google's gelu
+    assert zh == AlbertConfig.from_preset("albert_zh_tiny")
+
+
+@pytest.mark.parametrize("changes, culprit", [
+    (dict(hidden_size=30), "num_attention_heads"), (dict(share_type="some"), "share_type"),
+    (dict(hidden_act="swish"), "hidden_act"), (dict(num_hidden_groups=9), "num_hidden_groups"),
+    (dict(compute_type="int8"), "compute_type"), (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob")])
+def test_invalid_configs_name_the_key(changes, culprit):
+    with pytest.raises(UserError, match=culprit):
+        AlbertConfig(**{**TINY, **changes})
+
+
+def test_bad_config_files(tmp_path):
+    (tmp_path / "bad.json").write_text('{"hidden_size": 32,\n "vocab_size": }')
+    with pytest.raises(UserError, match=r"bad.json line 2"):
+        AlbertConfig.from_json_file(str(tmp_path / "bad.json"))
+    (tmp_path / "type.json").write_text('{"hidden_size": "large"}')
+    with pytest.raises(UserError, match="hidden_size"):
+        AlbertConfig.from_json_file(str(tmp_path / "type.json"))
+    with pytest.raises(UserError, match="not found"):
+        AlbertConfig.from_json_file(str(tmp_path / "missing.json"))

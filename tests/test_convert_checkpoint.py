@@ -1,0 +1,183 @@
+"""Weight conversion (TF path against HF's own TF loader), the loading helper, and the converter CLI's errors."""
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
+from model_utils.errors import UserError
+from src.albert_for_pre_training import AlbertPreTraining
+from src.albert_model import AlbertConfig
+from src.convert_checkpoint import convert
+from src.utils import load_weights
+from test_model_parity import assert_close, our_outputs
+
+ROOT = Path(__file__).resolve().parents[1]
+TF_FIXTURE = ROOT / "tests" / "fixtures" / "tf_albert_tiny"
+
+
+def hf_model_from_tf_fixture(monkeypatch):
+    """HF AlbertForPreTraining loaded by HF's own `load_tf_weights_in_albert` from the values TensorFlow read.
+
+    HF's loader imports tensorflow only for `train.list_variables` / `train.load_variable`; a stand-in module
+    serves TensorFlow's own readings (reference.npz), so HF's name mapping is the independent reference.
+    """
+    from transformers import AlbertConfig as HFConfig, AlbertForPreTraining
+    from transformers.models.albert.modeling_albert import load_tf_weights_in_albert
+    reference = np.load(TF_FIXTURE / "reference.npz")
+    config = HFConfig.from_json_file(str(TF_FIXTURE / "albert_config.json"))
+    config.hidden_act = "gelu_new"  # Google's "gelu" is the tanh form, HF's "gelu_new"
+    config._attn_implementation = "eager"
+    model = AlbertForPreTraining(config).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fake_tf = types.ModuleType("tensorflow")
+    fake_tf.train = types.SimpleNamespace(
+        list_variables=lambda _: [(n, list(reference[n].shape)) for n in reference.files],
+        load_variable=lambda _, name: reference[name])
+    monkeypatch.setitem(sys.modules, "tensorflow", fake_tf)
+    load_tf_weights_in_albert(model, config, "unused")
+    unchanged = [k for k, v in model.state_dict().items() if torch.equal(before[k], v)]
+    assert unchanged == [], f"HF's loader left {unchanged} untouched"
+    return model
+
+
+def test_tf_checkpoint_converts_and_matches_hf(tmp_path, monkeypatch):
+    summary = convert("tf", str(TF_FIXTURE / "model.ckpt"), str(tmp_path / "tf.ckpt"),
+                      str(TF_FIXTURE / "albert_config.json"))
+    assert summary["missing_heads"] == [] and summary["skipped"] == []  # adam slots and global_step are skipped
+    config = AlbertConfig.from_json_file(str(tmp_path / "tf.ckpt.json"))
+    assert config.hidden_act == "gelu"
+    net = AlbertPreTraining(config)
+    net.set_train(False)
+    report = load_weights(net, str(tmp_path / "tf.ckpt"))
+    assert report.missing == [] and report.unused == []
+    hf = hf_model_from_tf_fixture(monkeypatch)
+    batch = random_batch(config.vocab_size, config.type_vocab_size, seq=16)
+    assert_close(our_outputs(net, *batch), hf_outputs(hf, *batch))
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    """A converted checkpoint of a tiny HF model and its config."""
+    folder = tmp_path_factory.mktemp("conv")
+    save_hf(make_hf_pretraining(TINY_CONFIGS["groups2_inner2_gelu_new"]), folder / "hf", safetensors=True)
+    convert("hf", str(folder / "hf"), str(folder / "out.ckpt"))
+    return folder
+
+
+def test_loading_refuses_missing_backbone_weights(converted):
+    import mindspore as ms
+    values = {k: v for k, v in ms.load_checkpoint(str(converted / "out.ckpt")).items() if "albert_layers.1." not in k}
+    net = AlbertPreTraining(AlbertConfig.from_json_file(str(converted / "out.ckpt.json")))
+    with pytest.raises(UserError, match=r"randomly initialised: albert\.encoder\.albert_layer_groups\.0\.albert_layers\.1"):
+        load_weights(net, values)
+
+
+def test_loading_allows_only_named_heads_to_be_missing(converted):
+    import mindspore as ms
+    values = {k: v for k, v in ms.load_checkpoint(str(converted / "out.ckpt")).items()
+              if not k.startswith("sop_classifier.")}
+    net = AlbertPreTraining(AlbertConfig.from_json_file(str(converted / "out.ckpt.json")))
+    with pytest.raises(UserError, match="sop_classifier.classifier.weight"):
+        load_weights(net, values)
+    report = load_weights(net, values, allow_missing=("sop_classifier.",))
+    assert sorted(report.missing) == ["sop_classifier.classifier.bias", "sop_classifier.classifier.weight"]
+
+
+def test_loading_reports_shape_mismatch_by_name(converted):
+    config = AlbertConfig.from_json_file(str(converted / "out.ckpt.json")).replace(intermediate_size=40)
+    with pytest.raises(UserError, match=r"albert_layers\.0\.ffn\.weight: checkpoint \(37, 32\) vs network \(40, 32\)"):
+        load_weights(AlbertPreTraining(config), str(converted / "out.ckpt"))
+
+
+def run_converter(*args):
+    return subprocess.run([sys.executable, "-m", "src.convert_checkpoint", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def assert_one_line_error(result, *fragments):
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip() and "WARNING" not in line]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_cli_converts_and_refuses_to_overwrite(converted, tmp_path):
+    out = tmp_path / "cli.ckpt"
+    ok = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
+    assert ok.returncode == 0, ok.stderr
+    assert out.is_file() and (tmp_path / "cli.ckpt.json").is_file()
+    again = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
+    assert_one_line_error(again, str(out), "--overwrite")
+
+
+def test_cli_config_that_does_not_match_the_weights(converted, tmp_path):
+    config = (converted / "hf" / "config.json").read_text().replace('"intermediate_size": 37', '"intermediate_size": 38')
+    (tmp_path / "config.json").write_text(config)
+    result = run_converter("--src", "hf", "--input", str(converted / "hf" / "model.safetensors"),
+                           "--config", str(tmp_path / "config.json"), "--output", str(tmp_path / "x.ckpt"))
+    assert_one_line_error(result, "does not match", "ffn")
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_cli_fewer_groups_in_config_than_in_weights(tmp_path):
+    config = TF_FIXTURE / "albert_config.json"
+    (tmp_path / "one_group.json").write_text(config.read_text().replace('"num_hidden_groups": 2',
+                                                                        '"num_hidden_groups": 1'))
+    result = run_converter("--src", "tf", "--input", str(TF_FIXTURE / "model.ckpt"),
+                           "--config", str(tmp_path / "one_group.json"), "--output", str(tmp_path / "x.ckpt"))
+    assert_one_line_error(result, "albert_layer_groups.1")
+    assert os.listdir(tmp_path) == ["one_group.json"]
+
+
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_cli_truncated_weights(tmp_path, weights):
+    save_hf(make_hf_pretraining(TINY_CONFIGS["exact_gelu_3layers"]), tmp_path / "hf",
+            safetensors=weights.endswith("safetensors"))
+    path = tmp_path / "hf" / weights
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    result = run_converter("--src", "hf", "--input", str(tmp_path / "hf"), "--output", str(tmp_path / "x.ckpt"))
+    assert_one_line_error(result, weights)
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_cli_truncated_tf_data(tmp_path):
+    for item in TF_FIXTURE.iterdir():
+        (tmp_path / item.name).write_bytes(item.read_bytes())
+    data = tmp_path / "model.ckpt.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:1000])
+    result = run_converter("--src", "tf", "--input", str(tmp_path / "model.ckpt"),
+                           "--config", str(tmp_path / "albert_config.json"), "--output", str(tmp_path / "x.ckpt"))
+    assert_one_line_error(result, "model.ckpt.data-00000-of-00001")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--src", "hf", "--input", "no/such/dir"], "no/such/dir"),
+    (["--src", "tf", "--input", "no/such/model.ckpt", "--config", str(TF_FIXTURE / "albert_config.json")],
+     "no/such/model.ckpt"),
+    (["--src", "tf", "--input", str(TF_FIXTURE / "model.ckpt"), "--config", "missing.json"], "missing.json"),
+])
+def test_cli_missing_files(tmp_path, args, fragment):
+    assert_one_line_error(run_converter(*args, "--output", str(tmp_path / "x.ckpt")), fragment)
+
+
+def test_cli_verbose_shows_traceback(tmp_path):
+    result = run_converter("--src", "hf", "--input", "no/such/dir", "--output", str(tmp_path / "x.ckpt"),
+                           "--verbose")
+    assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_model_summary_counts(capsys):
+    from src.model_summary import main
+    from test_albert_model import hf_parameter_count
+    assert main(["--markdown"]) == 0
+    rows = {line.split("|")[1].strip(): line for line in capsys.readouterr().out.splitlines() if "|" in line}
+    expected = hf_parameter_count(AlbertConfig.from_preset("albert_base")) / 1e6
+    assert f"| {expected:.1f}M |" in rows["albert_base"]
