@@ -1,5 +1,4 @@
 """Shared test fixtures: the project root on sys.path and the real test assets."""
-import os
 import sys
 from pathlib import Path
 
@@ -23,3 +22,22 @@ def assets() -> Path:
 @pytest.fixture(scope="session")
 def project_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def spm_path(assets) -> str:
+    """The official ALBERT English SentencePiece model."""
+    return str(assets / "tokenizer" / "albert_30k-clean.model")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(spm_path):
+    from src.tokenization import FullTokenizer
+    return FullTokenizer(None, True, spm_path)
+
+
+@pytest.fixture(scope="session")
+def hf(spm_path):
+    """HF's slow SentencePiece AlbertTokenizer on the same model: the reference for token ids."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.AlbertTokenizer(vocab_file=spm_path, do_lower_case=True, keep_accents=False)

@@ -23,17 +23,6 @@ GLUE_DUMMY = {  # task -> (folder under glue/hf_dummy, file per split)
 HEADERLESS = {("cola", "train"), ("cola", "dev")}
 
 
-@pytest.fixture(scope="module")
-def spm_path(assets):
-    return str(assets / "tokenizer" / "albert_30k-clean.model")
-
-
-@pytest.fixture(scope="module")
-def hf(spm_path):
-    transformers = pytest.importorskip("transformers")
-    return transformers.AlbertTokenizer(vocab_file=spm_path, do_lower_case=True, keep_accents=False)
-
-
 def _rows(path):
     """Independent reading: non-empty lines split on tabs, BOM removed."""
     lines = path.read_text(encoding="utf-8-sig").split("\n")

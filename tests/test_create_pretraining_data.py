@@ -18,16 +18,6 @@ SEQ = 128
 
 
 @pytest.fixture(scope="module")
-def spm_path(assets):
-    return str(assets / "tokenizer" / "albert_30k-clean.model")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(spm_path):
-    return FullTokenizer(None, True, spm_path)
-
-
-@pytest.fixture(scope="module")
 def documents(assets):
     docs = cpd.read_documents([assets / "derived" / "squad_v1.1_dev_contexts_corpus.txt"])
     return docs[:150]

@@ -20,22 +20,6 @@ def normalize_answer(text):
     return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
 
 
-@pytest.fixture(scope="module")
-def spm_path(assets):
-    return str(assets / "tokenizer" / "albert_30k-clean.model")
-
-
-@pytest.fixture(scope="module")
-def tokenizer(spm_path):
-    return FullTokenizer(None, True, spm_path)
-
-
-@pytest.fixture(scope="module")
-def hf(spm_path):
-    transformers = pytest.importorskip("transformers")
-    return transformers.AlbertTokenizer(vocab_file=spm_path, do_lower_case=True, keep_accents=False)
-
-
 def test_every_gold_answer_maps_back_to_its_text(assets, tokenizer, hf):
     """Over all answers of the v1.1 dev set and the v2.0 subsets: the pieces covering the gold characters give
     back the gold text (after SQuAD normalisation) unless the gold answer starts or ends inside a piece."""

@@ -10,11 +10,6 @@ transformers = pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
-def spm_path(assets):
-    return str(assets / "tokenizer" / "albert_30k-clean.model")
-
-
-@pytest.fixture(scope="module")
 def zh_vocab(assets):
     return str(assets / "tokenizer" / "albert_zh_vocab.txt")
 
