@@ -58,3 +58,51 @@ class AlbertPreTraining(nn.Cell):
         mlm_logits = self.predictions(gather_positions(sequence_output, masked_lm_positions))
         sop_logits = self.sop_classifier(pooled_output)
         return mlm_logits.astype(ms.float32), sop_logits.astype(ms.float32)
+
+
+class AlbertPretrainingLoss(nn.Cell):
+    """Google's pretraining loss: masked-LM NLL weighted by masked_lm_weights (padding predictions weigh 0),
+    sum(w * nll) / (sum(w) + 1e-5), plus the mean sentence-order cross entropy.
+
+    (mlm_logits [B, P, V], sop_logits [B, 2], masked_lm_ids [B, P], masked_lm_weights [B, P],
+    next_sentence_labels [B] or [B, 1]) -> (total, mlm_loss, sop_loss), float32 scalars.
+    """
+
+    def construct(self, mlm_logits, sop_logits, masked_lm_ids, masked_lm_weights, next_sentence_labels):
+        mlm_nll = _nll(mlm_logits, masked_lm_ids)
+        weights = masked_lm_weights.astype(ms.float32)
+        mlm_loss = ops.reduce_sum(weights * mlm_nll) / (ops.reduce_sum(weights) + 1e-5)
+        sop_loss = ops.reduce_mean(_nll(sop_logits, next_sentence_labels.reshape(-1)))
+        return mlm_loss + sop_loss, mlm_loss, sop_loss
+
+
+def _nll(logits, labels):
+    """-log softmax(logits)[label] along the last axis, float32; the one-hot product as in Google's code."""
+    log_probs = ops.log_softmax(logits.astype(ms.float32), -1)
+    one_hot = ops.one_hot(labels.astype(ms.int32), logits.shape[-1], Tensor(1.0, ms.float32),
+                          Tensor(0.0, ms.float32))
+    return -ops.reduce_sum(log_probs * one_hot, -1)
+
+
+class AlbertNetworkWithLoss(nn.Cell):
+    """AlbertPreTraining plus its loss, taking the pretraining MindRecord columns in their dataset order.
+
+    (input_ids, input_mask, segment_ids, next_sentence_labels, masked_lm_positions, masked_lm_ids,
+    masked_lm_weights) -> total loss, or (total, mlm_loss, sop_loss) with `return_parts=True` (for logging;
+    `AlbertTrainOneStepCell` takes either form and differentiates the total).
+    """
+
+    def __init__(self, config: AlbertConfig, is_training: bool = True, return_parts: bool = False):
+        super().__init__()
+        self.albert_pretraining = AlbertPreTraining(config, is_training)
+        self.loss = AlbertPretrainingLoss()
+        self.return_parts = return_parts
+
+    def construct(self, input_ids, input_mask, segment_ids, next_sentence_labels, masked_lm_positions,
+                  masked_lm_ids, masked_lm_weights):
+        mlm_logits, sop_logits = self.albert_pretraining(input_ids, segment_ids, input_mask, masked_lm_positions)
+        total, mlm_loss, sop_loss = self.loss(mlm_logits, sop_logits, masked_lm_ids, masked_lm_weights,
+                                              next_sentence_labels)
+        if self.return_parts:
+            return total, mlm_loss, sop_loss
+        return total

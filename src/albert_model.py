@@ -351,6 +351,9 @@ class AlbertModel(nn.Cell):
         super().__init__()
         config = copy.deepcopy(config)
         config.validate()
+        if config.compute_type == "bfloat16" and ms.get_context("device_target") == "CPU":
+            raise UserError("compute_type bfloat16 needs GPU or Ascend: MindSpore's CPU kernels have no bfloat16 "
+                            "(use float32 or float16 on CPU)")
         self.config = config
         self.embeddings = AlbertEmbeddings(config, is_training)
         self.encoder = AlbertTransformer(config, is_training)

@@ -157,6 +157,11 @@ def test_reduced_precision_stays_close_to_float32(compute_type):
     assert np.abs(pooled_half.asnumpy() - pooled_full.asnumpy()).max() < 2e-2
 
 
+def test_bfloat16_on_cpu_is_a_clear_error():
+    with pytest.raises(UserError, match="bfloat16 needs GPU or Ascend"):
+        AlbertModel(AlbertConfig(compute_type="bfloat16", **TINY))
+
+
 def test_sequence_length_is_not_baked_in():
     net = AlbertModel(AlbertConfig(**TINY))
     net.set_train(False)
