@@ -3,7 +3,8 @@ import mindspore as ms
 from mindspore import Parameter, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
-from src.albert_model import Activation, AlbertConfig, AlbertModel, _dense, _layer_norm, name_parameters_by_path
+from src.albert_model import (Activation, AlbertConfig, AlbertModel, dense_layer, layer_norm,
+                              name_parameters_by_path)
 
 
 def gather_positions(sequence, positions):
@@ -20,9 +21,9 @@ class AlbertMLMHead(nn.Cell):
 
     def __init__(self, config: AlbertConfig, word_embeddings: Parameter):
         super().__init__()
-        self.dense = _dense(config.hidden_size, config.embedding_size, config)
+        self.dense = dense_layer(config.hidden_size, config.embedding_size, config)
         self.activation = Activation(config.hidden_act)
-        self.LayerNorm = _layer_norm(config.embedding_size, config)
+        self.LayerNorm = layer_norm(config.embedding_size, config)
         self.bias = Parameter(ops.zeros(config.vocab_size, ms.float32), name="bias")
         self.word_embeddings = word_embeddings  # the backbone's table: tied, not a second Parameter
 

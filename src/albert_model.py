@@ -8,7 +8,6 @@ Shapes: B batch, S sequence, E embedding size, H hidden size, N heads, D = H / N
 import copy
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Dict, List, Tuple
 
@@ -161,7 +160,7 @@ PRESETS["albert_zh_large"] = _chinese(1024, 24, 16)
 PRESETS["albert_zh_xlarge"] = _chinese(2048, 24, 32)
 
 
-def _dense(in_size: int, out_size: int, config: AlbertConfig) -> nn.Dense:
+def dense_layer(in_size: int, out_size: int, config: AlbertConfig) -> nn.Dense:
     """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
     layer = nn.Dense(in_size, out_size, weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros")
     if config.compute_type != "float32":
@@ -169,7 +168,7 @@ def _dense(in_size: int, out_size: int, config: AlbertConfig) -> nn.Dense:
     return layer
 
 
-def _layer_norm(size: int, config: AlbertConfig) -> nn.LayerNorm:
+def layer_norm(size: int, config: AlbertConfig) -> nn.LayerNorm:
     return nn.LayerNorm((size,), epsilon=config.layer_norm_eps)
 
 
@@ -199,7 +198,7 @@ class AlbertEmbeddings(nn.Cell):
         self.word_embeddings = _embedding(config.vocab_size, config.embedding_size, config)
         self.position_embeddings = _embedding(config.max_position_embeddings, config.embedding_size, config)
         self.token_type_embeddings = _embedding(config.type_vocab_size, config.embedding_size, config)
-        self.LayerNorm = _layer_norm(config.embedding_size, config)
+        self.LayerNorm = layer_norm(config.embedding_size, config)
         self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
 
     def construct(self, input_ids, token_type_ids):
@@ -224,11 +223,11 @@ class AlbertAttention(nn.Cell):
         self.scale = 1.0 / math.sqrt(self.head_size)
         self.compute_type = COMPUTE_TYPES[config.compute_type]
         self.preln = config.ln_type == "preln"
-        self.query = _dense(config.hidden_size, config.hidden_size, config)
-        self.key = _dense(config.hidden_size, config.hidden_size, config)
-        self.value = _dense(config.hidden_size, config.hidden_size, config)
-        self.dense = _dense(config.hidden_size, config.hidden_size, config)
-        self.LayerNorm = _layer_norm(config.hidden_size, config)
+        self.query = dense_layer(config.hidden_size, config.hidden_size, config)
+        self.key = dense_layer(config.hidden_size, config.hidden_size, config)
+        self.value = dense_layer(config.hidden_size, config.hidden_size, config)
+        self.dense = dense_layer(config.hidden_size, config.hidden_size, config)
+        self.LayerNorm = layer_norm(config.hidden_size, config)
         self.attention_dropout = nn.Dropout(p=config.attention_probs_dropout_prob if is_training else 0.0)
         self.output_dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
 
@@ -263,9 +262,9 @@ class AlbertLayer(nn.Cell):
         super().__init__()
         self.preln = config.ln_type == "preln"
         self.attention = AlbertAttention(config, is_training)
-        self.ffn = _dense(config.hidden_size, config.intermediate_size, config)
-        self.ffn_output = _dense(config.intermediate_size, config.hidden_size, config)
-        self.full_layer_layer_norm = _layer_norm(config.hidden_size, config)
+        self.ffn = dense_layer(config.hidden_size, config.intermediate_size, config)
+        self.ffn_output = dense_layer(config.intermediate_size, config.hidden_size, config)
+        self.full_layer_layer_norm = layer_norm(config.hidden_size, config)
         self.activation = Activation(config.hidden_act)
         self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
 
@@ -307,7 +306,7 @@ class AlbertTransformer(nn.Cell):
     def __init__(self, config: AlbertConfig, is_training: bool):
         super().__init__()
         layers, groups = config.num_hidden_layers, config.num_hidden_groups
-        self.embedding_hidden_mapping_in = _dense(config.embedding_size, config.hidden_size, config)
+        self.embedding_hidden_mapping_in = dense_layer(config.embedding_size, config.hidden_size, config)
         own_groups = groups if config.share_type == "all" else layers
         self.albert_layer_groups = nn.CellList([AlbertLayerGroup(config, is_training) for _ in range(own_groups)])
         if config.share_type == "all":
@@ -357,7 +356,7 @@ class AlbertModel(nn.Cell):
         self.config = config
         self.embeddings = AlbertEmbeddings(config, is_training)
         self.encoder = AlbertTransformer(config, is_training)
-        self.pooler = _dense(config.hidden_size, config.hidden_size, config)
+        self.pooler = dense_layer(config.hidden_size, config.hidden_size, config)
         name_parameters_by_path(self)
 
     def construct(self, input_ids, token_type_ids, input_mask):
@@ -375,13 +374,3 @@ def count_parameters(cell: nn.Cell) -> int:
 
 def parameter_shapes(cell: nn.Cell) -> Dict[str, Tuple[int, ...]]:
     return {p.name: tuple(p.shape) for p in cell.get_parameters()}
-
-
-def config_from_file_or_preset(value: str, **overrides: Any) -> AlbertConfig:
-    """A preset name, or a path to a json config, as users give either on the command line."""
-    if value in PRESETS:
-        return AlbertConfig.from_preset(value, **overrides)
-    if os.path.exists(value):
-        return AlbertConfig.from_json_file(value).replace(**overrides)
-    raise UserError(f"{value!r} is neither an ALBERT preset ({', '.join(sorted(PRESETS))}) nor a config file")
-
