@@ -1,8 +1,13 @@
 """Pretraining network: the ALBERT backbone with the masked-LM and sentence-order-prediction heads (as Google)."""
-import mindspore as ms
-from mindspore import Parameter, nn, ops
-from mindspore.common.initializer import TruncatedNormal
+from typing import Optional
 
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore.common.initializer import TruncatedNormal
+from mindspore.communication import get_group_size
+from mindspore.context import ParallelMode
+
+from model_utils.errors import UserError
 from src.albert_model import (Activation, AlbertConfig, AlbertModel, dense_layer, layer_norm,
                               name_parameters_by_path)
 
@@ -94,7 +99,7 @@ class AlbertNetworkWithLoss(nn.Cell):
     """
 
     def __init__(self, config: AlbertConfig, is_training: bool = True, return_parts: bool = False):
-        super().__init__()
+        super().__init__(auto_prefix=False)  # parameter names stay AlbertPreTraining's (the checkpoint names)
         self.albert_pretraining = AlbertPreTraining(config, is_training)
         self.loss = AlbertPretrainingLoss()
         self.return_parts = return_parts
@@ -107,3 +112,124 @@ class AlbertNetworkWithLoss(nn.Cell):
         if self.return_parts:
             return total, mlm_loss, sop_loss
         return total
+
+
+def _all_finite(grads) -> Tensor:
+    """True when no gradient holds inf or nan: IsFinite works on every target, unlike the NPU/GPU float-status ops
+    of MindSpore's stock loss-scale cell."""
+    return ops.stack([ops.isfinite(grad).all() for grad in grads]).all()
+
+
+def _scaled(factor, grad):
+    return grad * factor.astype(grad.dtype)
+
+
+class AlbertTrainOneStepCell(nn.Cell):
+    """One optimizer call per `accumulation_steps` calls, with dynamic loss scaling, global-norm clipping and
+    data-parallel gradient reduction: the one train-step cell for pretraining and fine-tuning.
+
+    `network(*inputs)` returns the loss to minimise, or a tuple whose first item is that loss and whose other items
+    are passed through for logging (e.g. AlbertNetworkWithLoss(..., return_parts=True)).
+
+    - Loss scaling (`loss_scale` = its initial value; None = off): the loss is multiplied by the scale before the
+      backward pass and the gradients divided by it; the scale follows nn.DynamicLossScaleUpdateCell (divided by
+      `scale_factor` on overflow, never below 1; multiplied by it after `scale_window` updates without overflow).
+    - Overflow: inf/nan in any gradient (with or without loss scaling) skips the optimizer update; under data
+      parallel the flag is all-reduced (max), so every rank skips together and weights stay identical.
+    - Accumulation: gradients of `accumulation_steps` micro-batches are averaged in Parameters ("accu_grads.*") and
+      applied on every `accumulation_steps`-th call; the call counter ("accumulation_step") is a Parameter, so a
+      checkpoint resumes mid-window.
+    - Clipping: the averaged, unscaled gradients are clipped to global norm `clip_norm` (None or 0 = off).
+
+    Returns (loss, overflow, loss_scale, *extra network outputs). `overflow` is True when this call's optimizer
+    update was skipped because of inf/nan gradients; calls that only accumulate report False.
+    """
+
+    def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, loss_scale: Optional[float] = None,
+                 scale_factor: float = 2.0, scale_window: int = 1000, clip_norm: Optional[float] = 1.0,
+                 accumulation_steps: int = 1):
+        super().__init__(auto_prefix=False)
+        _check_train_options(loss_scale, scale_factor, scale_window, clip_norm, accumulation_steps)
+        self.network = network
+        self.network.set_grad()
+        self.optimizer = optimizer
+        self.weights = optimizer.parameters
+        self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+        self.hyper_map = ops.HyperMap()
+        self.use_loss_scale = loss_scale is not None
+        self.loss_scale = Parameter(Tensor(loss_scale if self.use_loss_scale else 1.0, ms.float32),
+                                    name="loss_scale", requires_grad=False)
+        if self.use_loss_scale:
+            self.scale_update = nn.DynamicLossScaleUpdateCell(loss_scale, scale_factor, scale_window)
+        self.clip_norm = float(clip_norm or 0.0)
+        self.accumulation_steps = int(accumulation_steps)
+        if self.accumulation_steps > 1:
+            self.accu_grads = self.weights.clone(prefix="accu_grads", init="zeros")
+            self.accu_overflow = Parameter(Tensor(False, ms.bool_), name="accu_overflow", requires_grad=False)
+            self.micro_step = Parameter(Tensor(0, ms.int32), name="accumulation_step", requires_grad=False)
+        self.data_parallel = ms.get_auto_parallel_context("parallel_mode") in (ParallelMode.DATA_PARALLEL,
+                                                                                 ParallelMode.HYBRID_PARALLEL)
+        if self.data_parallel:
+            self.grad_reducer = nn.DistributedGradReducer(self.weights, ms.get_auto_parallel_context("gradients_mean"),
+                                                          get_group_size())
+            self.overflow_all_reduce = ops.AllReduce(ops.ReduceOp.MAX)
+
+    def construct(self, *inputs):
+        outputs = self.network(*inputs)
+        if isinstance(outputs, tuple):
+            loss = outputs[0]
+            sens = (ops.ones_like(loss) * self.loss_scale.astype(loss.dtype),) + \
+                self.hyper_map(ops.zeros_like, outputs[1:])
+        else:
+            loss = outputs
+            sens = ops.ones_like(loss) * self.loss_scale.astype(loss.dtype)
+        grads = self.grad(self.network, self.weights)(*inputs, sens)
+        if self.use_loss_scale:
+            grads = self.hyper_map(ops.partial(_scaled, 1.0 / self.loss_scale), grads)
+        if self.accumulation_steps > 1:
+            overflow = self._accumulate(grads)
+        else:
+            overflow = self._apply(grads, ops.logical_not(_all_finite(grads)))
+        if isinstance(outputs, tuple):
+            return (loss, overflow, self.loss_scale) + outputs[1:]
+        return loss, overflow, self.loss_scale
+
+    def _accumulate(self, grads):
+        """Add this micro-batch's gradients; on the last one of a window apply their mean and reset."""
+        self.hyper_map(ops.assign_add, self.accu_grads, grads)
+        seen_overflow = ops.logical_or(self.accu_overflow, ops.logical_not(_all_finite(grads)))
+        ops.assign(self.accu_overflow, seen_overflow)
+        step = self.micro_step + 1
+        ops.assign(self.micro_step, step)
+        overflow = Tensor(False, ms.bool_)
+        if step % self.accumulation_steps == 0:
+            mean_grads = self.hyper_map(ops.partial(_scaled, Tensor(1.0 / self.accumulation_steps, ms.float32)),
+                                        self.accu_grads)
+            overflow = self._apply(mean_grads, seen_overflow)
+            self.hyper_map(ops.assign, self.accu_grads, self.hyper_map(ops.zeros_like, self.accu_grads))
+            ops.assign(self.accu_overflow, Tensor(False, ms.bool_))
+        return overflow
+
+    def _apply(self, grads, overflow):
+        """Reduce across ranks, update the loss scale, clip, and call the optimizer unless some rank overflowed."""
+        if self.data_parallel:
+            grads = self.grad_reducer(grads)
+            overflow = self.overflow_all_reduce(overflow.astype(ms.float32)) > 0
+        if self.use_loss_scale:
+            overflow = self.scale_update(self.loss_scale, overflow)
+        if self.clip_norm > 0:
+            grads = ops.clip_by_global_norm(grads, self.clip_norm)
+        if not overflow:
+            overflow = ops.depend(overflow, self.optimizer(grads))
+        return overflow
+
+
+def _check_train_options(loss_scale: Optional[float], scale_factor: float, scale_window: int,
+                         clip_norm: Optional[float], accumulation_steps: int) -> None:
+    if loss_scale is not None and (loss_scale < 1 or scale_factor <= 1 or scale_window < 1):
+        raise UserError(f"loss scaling needs loss_scale_value >= 1, scale_factor > 1 and scale_window >= 1; got "
+                        f"{loss_scale}, {scale_factor}, {scale_window}")
+    if clip_norm is not None and clip_norm < 0:
+        raise UserError(f"clip_norm must be >= 0 (0 = no clipping), got {clip_norm}")
+    if accumulation_steps < 1:
+        raise UserError(f"accumulation_steps must be >= 1, got {accumulation_steps}")

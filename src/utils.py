@@ -12,7 +12,8 @@ from model_utils.errors import UserError
 
 BACKBONE_PREFIX = "albert."
 # Train-cell state that shares a checkpoint with the weights (optimizer moments, step, loss scale).
-TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v.", "accu_grads.", "global_step",
+TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v.", "lamb_m.", "lamb_v.", "accu_grads.",
+                        "accu_overflow", "accumulation_step", "global_step",
                         "learning_rate", "beta1_power", "beta2_power", "scale_sense", "current_iterator_step",
                         "last_overflow_iterator_step", "epoch_num", "step_num", "loss_scale", "overflow_count")
 _SHOWN = 8
