@@ -8,9 +8,10 @@ import pytest
 from mindspore import Tensor, nn, ops
 
 from model_utils.errors import UserError
-from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertTrainOneStepCell
+from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining, AlbertTrainOneStepCell
 from src.albert_model import AlbertConfig
 from src.optimization import build_optimizer
+from src.utils import load_weights, save_checkpoint_atomic
 
 CONFIG = AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=37, max_position_embeddings=32, hidden_dropout_prob=0.0,
@@ -182,3 +183,35 @@ def test_train_state_names_and_bad_options():
                              (dict(loss_scale=8.0, scale_factor=1.0), "scale_factor > 1")):
         with pytest.raises(UserError, match=message):
             AlbertTrainOneStepCell(net, optimizer, **options)
+
+
+def lamb_cell(accumulation_steps: int) -> AlbertTrainOneStepCell:
+    net = network()
+    optimizer = build_optimizer("Lamb", net.trainable_params(), dict(
+        learning_rate=1e-2, end_learning_rate=0.0, power=1.0, warmup_steps=2, weight_decay=0.01), 10)
+    return AlbertTrainOneStepCell(net, optimizer, loss_scale=2.0 ** 16, scale_window=1,
+                                  accumulation_steps=accumulation_steps)
+
+
+def test_checkpoint_mid_window_resumes_exactly(tmp_path):
+    """A train-cell checkpoint taken between micro-batches holds the accumulated gradients, the call counter, the
+    optimizer moments and step, and the loss scale: a fresh cell loading it continues bit for bit."""
+    batches = [pretraining_batch(2, seed=seed) for seed in range(5)]
+    cell = lamb_cell(2)
+    for batch in batches[:3]:
+        cell(*batch)
+    path = str(tmp_path / "train.ckpt")
+    save_checkpoint_atomic(cell, path)
+    for batch in batches[3:]:
+        cell(*batch)
+
+    resumed = lamb_cell(2)
+    not_loaded, _ = ms.load_param_into_net(resumed, ms.load_checkpoint(path))
+    assert not not_loaded
+    assert int(resumed.micro_step.asnumpy()) == 3 and float(resumed.loss_scale.asnumpy()) == 2.0 ** 17
+    for batch in batches[3:]:
+        resumed(*batch)
+    assert_same(snapshot(resumed.network), snapshot(cell.network))
+
+    report = load_weights(AlbertPreTraining(CONFIG), path)
+    assert not report.missing and not report.unused
