@@ -135,7 +135,8 @@ class AlbertTrainOneStepCell(nn.Cell):
       backward pass and the gradients divided by it; the scale follows nn.DynamicLossScaleUpdateCell (divided by
       `scale_factor` on overflow, never below 1; multiplied by it after `scale_window` updates without overflow).
     - Overflow: inf/nan in any gradient (with or without loss scaling) skips the optimizer update; under data
-      parallel the flag is all-reduced (max), so every rank skips together and weights stay identical.
+      parallel the 0/1 flag is all-reduced (a sum > 0 is the max; CPU AllReduce only sums), so every rank skips
+      together and weights stay identical.
     - Accumulation: gradients of `accumulation_steps` micro-batches are averaged in Parameters ("accu_grads.*") and
       applied on every `accumulation_steps`-th call; the call counter ("accumulation_step") is a Parameter, so a
       checkpoint resumes mid-window.
@@ -172,7 +173,7 @@ class AlbertTrainOneStepCell(nn.Cell):
         if self.data_parallel:
             self.grad_reducer = nn.DistributedGradReducer(self.weights, ms.get_auto_parallel_context("gradients_mean"),
                                                           get_group_size())
-            self.overflow_all_reduce = ops.AllReduce(ops.ReduceOp.MAX)
+            self.overflow_all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
 
     def construct(self, *inputs):
         outputs = self.network(*inputs)
