@@ -16,7 +16,7 @@ tokenizer) and `check_data_meta(meta, vocab_size, max_seq_length)` stops a run w
 """
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -133,6 +133,11 @@ def _num_rows(files: List[str]) -> int:
     return ds.MindDataset(files, shuffle=False).get_dataset_size()
 
 
+def count_rows(data: DataSource) -> int:
+    """Number of records behind `data` (every shard counted)."""
+    return _num_rows(resolve_mindrecord_files(data))
+
+
 def _padding_row(files: List[str], columns: List[str], marker: Dict[str, int]) -> Dict[str, object]:
     """A row shaped like the data, all zeros except the column that marks it as padding (scalars as Python
     numbers, which MindDataset's padded_sample requires)."""
@@ -149,7 +154,7 @@ def _padding_row(files: List[str], columns: List[str], marker: Dict[str, int]) -
 def _build(data: DataSource, columns: List[str], batch_size: int, is_training: bool, num_shards: int, shard_id: int,
            shuffle: Optional[bool], seed: Optional[int], drop_remainder: Optional[bool],
            num_parallel_workers: int, float_columns: Sequence[str] = (),
-           padding_marker: Optional[Dict[str, int]] = None):
+           padding_marker: Optional[Dict[str, int]] = None, indices: Optional[Sequence[int]] = None):
     import mindspore.dataset as ds
 
     if batch_size < 1:
@@ -162,7 +167,10 @@ def _build(data: DataSource, columns: List[str], batch_size: int, is_training: b
     if seed is not None:
         ds.config.set_seed(seed)
     kwargs = dict(shuffle=shuffle, num_parallel_workers=num_parallel_workers)
-    if num_shards > 1:
+    if indices is not None:  # a training run's own row order (src/training.StepPlan): resumable, rank-disjoint
+        kwargs = dict(sampler=ds.SubsetSampler(np.asarray(indices, np.int64)),
+                      num_parallel_workers=num_parallel_workers)
+    elif num_shards > 1:
         kwargs.update(num_shards=num_shards, shard_id=shard_id)
         remainder = _num_rows(files) % num_shards
         if padding_marker is not None and not is_training and remainder:
@@ -174,11 +182,15 @@ def _build(data: DataSource, columns: List[str], batch_size: int, is_training: b
 
 def create_pretraining_dataset(data: DataSource, batch_size: int, num_shards: int = 1, shard_id: int = 0,
                                shuffle: bool = True, seed: Optional[int] = None, drop_remainder: bool = True,
-                               num_parallel_workers: int = 2):
+                               num_parallel_workers: int = 2, indices: Optional[Sequence[int]] = None):
     """Pretraining batches; columns: input_ids, input_mask, segment_ids, next_sentence_labels,
-    masked_lm_positions, masked_lm_ids (int32), masked_lm_weights (float32)."""
+    masked_lm_positions, masked_lm_ids (int32), masked_lm_weights (float32).
+
+    `indices` reads exactly these rows in this order (global row numbers over the files in their resolved
+    order) instead of shuffling and sharding: how a training run resumes mid-epoch on every rank.
+    """
     return _build(data, PRETRAIN_COLUMNS, batch_size, True, num_shards, shard_id, shuffle, seed, drop_remainder,
-                  num_parallel_workers, float_columns=FLOAT_COLUMNS)
+                  num_parallel_workers, float_columns=FLOAT_COLUMNS, indices=indices)
 
 
 def create_classification_dataset(data: DataSource, batch_size: int, is_training: bool = True,
@@ -212,3 +224,36 @@ def create_squad_dataset(data: DataSource, batch_size: int, is_training: bool = 
     columns = SQUAD_TRAIN_COLUMNS if is_training else SQUAD_EVAL_COLUMNS
     return _build(data, columns, batch_size, is_training, num_shards, shard_id, shuffle, seed, drop_remainder,
                   num_parallel_workers, padding_marker={"unique_ids": -1})
+
+
+def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PRETRAIN_COLUMNS) -> Tuple[int, ...]:
+    """Check that `data` holds `columns` (and, when `schema_file` is set, exactly the columns, kinds and shapes of
+    that ModelZoo-style schema json: {"columns": {name: {"type": "int64", "shape": [128]}}}); returns the shape of
+    the first column's rows (e.g. (max_seq_length,) for input_ids)."""
+    import json
+
+    import mindspore.dataset as ds
+
+    files = resolve_mindrecord_files(data)
+    found = ds.MindDataset(files, shuffle=False)
+    names = found.get_col_names()
+    shapes = dict(zip(names, (tuple(s) for s in found.output_shapes())))
+    kinds = dict(zip(names, ("float" if np.dtype(t).kind == "f" else "int" for t in found.output_types())))
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise UserError(f"{files[0]}: columns {missing} missing (found {names}); was it written for this task?")
+    if schema_file:
+        try:
+            with open(schema_file, encoding="utf-8") as handle:
+                expected = json.load(handle)["columns"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserError(f"schema_dir {schema_file}: not a schema json with a 'columns' object ({err})") from None
+        for name, spec in expected.items():
+            want_kind = "float" if str(spec.get("type", "")).startswith("float") else "int"
+            want_shape = tuple(spec.get("shape", ()))
+            if name not in shapes:
+                raise UserError(f"{files[0]}: column '{name}' of schema {schema_file} is not in the data")
+            if kinds[name] != want_kind or (want_shape and shapes[name] != want_shape):
+                raise UserError(f"{files[0]}: column '{name}' is {kinds[name]} {list(shapes[name])} but schema "
+                                f"{schema_file} says {spec.get('type')} {list(want_shape)}")
+    return shapes[columns[0]]

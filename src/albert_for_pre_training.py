@@ -234,3 +234,29 @@ def _check_train_options(loss_scale: Optional[float], scale_factor: float, scale
         raise UserError(f"clip_norm must be >= 0 (0 = no clipping), got {clip_norm}")
     if accumulation_steps < 1:
         raise UserError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
+
+
+class AlbertPretrainEvalCell(nn.Cell):
+    """Sums for the pretraining metrics over one batch, so that batches and ranks add up exactly.
+
+    Inputs: the 7 pretraining columns plus `example_weights` [B] (0 for padding rows). Output, float32 [6]:
+    (masked-LM correct weight, masked-LM weight, masked-LM weighted NLL, SOP correct, SOP NLL, examples).
+    """
+
+    def __init__(self, config: AlbertConfig):
+        super().__init__(auto_prefix=False)  # parameter names stay AlbertPreTraining's (the checkpoint names)
+        self.albert_pretraining = AlbertPreTraining(config, is_training=False)
+
+    def construct(self, input_ids, input_mask, segment_ids, next_sentence_labels, masked_lm_positions,
+                  masked_lm_ids, masked_lm_weights, example_weights):
+        mlm_logits, sop_logits = self.albert_pretraining(input_ids, segment_ids, input_mask, masked_lm_positions)
+        example_weights = example_weights.astype(ms.float32)
+        weights = masked_lm_weights.astype(ms.float32) * example_weights.reshape(-1, 1)
+        mlm_hits = (ops.argmax(mlm_logits, -1).astype(ms.int32) == masked_lm_ids.astype(ms.int32)).astype(ms.float32)
+        labels = next_sentence_labels.reshape(-1).astype(ms.int32)
+        sop_hits = (ops.argmax(sop_logits, -1).astype(ms.int32) == labels).astype(ms.float32)
+        return ops.stack([ops.reduce_sum(weights * mlm_hits), ops.reduce_sum(weights),
+                          ops.reduce_sum(weights * _nll(mlm_logits, masked_lm_ids)),
+                          ops.reduce_sum(example_weights * sop_hits),
+                          ops.reduce_sum(example_weights * _nll(sop_logits, labels)),
+                          ops.reduce_sum(example_weights)])

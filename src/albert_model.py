@@ -158,6 +158,8 @@ PRESETS["albert_zh_tiny"] = _chinese(312, 4, 12)
 PRESETS["albert_zh_base"] = _chinese(768, 12, 12)
 PRESETS["albert_zh_large"] = _chinese(1024, 24, 16)
 PRESETS["albert_zh_xlarge"] = _chinese(2048, 24, 32)
+# Ours, not a released model: small enough to pretrain on 2 CPU cores in minutes (the quick start, smoke tests).
+PRESETS["albert_tiny"] = dict(_english(128, 4, 4, 0.0), embedding_size=64)
 
 
 def dense_layer(in_size: int, out_size: int, config: AlbertConfig) -> nn.Dense:

@@ -2,7 +2,7 @@
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import mindspore as ms
 import numpy as np
@@ -82,9 +82,10 @@ def _as_parameter(name: str, value: Union[Parameter, np.ndarray, Tensor]) -> Par
     return Parameter(value if isinstance(value, Tensor) else Tensor(np.asarray(value)), name=name)
 
 
-def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str) -> None:
+def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str,
+                           append_dict: Optional[Dict[str, Union[int, float, bool, str]]] = None) -> None:
     """Write a checkpoint under a temporary name and rename it into place, so a crash never leaves half a file
-    under the final name."""
+    under the final name. `append_dict` adds scalars (e.g. training progress) beside the parameters."""
     if not path.endswith(".ckpt"):
         raise UserError(f"checkpoint file name must end with .ckpt: {path}")
     folder = os.path.dirname(os.path.abspath(path))
@@ -92,7 +93,27 @@ def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path:
     handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".ckpt", dir=folder)
     os.close(handle)
     try:
-        ms.save_checkpoint(items, tmp)
+        ms.save_checkpoint(items, tmp, append_dict=append_dict)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def save_json_atomic(values: object, path: str) -> None:
+    """Write json through a temporary file and a rename, so readers never see half a file."""
+    import json
+
+    from src.data_utils import default_file_mode
+
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(values, out, indent=2)
+            out.write("\n")
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

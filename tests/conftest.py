@@ -41,3 +41,10 @@ def hf(spm_path):
     """HF's slow SentencePiece AlbertTokenizer on the same model: the reference for token ids."""
     transformers = pytest.importorskip("transformers")
     return transformers.AlbertTokenizer(vocab_file=spm_path, do_lower_case=True, keep_accents=False)
+
+
+@pytest.fixture(scope="session")
+def data(tmp_path_factory):
+    """Small pretraining MindRecord files (train, eval) made by the package's own data tools."""
+    from tests.pretrain_helpers import make_pretraining_data
+    return make_pretraining_data(tmp_path_factory.mktemp("pretrain_data"))

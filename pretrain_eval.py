@@ -1,0 +1,117 @@
+"""Evaluate a pretraining checkpoint: masked-LM accuracy and loss, sentence-order accuracy and loss.
+
+    python pretrain_eval.py --eval_data_dir data/eval.mindrecord --eval_ckpt output/pretrain/checkpoints/X.ckpt
+
+The network comes from --albert_config_file, else from the albert_config.json that run_pretrain.py wrote beside
+the checkpoint, else from albert_network + net_cfg as in run_pretrain.py. Every row is evaluated exactly once;
+under `distribute` the ranks split the rows and add up their sums. Prints the metrics and writes them as JSON.
+"""
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from model_utils.config import parse_cli
+from model_utils.errors import UserError, run_cli
+
+CONFIG_FILE = Path(__file__).resolve().parent / "pretrain_config.yaml"
+
+
+def metrics_from_sums(sums: np.ndarray) -> Dict[str, float]:
+    """The four metrics from the summed (mlm correct, mlm weight, mlm nll, sop correct, sop nll, examples)."""
+    mlm_correct, mlm_weight, mlm_nll, sop_correct, sop_nll, examples = (float(v) for v in sums)
+    if examples == 0 or mlm_weight == 0:
+        raise UserError("the evaluation data has no examples or no masked positions")
+    return {"masked_lm_accuracy": mlm_correct / mlm_weight, "masked_lm_loss": mlm_nll / mlm_weight,
+            "sentence_order_accuracy": sop_correct / examples, "sentence_order_loss": sop_nll / examples,
+            "examples": int(examples), "masked_tokens": int(round(mlm_weight))}
+
+
+def pad_batch(columns: List[np.ndarray], batch_size: int) -> List[np.ndarray]:
+    """Append zero rows up to `batch_size` plus the example-weight column (1 real, 0 padding), so the last batch
+    has the compiled shape and adds nothing to the sums."""
+    real = len(columns[0])
+    padded = [np.concatenate([c, np.zeros((batch_size - real,) + c.shape[1:], c.dtype)]) for c in columns]
+    weights = np.zeros(batch_size, np.float32)
+    weights[:real] = 1.0
+    return padded + [weights]
+
+
+def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -> np.ndarray:
+    """This rank's metric sums over rows rank, rank + group_size, ... of the data."""
+    from mindspore import Tensor
+
+    from dataset import count_rows, create_pretraining_dataset
+
+    rows = np.arange(count_rows(data_dir))[rank::group_size]
+    sums = np.zeros(6, np.float64)
+    if len(rows) == 0:
+        return sums
+    dataset = create_pretraining_dataset(data_dir, batch_size, drop_remainder=False, indices=rows)
+    for batch in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1):
+        sums += cell(*[Tensor(c) for c in pad_batch(list(batch), batch_size)]).asnumpy().astype(np.float64)
+    return sums
+
+
+def all_ranks_sum(sums: np.ndarray) -> np.ndarray:
+    from mindspore import Tensor, nn, ops
+
+    class _Sum(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+
+        def construct(self, x):
+            return self.all_reduce(x)
+
+    return _Sum()(Tensor(sums.astype(np.float32))).asnumpy().astype(np.float64)
+
+
+def eval_network_config(config):
+    from src.albert_model import AlbertConfig
+    from src.training import data_meta, network_config
+
+    beside = os.path.join(os.path.dirname(os.path.abspath(config.eval_ckpt)), "albert_config.json")
+    if not config.albert_config_file and os.path.isfile(beside):
+        return AlbertConfig.from_json_file(beside), beside
+    net = network_config(config, data_meta(config.eval_data_dir).get("tokenizer", {}).get("vocab_size"))
+    return net, config.albert_config_file or config.albert_network
+
+
+def main(argv: List[str]) -> int:
+    config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0])
+    for key in ("eval_data_dir", "eval_ckpt"):
+        if not config[key]:
+            raise UserError(f"set --{key}")
+
+    from dataset import check_schema
+    from src.albert_for_pre_training import AlbertPretrainEvalCell
+    from src.training import check_data_fits, data_meta, setup_device
+    from src.utils import load_weights, save_json_atomic
+
+    seq_shape = check_schema(config.eval_data_dir, config.schema_dir)
+    net, source = eval_network_config(config)
+    check_data_fits(data_meta(config.eval_data_dir), net, seq_shape, config.eval_data_dir)
+    device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
+                          config.cpu_threads, config.seed)
+    cell = AlbertPretrainEvalCell(net)
+    cell.set_train(False)
+    load_weights(cell, config.eval_ckpt)
+    sums = evaluate(cell, config.eval_data_dir, config.eval_batch_size, device.rank, device.group_size)
+    if device.group_size > 1:
+        sums = all_ranks_sum(sums)
+    metrics = metrics_from_sums(sums)
+    if device.is_main:
+        output = os.path.abspath(config.eval_output_file or os.path.join(config.output_dir, "pretrain_eval.json"))
+        save_json_atomic({**metrics, "checkpoint": os.path.abspath(config.eval_ckpt),
+                          "data": os.path.abspath(config.eval_data_dir), "network": source}, output)
+        print(json.dumps(metrics, indent=2))
+        print(f"wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

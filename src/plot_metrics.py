@@ -1,0 +1,78 @@
+"""Draw the loss and learning-rate curves of a run's metrics.jsonl into a PNG.
+
+    python -m src.plot_metrics output/pretrain/metrics.jsonl [--output curves.png]
+
+A resumed run appends to the same file and may repeat steps logged after its last checkpoint; the newest row of
+each step wins, so the curves show the trajectory the checkpoints continued.
+"""
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List
+
+from model_utils.errors import UserError, run_cli
+
+LOSS_KEYS = ("loss", "mlm_loss", "sop_loss")
+
+
+def read_metrics(path: str) -> List[Dict[str, float]]:
+    """Rows of a metrics.jsonl, one per step (the last one written wins), sorted by step."""
+    rows: Dict[int, Dict[str, float]] = {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    rows[int(row["step"])] = row
+                except (ValueError, KeyError, TypeError):
+                    raise UserError(f"{path} line {number}: not a metrics row with a 'step'") from None
+    except FileNotFoundError:
+        raise UserError(f"metrics file not found: {path}") from None
+    if not rows:
+        raise UserError(f"{path} has no rows yet")
+    return [rows[step] for step in sorted(rows)]
+
+
+def plot(rows: List[Dict[str, float]], output: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [row["step"] for row in rows]
+    figure, (loss_axis, lr_axis) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for key in LOSS_KEYS:
+        if all(key in row for row in rows):
+            loss_axis.plot(steps, [row[key] for row in rows], label=key)
+    loss_axis.set_ylabel("loss")
+    loss_axis.legend()
+    loss_axis.grid(alpha=0.3)
+    loss_axis.set_title(title)
+    lr_axis.plot(steps, [row["lr"] for row in rows], color="tab:green")
+    lr_axis.set_ylabel("learning rate")
+    lr_axis.set_xlabel("optimizer step")
+    lr_axis.grid(alpha=0.3)
+    figure.tight_layout()
+    tmp = output + ".tmp.png"
+    figure.savefig(tmp, dpi=100)
+    plt.close(figure)
+    os.replace(tmp, output)
+
+
+def main(argv: List[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("metrics_file", help="metrics.jsonl written by run_pretrain.py (or a fine-tuning run)")
+    parser.add_argument("--output", default="", help="PNG to write (default: beside the metrics file)")
+    args = parser.parse_args(argv)
+    rows = read_metrics(args.metrics_file)
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.metrics_file)), "curves.png")
+    plot(rows, output, os.path.abspath(args.metrics_file))
+    print(f"wrote {output} ({len(rows)} points, steps {rows[0]['step']}..{rows[-1]['step']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

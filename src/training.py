@@ -1,0 +1,449 @@
+"""The training driver every run_*.py shares: device and distributed setup, the step plan, resume, and the
+callbacks that log progress and write checkpoints.
+
+- `setup_device` turns `device_target` auto|CPU|GPU|Ascend into a configured MindSpore context (GRAPH mode), and
+  under `distribute` initialises the collective group *before* any cell is built (the train cell reads the
+  parallel context when it is created).
+- `StepPlan` is the one place step counts are computed: optimizer steps (`train_steps`) versus micro-batches
+  (`accumulation_steps`), epochs from the dataset size, and the exact rows each rank reads in which order. The
+  order is a function of (seed, epoch) only, so a resumed run reads the rows the uninterrupted run would have read.
+- `train` runs `Model.train` over the plan's remaining chunks with `TrainMonitor` (log lines + JSON lines) and
+  `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress, newest N kept).
+- `resume_or_init` restores all of that from `load_checkpoint_path` or the newest checkpoint in the save folder.
+"""
+import hashlib
+import json
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn
+from mindspore.context import ParallelMode
+from mindspore.train import Callback, Model
+
+from dataset import check_data_meta, load_data_meta
+from model_utils.config import Config
+from model_utils.errors import UserError
+from src.albert_model import AlbertConfig
+from src.utils import load_weights, read_checkpoint, save_checkpoint_atomic
+
+DEVICE_TARGETS = ("auto", "CPU", "GPU", "Ascend")
+# Progress stored beside the weights in every checkpoint (never under the name `global_step`, the optimizer's).
+PROGRESS_KEYS = ("micro_step", "overflow_count")
+# What a checkpoint's data position depends on: resuming with other values would read other rows.
+PLAN_KEYS = ("rows", "batch_size", "group_size", "accumulation_steps", "seed", "shuffle")
+
+
+@dataclass
+class Device:
+    """Where this process runs: the resolved target and its place in the data-parallel group."""
+
+    target: str
+    rank: int = 0
+    group_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes the logs, metrics and checkpoints; the other ranks hold the same weights."""
+        return self.rank == 0
+
+
+def pick_device_target(requested: str) -> str:
+    """`auto` picks Ascend, then GPU, then CPU, whichever this MindSpore can use; explicit targets are checked."""
+    if requested not in DEVICE_TARGETS:
+        raise UserError(f"device_target must be one of {', '.join(DEVICE_TARGETS)}, got {requested!r}")
+    if requested == "CPU":
+        return requested
+    candidates = ("Ascend", "GPU") if requested == "auto" else (requested,)
+    for target in candidates:
+        try:
+            if ms.hal.is_available(target):
+                return target
+        except (RuntimeError, ValueError):
+            continue
+    if requested != "auto":
+        raise UserError(f"device_target {requested} is not available here (no device or no MindSpore {requested} "
+                        f"plugin); use --device_target auto or CPU")
+    return "CPU"
+
+
+def setup_device(device_target: str, device_id: int = 0, distribute: bool = False, device_num: int = 0,
+                 cpu_threads: int = 0, seed: Optional[int] = None) -> Device:
+    """GRAPH mode on the chosen target; with `distribute`, join the launcher's group (msrun or mpirun) and set
+    data-parallel gradient averaging. `device_num` > 0 must equal the launcher's worker count."""
+    from mindspore.communication import get_group_size, get_rank, init
+
+    target = pick_device_target(device_target)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    if cpu_threads > 0:
+        ms.device_context.cpu.op_tuning.threads_num(cpu_threads)
+    if distribute:
+        ms.set_device(target)  # the launcher's local rank picks the device
+        try:
+            init()
+        except (RuntimeError, ValueError) as err:  # --verbose shows MindSpore's own explanation
+            raise UserError("distribute=true but this process was not started by a launcher: use "
+                            "scripts/run_*_distribute.sh (msrun or mpirun)") from err
+        rank, group_size = get_rank(), get_group_size()
+        if device_num not in (0, group_size):
+            raise UserError(f"device_num is {device_num} but the launcher started {group_size} workers; "
+                            f"set device_num to 0 (take the launcher's) or {group_size}")
+        ms.set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True,
+                                     device_num=group_size)
+    else:
+        if device_num > 1:
+            raise UserError(f"device_num={device_num} needs distribute=true and a launcher "
+                            f"(scripts/run_pretrain_distribute.sh)")
+        if target == "CPU":
+            ms.set_device(target)
+        else:
+            ms.set_device(target, device_id)
+        rank, group_size = 0, 1
+    if seed is not None:
+        ms.set_seed(seed)
+    return Device(target=target, rank=rank, group_size=group_size)
+
+
+@dataclass
+class StepPlan:
+    """Step counts and data order of one training run.
+
+    Every rank reads `batches_per_epoch` batches per epoch: the epoch's permutation of all rows (rows beyond a
+    multiple of group_size dropped) dealt round-robin to the ranks, so ranks read disjoint rows. One optimizer step
+    consumes `accumulation_steps` batches (micro-steps); windows may straddle epochs.
+    """
+
+    rows: int
+    batch_size: int
+    total_steps: int
+    group_size: int = 1
+    rank: int = 0
+    accumulation_steps: int = 1
+    shuffle: bool = True
+    seed: int = 0
+
+    @classmethod
+    def create(cls, rows: int, batch_size: int, train_steps: int, epoch_size: int, group_size: int = 1,
+               rank: int = 0, accumulation_steps: int = 1, shuffle: bool = True, seed: int = 0) -> "StepPlan":
+        """`train_steps` > 0 counts optimizer steps; otherwise the run lasts `epoch_size` epochs."""
+        if batch_size < 1 or accumulation_steps < 1:
+            raise UserError(f"batch_size and accumulation_steps must be >= 1, got {batch_size} and "
+                            f"{accumulation_steps}")
+        batches = (rows // group_size) // batch_size
+        if batches == 0:
+            raise UserError(f"the data has {rows} rows, fewer than batch_size x device count = "
+                            f"{batch_size} x {group_size}: lower batch_size or create more data")
+        if train_steps > 0:
+            total = train_steps
+        elif epoch_size > 0:
+            total = epoch_size * batches // accumulation_steps
+            if total == 0:
+                raise UserError(f"{epoch_size} epoch(s) of {batches} batches is less than one optimizer step of "
+                                f"{accumulation_steps} accumulated batches; raise epoch_size or train_steps")
+        else:
+            raise UserError(f"set train_steps > 0 or epoch_size > 0 (got {train_steps} and {epoch_size})")
+        return cls(rows, batch_size, total, group_size, rank, accumulation_steps, shuffle, seed)
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return (self.rows // self.group_size) // self.batch_size
+
+    @property
+    def total_micro_steps(self) -> int:
+        return self.total_steps * self.accumulation_steps
+
+    @property
+    def epochs(self) -> float:
+        return self.total_micro_steps / self.batches_per_epoch
+
+    def signature(self) -> Dict[str, int]:
+        return {key: int(getattr(self, key)) for key in PLAN_KEYS}
+
+    def epoch_rows(self, epoch: int) -> np.ndarray:
+        """This rank's rows of `epoch`, in reading order (batches_per_epoch * batch_size of them)."""
+        usable = self.rows - self.rows % self.group_size
+        order = np.random.RandomState(self.seed + epoch).permutation(self.rows) if self.shuffle \
+            else np.arange(self.rows)
+        return order[:usable][self.rank::self.group_size][:self.batches_per_epoch * self.batch_size]
+
+    def chunks(self, start_micro_step: int) -> Iterator[Tuple[int, np.ndarray]]:
+        """(epoch, rows) for the rest of the run from micro-step `start_micro_step`, one item per epoch."""
+        step = start_micro_step
+        while step < self.total_micro_steps:
+            epoch, first = divmod(step, self.batches_per_epoch)
+            last = min(self.batches_per_epoch, first + self.total_micro_steps - step)
+            yield epoch, self.epoch_rows(epoch)[first * self.batch_size:last * self.batch_size]
+            step += last - first
+
+    def describe(self) -> str:
+        return (f"{self.rows} rows; per rank {self.batches_per_epoch} batches of {self.batch_size} per epoch; "
+                f"{self.total_steps} optimizer steps x {self.accumulation_steps} micro-batch(es) "
+                f"x {self.group_size} rank(s) = {self.epochs:.2f} epochs")
+
+
+@dataclass
+class Progress:
+    """Counters shared by the callbacks and saved in checkpoints."""
+
+    micro_step: int = 0
+    overflow_count: int = 0
+    started_at: float = field(default_factory=time.time)
+
+
+CHECKPOINT_NAME = re.compile(r"^(?P<prefix>[\w.]+)-(?P<step>\d+)\.ckpt$")
+
+
+def list_checkpoints(directory: str, prefix: str) -> List[Tuple[int, str]]:
+    """(optimizer step, path) of the finished checkpoints `<prefix>-<step>.ckpt` in `directory`, oldest first.
+
+    Files still being written carry a temporary name (`.tmp-*`, see save_checkpoint_atomic) and never match.
+    """
+    if not os.path.isdir(directory):
+        return []
+    found = []
+    for name in os.listdir(directory):
+        match = CHECKPOINT_NAME.match(name)
+        if match and match["prefix"] == prefix:
+            found.append((int(match["step"]), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def latest_checkpoint(directory: str, prefix: str) -> Optional[str]:
+    found = list_checkpoints(directory, prefix)
+    return found[-1][1] if found else None
+
+
+def _scalar(value) -> float:
+    return float(value.asnumpy()) if hasattr(value, "asnumpy") else float(value)
+
+
+def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, load_checkpoint_path: str,
+                   save_directory: str, prefix: str, log: Callable[[str], None] = print) -> Progress:
+    """Restore the run's state, or start fresh.
+
+    - a train checkpoint (written by `CheckpointSaver`) in `load_checkpoint_path`, or else the newest one in
+      `save_directory`: weights, optimizer state, loss scale and progress are restored; its data plan must match.
+    - `load_checkpoint_path` holding weights only (a converted public checkpoint or a network checkpoint): every
+      parameter of `network` is loaded and training starts at step 0, unless this run already saved a
+      checkpoint in `save_directory` (a restarted run continues instead of starting over).
+    """
+    latest = latest_checkpoint(save_directory, prefix) if save_directory else None
+    path = load_checkpoint_path or latest
+    if not path:
+        return Progress()
+    values = read_checkpoint(path)
+    if not all(key in values for key in PROGRESS_KEYS):
+        if latest is None:
+            load_weights(network, values)
+            log(f"initialised the network from {path} (weights only: training starts at step 0)")
+            return Progress()
+        log(f"{save_directory} already holds this run's checkpoints: continuing from them, not from {path}")
+        path, values = latest, read_checkpoint(latest)
+    _check_plan(values, plan, path)
+    load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS})
+    progress = Progress(micro_step=int(_scalar(values["micro_step"])),
+                        overflow_count=int(_scalar(values["overflow_count"])))
+    log(f"resumed from {path}: optimizer step {progress.micro_step // plan.accumulation_steps} of "
+        f"{plan.total_steps}")
+    return progress
+
+
+def _check_plan(values: Dict, plan: StepPlan, path: str) -> None:
+    mine = plan.signature()
+    changed = [f"{key}: checkpoint {int(_scalar(values[key]))}, now {mine[key]}"
+               for key in PLAN_KEYS if key in values and int(_scalar(values[key])) != mine[key]]
+    if changed:
+        raise UserError(f"{path} was written by a run that read its data differently ({'; '.join(changed)}); "
+                        f"resume with the same settings, or start a new run in another save_checkpoint_path")
+
+
+class TrainMonitor(Callback):
+    """Every `log_steps` optimizer steps (and at the last): one line on stdout and one JSON object in `jsonl_path`.
+
+    The train cell returns (loss, overflow, loss_scale, mlm_loss, sop_loss); loss values are means over the
+    micro-batches since the previous line. Throughput counts all ranks; tokens are batch x seq_length (padding
+    included). ETA extrapolates the mean step time since the first step (which includes graph compilation).
+    """
+
+    def __init__(self, plan: StepPlan, progress: Progress, log_steps: int, seq_length: int,
+                 lr_at: Callable[[int], float], jsonl_path: Optional[str], log: Callable[[str], None] = print,
+                 part_names: Sequence[str] = ("mlm_loss", "sop_loss")):
+        super().__init__()
+        if log_steps < 1:
+            raise UserError(f"log_steps must be >= 1, got {log_steps}")
+        self.plan, self.progress, self.log_steps, self.seq_length = plan, progress, log_steps, seq_length
+        self.lr_at, self.jsonl_path, self.log, self.part_names = lr_at, jsonl_path, log, tuple(part_names)
+        self._sums: List[float] = []
+        self._count = 0
+        self._first_step_end: Optional[float] = None
+        self._first_step_micro = 0
+        self._seen_cur_step = 0
+
+    def on_train_begin(self, run_context) -> None:
+        self._seen_cur_step = 0
+
+    def on_train_step_end(self, run_context) -> None:
+        args = run_context.original_args()
+        micro_done = args.cur_step_num - self._seen_cur_step  # > 1 in data-sink mode
+        self._seen_cur_step = args.cur_step_num
+        outputs = args.net_outputs
+        values = [_scalar(outputs[0])] + [_scalar(v) for v in outputs[3:3 + len(self.part_names)]]
+        self._sums = [a + b for a, b in zip(self._sums, values)] if self._sums else values
+        self._count += 1
+        before = self.progress.micro_step
+        self.progress.micro_step += micro_done
+        accum = self.plan.accumulation_steps
+        if self.progress.micro_step // accum > before // accum and bool(outputs[1].asnumpy()):
+            self.progress.overflow_count += 1
+        if self._first_step_end is None:
+            self._first_step_end, self._first_step_micro = time.time(), self.progress.micro_step
+        step = self.progress.micro_step // accum
+        crossed = step // self.log_steps > (before // accum) // self.log_steps
+        if crossed or self.progress.micro_step >= self.plan.total_micro_steps:
+            self._report(step, float(_scalar(outputs[2])))
+
+    def _report(self, step: int, loss_scale: float) -> None:
+        means = [v / self._count for v in self._sums]
+        self._sums, self._count = [], 0
+        now = time.time()
+        timed_micro = self.progress.micro_step - self._first_step_micro
+        per_micro = (now - self._first_step_end) / timed_micro if timed_micro > 0 else float("nan")
+        samples_per_s = self.plan.batch_size * self.plan.group_size / per_micro if timed_micro > 0 else float("nan")
+        eta = per_micro * (self.plan.total_micro_steps - self.progress.micro_step) if timed_micro > 0 else float("nan")
+        record = {"step": step, "total_steps": self.plan.total_steps,
+                  "epoch": round(self.progress.micro_step / self.plan.batches_per_epoch, 4), "loss": means[0],
+                  **dict(zip(self.part_names, means[1:])), "lr": self.lr_at(max(step - 1, 0)),
+                  "loss_scale": loss_scale, "overflow_count": self.progress.overflow_count,
+                  "samples_per_s": samples_per_s, "tokens_per_s": samples_per_s * self.seq_length,
+                  "eta_s": eta, "elapsed_s": now - self.progress.started_at}
+        parts = " ".join(f"{name.replace('_loss', '')} {record[name]:.4f}" for name in self.part_names)
+        self.log(f"step {step}/{self.plan.total_steps} | epoch {record['epoch']:.2f} | loss {means[0]:.4f}"
+                 f"{f' ({parts})' if parts else ''} | lr {record['lr']:.3e} | loss scale {loss_scale:g} | "
+                 f"overflows {self.progress.overflow_count} | {samples_per_s:.1f} samples/s "
+                 f"{record['tokens_per_s']:.0f} tokens/s | eta {_clock(eta)}")
+        if self.jsonl_path:
+            with open(self.jsonl_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+
+def _clock(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class CheckpointSaver(Callback):
+    """Every `every` optimizer steps and at the end: the whole train cell (weights, optimizer moments, loss scale,
+    accumulation buffers) plus progress and the data plan, written atomically; only the newest `keep` remain."""
+
+    def __init__(self, train_cell: nn.Cell, plan: StepPlan, progress: Progress, directory: str, prefix: str,
+                 every: int, keep: int, log: Callable[[str], None] = print):
+        super().__init__()
+        if every < 1 or keep < 1:
+            raise UserError(f"save_checkpoint_steps and save_checkpoint_num must be >= 1, got {every} and {keep}")
+        self.train_cell, self.plan, self.progress = train_cell, plan, progress
+        self.directory, self.prefix, self.every, self.keep, self.log = directory, prefix, every, keep, log
+        self._last_step = progress.micro_step // plan.accumulation_steps
+        self._pending = False
+
+    def on_train_step_end(self, run_context) -> None:
+        """Save once a multiple of `every` was passed, at the first step that ends an accumulation window."""
+        step = self.progress.micro_step // self.plan.accumulation_steps
+        at_end = self.progress.micro_step >= self.plan.total_micro_steps
+        self._pending = self._pending or step // self.every > self._last_step // self.every or at_end
+        self._last_step = step
+        if self._pending and self.progress.micro_step % self.plan.accumulation_steps == 0:
+            self.save(step)
+            self._pending = False
+
+    def save(self, step: int) -> str:
+        path = os.path.join(self.directory, f"{self.prefix}-{step}.ckpt")
+        extra = {"micro_step": self.progress.micro_step, "overflow_count": self.progress.overflow_count,
+                 **self.plan.signature()}
+        save_checkpoint_atomic(self.train_cell, path, append_dict=extra)
+        for _, old in list_checkpoints(self.directory, self.prefix)[:-self.keep]:
+            os.remove(old)
+        self.log(f"saved {path}")
+        return path
+
+
+def remove_stale_temporaries(directory: str) -> None:
+    """Delete half-written checkpoints a killed run left behind (they never count as checkpoints)."""
+    for path in Path(directory).glob(".tmp-*.ckpt"):
+        path.unlink(missing_ok=True)
+
+
+def train(train_cell: nn.Cell, make_dataset: Callable[[np.ndarray], object], plan: StepPlan, progress: Progress,
+          callbacks: Sequence[Callback], device: Device, data_sink: bool, sink_steps: int,
+          log: Callable[[str], None] = print) -> None:
+    """Run the rest of `plan` from `progress.micro_step` with Model.train, one call per epoch chunk (each chunk's
+    rows come from `plan.chunks`, so the order does not depend on how the run was split by restarts).
+
+    Data sink is used on GPU/Ascend only (MindSpore silently ignores it on CPU); the sink size divides each chunk,
+    so the run never takes more steps than planned.
+    """
+    model = Model(train_cell)
+    sink = data_sink and device.target != "CPU"
+    if data_sink and not sink:
+        log("data sink is not available on CPU: running step by step")
+    for _, rows in plan.chunks(progress.micro_step):
+        dataset = make_dataset(rows)
+        batches = len(rows) // plan.batch_size
+        if sink:
+            size = math.gcd(batches, max(sink_steps, 1))
+            model.train(batches // size, dataset, callbacks=list(callbacks), dataset_sink_mode=True, sink_size=size)
+        else:
+            model.train(1, dataset, callbacks=list(callbacks), dataset_sink_mode=False)
+
+
+def weights_digest(cell: nn.Cell) -> str:
+    """sha256 of every trainable parameter's bytes: equal on all ranks when data parallel kept them in sync."""
+    digest = hashlib.sha256()
+    for param in cell.trainable_params():
+        digest.update(param.name.encode())
+        digest.update(np.ascontiguousarray(param.asnumpy()).tobytes())
+    return digest.hexdigest()
+
+
+def lr_function(schedule: nn.Cell) -> Callable[[int], float]:
+    """The learning rate the optimizer uses at a (0-based) global step, read from its schedule cell."""
+    def lr_at(step: int) -> float:
+        return float(schedule(Tensor(step, ms.int32)).asnumpy())
+    return lr_at
+
+
+def network_config(config: Config, data_vocab_size: Optional[int]) -> AlbertConfig:
+    """The AlbertConfig of a run: preset (or config json), then net_cfg overrides; vocab_size defaults to the
+    data's vocabulary unless a config json or net_cfg.vocab_size sets it."""
+    overrides = {key: value for key, value in config.net_cfg.to_dict().items() if value is not None}
+    if config.albert_config_file:
+        base = AlbertConfig.from_json_file(config.albert_config_file)
+    else:
+        base = AlbertConfig.from_preset(config.albert_network)
+        if data_vocab_size is not None:
+            overrides.setdefault("vocab_size", data_vocab_size)
+    return base.replace(**overrides)
+
+
+def check_data_fits(meta: dict, net: AlbertConfig, seq_shape: Sequence[int], data_dir: str) -> None:
+    """Stop before building a model the data cannot feed (vocabulary, sequence length)."""
+    if meta:
+        check_data_meta(meta, vocab_size=net.vocab_size)
+    if seq_shape and seq_shape[-1] > net.max_position_embeddings:
+        raise UserError(f"{data_dir}: sequences of {seq_shape[-1]} tokens but the network's "
+                        f"max_position_embeddings is {net.max_position_embeddings}")
+
+
+def data_meta(data_dir: str) -> dict:
+    """The creator's .meta.json when there is one (data from other tools may lack it)."""
+    try:
+        return load_data_meta(data_dir)
+    except UserError:
+        return {}

@@ -1,0 +1,49 @@
+"""Helpers for the pretraining tests that run the entry points as subprocesses."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, GLOG_v="3", PYTHONUNBUFFERED="1")  # GLOG_v=3: MindSpore logs errors only
+# A tiny network (embedding 16 != hidden 32) and small batches keep each run to a few seconds.
+TINY = ["--albert_network", "albert_tiny", "--net_cfg.hidden_size", "32", "--net_cfg.embedding_size", "16",
+        "--net_cfg.num_hidden_layers", "2", "--net_cfg.num_attention_heads", "2", "--net_cfg.intermediate_size", "64",
+        "--batch_size", "8", "--device_target", "CPU"]
+
+
+def run(args: List[str], timeout: int = 300, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable] + args, cwd=ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def metrics_by_step(path: Path) -> Dict[int, dict]:
+    rows: Dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        rows[row["step"]] = row  # a resumed run re-logs steps after its checkpoint: the newest row wins
+    return rows
+
+
+def digest(stdout: str) -> str:
+    return next(line.split()[-1] for line in stdout.splitlines() if "final weights sha256" in line)
+
+
+def make_pretraining_data(folder: Path) -> Dict[str, Path]:
+    """Pretraining data at seq 32 from the pydoc corpus with a 1000-piece vocabulary."""
+    ok(run(["-m", "src.sample_corpus", "--output_file", str(folder / "corpus.txt")]))
+    ok(run(["-m", "src.spm_train", "--input_file", str(folder / "corpus.txt"), "--model_prefix", str(folder / "spm"),
+            "--vocab_size", "1000"]))
+    for split, seed in (("train", "1"), ("eval", "2")):
+        ok(run(["-m", "src.create_pretraining_data", "--input_file", str(folder / "corpus.txt"),
+                "--output_file", str(folder / f"{split}.mindrecord"), "--spm_model_file", str(folder / "spm.model"),
+                "--max_seq_length", "32", "--max_predictions_per_seq", "5", "--dupe_factor", "1",
+                "--random_seed", seed, "--progress", "false"]))
+    return {"train": folder / "train.mindrecord", "eval": folder / "eval.mindrecord", "folder": folder}

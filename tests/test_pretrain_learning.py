@@ -1,0 +1,62 @@
+"""Pretraining learns: tiny ALBERT trained on the SQuAD v1.1 dev Wikipedia articles, evaluated on held-out
+articles, beats the same network untrained on both tasks.
+
+Recipe (also in the README): 43 articles for training, the last 5 held out; 4000-piece SentencePiece vocabulary
+trained on the training articles; seq 64, 10 predictions, dupe_factor 3; albert_tiny with pre-LayerNorm, Lamb
+lr 5e-3 (100 warmup steps, linear decay), batch 32, 1500 steps. Measured on 2 CPU cores (2026-11-22):
+masked_lm_accuracy 0.133 and sentence_order_accuracy 0.578 on 954 held-out instances, against about 0.0003 and
+0.5 untrained.
+"""
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.pretrain_helpers import ok, run
+
+
+def split_corpus(corpus: Path, folder: Path, held_out: int = 5) -> None:
+    documents = corpus.read_text(encoding="utf-8").strip().split("\n\n")
+    (folder / "train.txt").write_text("\n\n".join(documents[:-held_out]) + "\n", encoding="utf-8")
+    (folder / "eval.txt").write_text("\n\n".join(documents[-held_out:]) + "\n", encoding="utf-8")
+
+
+def evaluate(folder: Path, checkpoint: Path, name: str) -> dict:
+    ok(run(["pretrain_eval.py", "--eval_data_dir", str(folder / "eval.mindrecord"), "--eval_ckpt", str(checkpoint),
+            "--albert_config_file", str(folder / "out" / "albert_config.json"), "--device_target", "CPU",
+            "--eval_output_file", str(folder / f"{name}.json")]))
+    return json.loads((folder / f"{name}.json").read_text())
+
+
+@pytest.mark.slow
+def test_tiny_albert_learns_both_tasks_on_held_out_wikipedia(assets, tmp_path):
+    split_corpus(assets / "derived" / "squad_v1.1_dev_contexts_corpus.txt", tmp_path)
+    ok(run(["-m", "src.spm_train", "--input_file", str(tmp_path / "train.txt"), "--model_prefix",
+            str(tmp_path / "spm"), "--vocab_size", "4000"]))
+    for split, dupe, seed in (("train", "3", "12345"), ("eval", "2", "7")):
+        ok(run(["-m", "src.create_pretraining_data", "--input_file", str(tmp_path / f"{split}.txt"),
+                "--output_file", str(tmp_path / f"{split}.mindrecord"), "--spm_model_file", str(tmp_path / "spm.model"),
+                "--max_seq_length", "64", "--max_predictions_per_seq", "10", "--dupe_factor", dupe,
+                "--random_seed", seed, "--progress", "false"]))
+    ok(run(["run_pretrain.py", "--data_dir", str(tmp_path / "train.mindrecord"), "--output_dir", str(tmp_path / "out"),
+            "--albert_network", "albert_tiny", "--net_cfg.ln_type", "preln", "--batch_size", "32",
+            "--train_steps", "1500", "--log_steps", "100", "--save_checkpoint_steps", "1500", "--optimizer", "Lamb",
+            "--optimizer_cfg.Lamb.learning_rate", "5e-3", "--optimizer_cfg.Lamb.warmup_steps", "100",
+            "--device_target", "CPU"], timeout=1500))
+    trained = evaluate(tmp_path, tmp_path / "out" / "checkpoints" / "albert_pretrain-1500.ckpt", "trained")
+
+    import mindspore as ms
+
+    from src.albert_for_pre_training import AlbertPreTraining
+    from src.albert_model import AlbertConfig
+    ms.set_seed(12345)
+    untrained_net = AlbertPreTraining(AlbertConfig.from_json_file(str(tmp_path / "out" / "albert_config.json")))
+    ms.save_checkpoint(untrained_net, str(tmp_path / "untrained.ckpt"))
+    untrained = evaluate(tmp_path, tmp_path / "untrained.ckpt", "untrained")
+
+    print(f"held-out: trained {trained}, untrained {untrained}")
+    assert untrained["masked_lm_accuracy"] < 0.01 and 0.44 < untrained["sentence_order_accuracy"] < 0.56
+    assert trained["masked_lm_accuracy"] > 0.10  # measured 0.133
+    assert trained["masked_lm_loss"] < untrained["masked_lm_loss"] - 2.0
+    # 954 held-out pairs: chance gives 0.5 +- 0.016; measured 0.578
+    assert trained["sentence_order_accuracy"] > 0.54

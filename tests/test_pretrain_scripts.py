@@ -1,0 +1,158 @@
+"""The pretraining scripts as documented, on CPU: the embedded quick start, a run on given data, and data-parallel
+training with msrun on loopback (two workers on one machine, and two one-worker 'machines').
+
+Data parallel is checked against a single process on the combined batch: with 2 workers of batch 8 each worker
+reads half of the rows the single run reads in one batch of 16, so on rows with equal masked-token counts the
+weights must agree up to float rounding.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import pytest
+
+from tests.pretrain_helpers import ENV, ROOT, TINY, metrics_by_step, ok, run
+
+SCRIPTS = ROOT / "scripts"
+
+
+def bash(args, env_extra: Dict[str, str] = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(ENV, PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+               **(env_extra or {}))
+    return subprocess.run(["bash"] + [str(a) for a in args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def weights(path: Path) -> Dict[str, np.ndarray]:
+    import mindspore as ms
+
+    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items()
+            if name.startswith(("albert.", "predictions.", "sop_classifier."))}
+
+
+@pytest.mark.slow
+def test_quick_start_runs_end_to_end_and_the_loss_falls(tmp_path):
+    out = tmp_path / "quick"
+    result = bash([SCRIPTS / "run_pretrain_single.sh"], {"OUTPUT_DIR": str(out), "TRAIN_STEPS": "60",
+                                                        "SEQ_LENGTH": "64"})
+    ok(result)
+    assert f"quick start: writing into {out} (logs: {out / 'logs'})" in result.stdout
+    for produced in ("data/corpus.txt", "data/spm.model", "data/train.mindrecord", "data/eval.mindrecord",
+                     "albert_config.json", "checkpoints/albert_pretrain-60.ckpt", "metrics.jsonl", "curves.png",
+                     "pretrain_eval.json", "logs/pretrain.log", "logs/eval.log", "logs/data.log"):
+        assert (out / produced).is_file(), produced
+        assert str(out / produced) in result.stdout or produced.startswith(("logs/", "data/"))
+    rows = metrics_by_step(out / "metrics.jsonl")
+    assert rows[60]["mlm_loss"] < rows[20]["mlm_loss"] - 1.0  # visibly falls: about 7.4 -> 5.6 in 60 steps
+    metrics = json.loads((out / "pretrain_eval.json").read_text())
+    assert set(metrics) >= {"masked_lm_accuracy", "masked_lm_loss", "sentence_order_accuracy", "sentence_order_loss"}
+
+
+def test_single_script_on_given_data_returns_the_job_exit_code(data, tmp_path):
+    out = tmp_path / "given"
+    result = bash([SCRIPTS / "run_pretrain_single.sh", data["train"], out, *TINY, "--train_steps", "3",
+                   "--log_steps", "1"], {"DEVICE_TARGET": "CPU"})
+    ok(result)
+    assert f"logs: {out / 'logs' / 'pretrain.log'}" in result.stdout
+    assert "step 3/3" in (out / "logs" / "pretrain.log").read_text()
+    failed = bash([SCRIPTS / "run_pretrain_single.sh", data["train"], out, "--no_such_key", "1"])
+    assert failed.returncode == 2 and "unknown option '--no_such_key'" in failed.stdout
+    assert bash([SCRIPTS / "run_pretrain_single.sh", "--help"]).stdout.startswith("usage:")
+    assert bash([SCRIPTS / "run_pretrain_single.sh", "only_one_argument"]).returncode == 2
+
+
+def test_distribute_script_builds_the_documented_launch_commands(tmp_path):
+    gpu = bash([SCRIPTS / "run_pretrain_distribute.sh", 8, "/data/pretrain", tmp_path, "--train_steps", "10"],
+               {"DEVICE_TARGET": "GPU", "DRY_RUN": "1"})
+    ok(gpu)
+    assert gpu.stdout.startswith("mpirun -n 8 ")
+    assert "--distribute true --device_num 8 --device_target GPU" in gpu.stdout
+    multi = bash([SCRIPTS / "run_pretrain_distribute.sh", 4, "/data/pretrain", tmp_path],
+                 {"DRY_RUN": "1", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "9000"})
+    ok(multi)
+    for part in ("msrun --worker_num=8 --local_worker_num=4 --master_addr=10.0.0.1 --master_port=9000 --node_rank=1",
+                 "--join=True", "--device_num 8"):
+        assert part in multi.stdout
+    refused = bash([SCRIPTS / "run_pretrain_distribute.sh", 2, "/d", tmp_path], {"LAUNCHER": "mpirun",
+                                                                                  "DEVICE_TARGET": "CPU"})
+    assert refused.returncode == 2 and "use LAUNCHER=msrun on CPU" in refused.stderr
+    assert bash([SCRIPTS / "run_pretrain_distribute.sh", "two", "/d", tmp_path]).returncode == 2
+
+
+DP_RUN = ["--train_steps", "5", "--log_steps", "1", "--save_checkpoint_steps", "5", "--optimizer", "Lamb",
+          "--optimizer_cfg.Lamb.learning_rate", "1e-3", "--optimizer_cfg.Lamb.warmup_steps", "0",
+          "--enable_lossscale", "false"]
+
+
+def distributed_digests(logs: Path) -> list:
+    lines = [line for log in sorted(logs.glob("**/worker_*.log")) for line in log.read_text().splitlines()
+             if "final weights sha256" in line]
+    return sorted(lines)
+
+
+@pytest.fixture(scope="module")
+def uniform_data(data, tmp_path_factory) -> Path:
+    """Rows that all carry exactly 5 masked tokens (no short sequences, masking rate 0.5), so that the mean
+    masked-LM loss of a batch of 16 equals the mean of its two halves' means: data parallel must then match one
+    process on the combined batch up to float rounding."""
+    output = tmp_path_factory.mktemp("uniform") / "uniform.mindrecord"
+    ok(run(["-m", "src.create_pretraining_data", "--input_file", str(data["folder"] / "corpus.txt"),
+            "--output_file", str(output), "--spm_model_file", str(data["folder"] / "spm.model"),
+            "--max_seq_length", "32", "--max_predictions_per_seq", "5", "--masked_lm_prob", "0.5",
+            "--short_seq_prob", "0", "--dupe_factor", "1", "--progress", "false"]))
+    from dataset import create_pretraining_dataset
+    rows = create_pretraining_dataset(output, batch_size=100000, shuffle=False, drop_remainder=False)
+    weights_per_row = next(rows.create_tuple_iterator(output_numpy=True))[6].sum(-1)
+    assert (weights_per_row == 5).mean() > 0.99
+    return output
+
+
+@pytest.mark.slow
+def test_two_msrun_workers_stay_identical_and_match_one_process_on_the_combined_batch(uniform_data, tmp_path):
+    single = ok(run(["run_pretrain.py", "--data_dir", str(uniform_data), "--output_dir", str(tmp_path / "single"),
+                     *TINY, *DP_RUN, "--batch_size", "16"]))
+    assert "1 worker(s)" in single.stdout
+    result = bash([SCRIPTS / "run_pretrain_distribute.sh", 2, uniform_data, tmp_path / "dp", *TINY, *DP_RUN],
+                  {"DEVICE_TARGET": "CPU", "MASTER_PORT": str(free_port())})
+    ok(result)
+    digests = distributed_digests(tmp_path / "dp" / "logs")
+    assert [line.split(":")[0].split()[-1] for line in digests] == ["0", "1"]
+    assert len({line.split()[-1] for line in digests}) == 1, digests  # both ranks hold the same weights
+    ours = weights(tmp_path / "dp" / "checkpoints" / "albert_pretrain-5.ckpt")
+    reference = weights(tmp_path / "single" / "checkpoints" / "albert_pretrain-5.ckpt")
+    for name in reference:  # 5 Lamb steps of lr 1e-3 move the weights by ~5e-3 of their norm; rounding ~1e-7
+        np.testing.assert_allclose(ours[name], reference[name], rtol=1e-4, atol=2e-6, err_msg=name)
+
+
+@pytest.mark.slow
+def test_distributed_evaluation_counts_every_row_once(data, tmp_path):
+    ok(run(["run_pretrain.py", "--data_dir", str(data["train"]), "--output_dir", str(tmp_path), *TINY,
+            "--train_steps", "3"]))
+    checkpoint = tmp_path / "checkpoints" / "albert_pretrain-3.ckpt"
+    evaluate = ["--eval_data_dir", str(data["eval"]), "--eval_ckpt", str(checkpoint), "--eval_batch_size", "40",
+                "--device_target", "CPU"]
+    ok(run(["pretrain_eval.py", *evaluate, "--eval_output_file", str(tmp_path / "single.json")]))
+    port = str(free_port())
+    result = subprocess.run(["msrun", "--worker_num=2", "--local_worker_num=2", "--master_addr=127.0.0.1",
+                             f"--master_port={port}", f"--log_dir={tmp_path / 'logs'}", "--join=True",
+                             str(ROOT / "pretrain_eval.py"), *evaluate, "--distribute", "true",
+                             "--eval_output_file", str(tmp_path / "two.json")],
+                            cwd=ROOT, env=dict(ENV, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}"),
+                            capture_output=True, text=True, timeout=300)
+    ok(result)
+    single = json.loads((tmp_path / "single.json").read_text())
+    two = json.loads((tmp_path / "two.json").read_text())
+    assert two["examples"] == single["examples"] and two["masked_tokens"] == single["masked_tokens"]
+    for key in ("masked_lm_accuracy", "masked_lm_loss", "sentence_order_accuracy", "sentence_order_loss"):
+        assert two[key] == pytest.approx(single[key], rel=1e-5), key

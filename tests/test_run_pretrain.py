@@ -1,0 +1,228 @@
+"""run_pretrain.py, pretrain_eval.py and src.plot_metrics as users run them: real subprocesses, GRAPH mode, CPU.
+
+Resume is checked by killing a run with SIGKILL and restarting it: the per-step losses and the final weights must
+equal an uninterrupted run's. Evaluation is checked against HF transformers computing the same metrics.
+"""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+
+from tests.pretrain_helpers import ENV, ROOT, TINY, digest, metrics_by_step, ok, run
+
+def pretrain(data, out: Path, *extra: str) -> List[str]:
+    return ["run_pretrain.py", "--data_dir", str(data["train"]), "--output_dir", str(out), *TINY, *extra]
+
+
+RESUME_RUN = ["--train_steps", "300", "--log_steps", "1", "--save_checkpoint_steps", "40", "--save_checkpoint_num",
+              "2", "--accumulation_steps", "2", "--optimizer", "Lamb", "--optimizer_cfg.Lamb.learning_rate", "3e-3",
+              "--optimizer_cfg.Lamb.warmup_steps", "30", "--loss_scale_value", "65536", "--scale_window", "50"]
+
+
+def test_kill_9_and_resume_gives_the_uninterrupted_trajectory(data, tmp_path):
+    reference = ok(run(pretrain(data, tmp_path / "reference", *RESUME_RUN)))
+    expected = metrics_by_step(tmp_path / "reference" / "metrics.jsonl")
+    assert len(expected) == 300
+
+    out = tmp_path / "killed"
+    args = [sys.executable] + pretrain(data, out, *RESUME_RUN)
+    process = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 130:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    logged = len(metrics.read_text().splitlines())
+    assert 130 <= logged < 300, f"the run was not killed mid-way ({logged} steps logged)"
+    checkpoints = sorted(p.name for p in (out / "checkpoints").glob("*.ckpt"))
+    assert 1 <= len(checkpoints) <= 2  # save_checkpoint_num
+    # A write cut short by a kill leaves only a temporary file: it must never be taken for the newest checkpoint.
+    (out / "checkpoints" / ".tmp-cut-short.ckpt").write_bytes(b"\x00" * 100)
+
+    resumed = ok(run(pretrain(data, out, *RESUME_RUN)))
+    newest = max(int(name.split("-")[1].split(".")[0]) for name in checkpoints)
+    assert f"resumed from {out / 'checkpoints' / f'albert_pretrain-{newest}.ckpt'}" in resumed.stdout
+    assert not (out / "checkpoints" / ".tmp-cut-short.ckpt").exists()
+    got = metrics_by_step(metrics)
+    assert sorted(got) == sorted(expected)
+    for step in expected:  # tolerance 1e-6 relative: bit-identical in practice (dropout 0, fixed data order)
+        for key in ("loss", "mlm_loss", "sop_loss", "lr", "loss_scale", "overflow_count"):
+            assert got[step][key] == pytest.approx(expected[step][key], rel=1e-6), (step, key)
+    assert digest(resumed.stdout) == digest(reference.stdout)
+    ok(run(pretrain(data, out, *RESUME_RUN)))  # a finished run started again does nothing
+    assert len(metrics_by_step(metrics)) == 300
+
+
+def test_absurd_loss_scale_overflows_then_falls_and_training_proceeds(data, tmp_path):
+    ok(run(pretrain(data, tmp_path, "--train_steps", "40", "--log_steps", "1", "--loss_scale_value", "3.0e38",
+                    "--scale_factor", "2", "--scale_window", "1000", "--enable_save_ckpt", "false",
+                    "--optimizer_cfg.AdamWeightDecay.learning_rate", "2e-3",
+                    "--optimizer_cfg.AdamWeightDecay.warmup_steps", "0")))
+    rows = [metrics_by_step(tmp_path / "metrics.jsonl")[step] for step in range(1, 41)]
+    # fp32 gradients times 3e38 hold inf: the first update is skipped and the scale halves.
+    assert rows[0]["overflow_count"] == 1 and rows[0]["loss_scale"] == pytest.approx(1.5e38, rel=1e-6)
+    for row in rows:  # every overflow (and nothing else, within scale_window) divides the scale by scale_factor
+        assert row["loss_scale"] == pytest.approx(3.0e38 / 2 ** row["overflow_count"], rel=1e-6)
+    assert rows[-1]["overflow_count"] == rows[-11]["overflow_count"] < 10  # then overflows stop
+    assert np.mean([r["mlm_loss"] for r in rows[-5:]]) < rows[0]["mlm_loss"] - 0.3  # and training proceeds
+
+
+def test_train_steps_count_optimizer_steps_with_accumulation(data, tmp_path):
+    result = ok(run(pretrain(data, tmp_path, "--train_steps", "6", "--accumulation_steps", "3", "--log_steps", "2",
+                             "--save_checkpoint_steps", "4", "--save_checkpoint_num", "5")))
+    assert sorted(metrics_by_step(tmp_path / "metrics.jsonl")) == [2, 4, 6]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")) == \
+        ["albert_pretrain-4.ckpt", "albert_pretrain-6.ckpt"]
+    assert "6 optimizer steps x 3 micro-batch(es)" in result.stdout
+    line = next(l for l in result.stdout.splitlines() if l.startswith("step 6/6"))
+    for field in ("epoch", "loss", "mlm", "sop", "lr", "loss scale", "overflows", "samples/s", "tokens/s", "eta"):
+        assert field in line
+    config = json.loads((tmp_path / "albert_config.json").read_text())
+    assert config["hidden_size"] == 32 and config["vocab_size"] == 1000  # vocab from the data's tokenizer
+
+
+def test_epochs_come_from_the_dataset_size(data, tmp_path):
+    from dataset import count_rows
+
+    rows = count_rows(data["train"])
+    result = ok(run(pretrain(data, tmp_path, "--batch_size", "256", "--epoch_size", "2", "--log_steps", "100",
+                             "--enable_save_ckpt", "false")))
+    steps = 2 * (rows // 256)
+    assert f"{rows} rows; per rank {rows // 256} batches of 256 per epoch; {steps} optimizer steps" in result.stdout
+    assert max(metrics_by_step(tmp_path / "metrics.jsonl")) == steps
+
+
+def hf_metrics(hf_model, data_file: Path) -> Dict[str, float]:
+    """The four metrics computed with HF AlbertForPreTraining (torch) over every row of `data_file`."""
+    import torch
+
+    from dataset import create_pretraining_dataset
+
+    totals = np.zeros(6)
+    dataset = create_pretraining_dataset(data_file, batch_size=64, shuffle=False, drop_remainder=False)
+    for ids, mask, segments, labels, positions, mlm_ids, weights in dataset.create_tuple_iterator(output_numpy=True):
+        with torch.no_grad():
+            out = hf_model(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                           token_type_ids=torch.tensor(segments, dtype=torch.long))
+        logits = out.prediction_logits.double().numpy()
+        picked = np.take_along_axis(logits, positions[..., None].astype(np.int64), axis=1)
+        log_probs = picked - np.log(np.exp(picked - picked.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+            - picked.max(-1, keepdims=True)
+        nll = -np.take_along_axis(log_probs, mlm_ids[..., None].astype(np.int64), -1)[..., 0]
+        sop = out.sop_logits.double().numpy()
+        sop_log_probs = sop - np.log(np.exp(sop).sum(-1, keepdims=True))
+        labels = labels.reshape(-1)
+        totals += [(weights * (picked.argmax(-1) == mlm_ids)).sum(), weights.sum(), (weights * nll).sum(),
+                   (sop.argmax(-1) == labels).sum(), -sop_log_probs[np.arange(len(labels)), labels].sum(), len(labels)]
+    return {"masked_lm_accuracy": totals[0] / totals[1], "masked_lm_loss": totals[2] / totals[1],
+            "sentence_order_accuracy": totals[3] / totals[5], "sentence_order_loss": totals[4] / totals[5]}
+
+
+def test_pretrain_eval_equals_hf_on_a_converted_checkpoint(data, tmp_path):
+    from tests.hf_reference import make_hf_pretraining, save_hf
+
+    model = make_hf_pretraining(dict(vocab_size=1000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=48, max_position_embeddings=64),
+                                seed=3)
+    hf_dir = save_hf(model, tmp_path / "hf", safetensors=True)
+    ok(run(["-m", "src.convert_checkpoint", "--src", "hf", "--input", str(hf_dir), "--output",
+            str(tmp_path / "converted.ckpt")]))
+    result = ok(run(["pretrain_eval.py", "--eval_data_dir", str(data["eval"]), "--eval_ckpt",
+                     str(tmp_path / "converted.ckpt"), "--albert_config_file", str(hf_dir / "config.json"),
+                     "--eval_batch_size", "48", "--output_dir", str(tmp_path), "--device_target", "CPU"]))
+    ours = json.loads((tmp_path / "pretrain_eval.json").read_text())
+    expected = hf_metrics(model, data["eval"])
+    for key, value in expected.items():
+        assert ours[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    from dataset import count_rows
+    assert ours["examples"] == count_rows(data["eval"])  # the padded last batch adds nothing
+    assert "masked_lm_accuracy" in result.stdout
+
+
+def test_plot_metrics_writes_a_png_with_the_newest_row_per_step(tmp_path):
+    from src.plot_metrics import read_metrics
+
+    rows = [{"step": s, "loss": 9.0 - s, "mlm_loss": 8.0 - s, "sop_loss": 0.7, "lr": 1e-3 * s} for s in (1, 2, 3)]
+    rows.append({"step": 2, "loss": 1.5, "mlm_loss": 1.0, "sop_loss": 0.5, "lr": 2e-3})
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [r["loss"] for r in read_metrics(str(metrics))] == [8.0, 1.5, 6.0]
+    result = ok(run(["-m", "src.plot_metrics", str(metrics), "--output", str(tmp_path / "c.png")]))
+    png = (tmp_path / "c.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == 800  # 8 in x 100 dpi
+    assert "3 points" in result.stdout
+    metrics.write_text('{"step": 1, "loss": 2}\nnot json\n')
+    bad = run(["-m", "src.plot_metrics", str(metrics)])
+    assert bad.returncode == 2 and "metrics.jsonl line 2" in bad.stderr
+
+
+def one_line_error(result: subprocess.CompletedProcess, *parts: str) -> None:
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    for part in parts:
+        assert part in errors[0], errors[0]
+
+
+def test_bad_input_gives_one_clear_line(data, tmp_path):
+    base = ["run_pretrain.py", "--output_dir", str(tmp_path / "out"), *TINY, "--train_steps", "2"]
+    one_line_error(run(base), "set --data_dir")
+    one_line_error(run(base + ["--data_dir", str(tmp_path / "nowhere")]), "data not found", "nowhere")
+    one_line_error(run(base + ["--data_dir", str(data["train"]), "--save_checkpoint_step", "5"]),
+                   "did you mean '--save_checkpoint_steps'")
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"columns": {"input_ids": {"type": "int64", "rank": 1, "shape": [128]}}}))
+    one_line_error(run(base + ["--data_dir", str(data["train"]), "--schema_dir", str(schema)]),
+                   "column 'input_ids' is int [32]", "[128]")
+    one_line_error(run(base + ["--data_dir", str(data["train"]), "--net_cfg.vocab_size", "500"]),
+                   "1000-token vocabulary", "vocab_size 500")
+    one_line_error(run(base + ["--data_dir", str(data["train"]), "--distribute", "true"]),
+                   "not started by a launcher")
+    assert not (tmp_path / "out" / "checkpoints").exists() or not list((tmp_path / "out").glob("**/*.ckpt"))
+
+
+def test_checkpoint_of_another_config_or_plan_is_refused(data, tmp_path):
+    first = pretrain(data, tmp_path / "a", "--train_steps", "2", "--save_checkpoint_steps", "2")
+    ok(run(first))
+    checkpoint = tmp_path / "a" / "checkpoints" / "albert_pretrain-2.ckpt"
+    wider = pretrain(data, tmp_path / "b", "--train_steps", "4", "--net_cfg.hidden_size", "48",
+                     "--load_checkpoint_path", str(checkpoint))
+    one_line_error(run(wider), "shapes do not match", "albert.")
+    other_batch = pretrain(data, tmp_path / "a", "--train_steps", "4", "--batch_size", "4")
+    one_line_error(run(other_batch), "read its data differently", "batch_size: checkpoint 8, now 4")
+    one_line_error(run(pretrain(data, tmp_path / "c", "--load_checkpoint_path", str(tmp_path / "missing.ckpt"))),
+                   "checkpoint not found")
+
+
+def test_weights_only_checkpoint_initialises_and_a_restart_continues_the_run(data, tmp_path):
+    import mindspore as ms
+
+    from src.albert_for_pre_training import AlbertPreTraining
+    from src.albert_model import AlbertConfig
+
+    config = AlbertConfig.from_preset("albert_tiny", vocab_size=1000, hidden_size=32, embedding_size=16,
+                                      num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    initial = AlbertPreTraining(config)
+    marker = initial.sop_classifier.classifier.bias
+    marker.set_data(ms.Tensor(np.array([5.0, -5.0], np.float32)))  # SOP predicts class 0 for everything
+    ms.save_checkpoint(initial, str(tmp_path / "init.ckpt"))
+    args = pretrain(data, tmp_path / "run", "--load_checkpoint_path", str(tmp_path / "init.ckpt"),
+                    "--save_checkpoint_steps", "1", "--log_steps", "1",
+                    "--optimizer_cfg.AdamWeightDecay.learning_rate", "1e-9")
+    first = ok(run(args + ["--train_steps", "2"]))
+    assert f"initialised the network from {tmp_path / 'init.ckpt'}" in first.stdout
+    trained = ms.load_checkpoint(str(tmp_path / "run" / "checkpoints" / "albert_pretrain-2.ckpt"))
+    np.testing.assert_allclose(trained["sop_classifier.classifier.bias"].asnumpy(), [5.0, -5.0], atol=1e-4)
+    second = ok(run(args + ["--train_steps", "3"]))
+    assert "already holds this run's checkpoints: continuing from them" in second.stdout
+    assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'albert_pretrain-2.ckpt'}" in second.stdout
+    assert sorted(metrics_by_step(tmp_path / "run" / "metrics.jsonl")) == [1, 2, 3]
