@@ -196,34 +196,46 @@ def create_pretraining_dataset(data: DataSource, batch_size: int, num_shards: in
 def create_classification_dataset(data: DataSource, batch_size: int, is_training: bool = True,
                                   num_shards: int = 1, shard_id: int = 0, shuffle: Optional[bool] = None,
                                   seed: Optional[int] = None, drop_remainder: Optional[bool] = None,
-                                  regression: bool = False, num_parallel_workers: int = 2):
+                                  regression: bool = False, num_parallel_workers: int = 2,
+                                  indices: Optional[Sequence[int]] = None):
     """GLUE/LCQMC batches; columns: input_ids, input_mask, segment_ids, label_ids (float32 when `regression`,
-    i.e. STS-B), and for evaluation (is_training False) also is_real_example."""
+    i.e. STS-B), and for evaluation (is_training False) also is_real_example. `indices`: as in
+    create_pretraining_dataset (every task's pipeline takes it)."""
     columns = CLASSIFIER_TRAIN_COLUMNS if is_training else CLASSIFIER_EVAL_COLUMNS
     return _build(data, columns, batch_size, is_training, num_shards, shard_id, shuffle, seed, drop_remainder,
                   num_parallel_workers, float_columns=["label_ids"] if regression else [],
-                  padding_marker={"is_real_example": 0})
+                  padding_marker={"is_real_example": 0}, indices=indices)
 
 
 def create_race_dataset(data: DataSource, batch_size: int, is_training: bool = True, num_shards: int = 1,
                         shard_id: int = 0, shuffle: Optional[bool] = None, seed: Optional[int] = None,
-                        drop_remainder: Optional[bool] = None, num_parallel_workers: int = 2):
+                        drop_remainder: Optional[bool] = None, num_parallel_workers: int = 2,
+                        indices: Optional[Sequence[int]] = None):
     """RACE batches; columns: input_ids, input_mask, segment_ids ([batch, 4, seq]), label_ids, and for
     evaluation also is_real_example."""
     columns = CLASSIFIER_TRAIN_COLUMNS if is_training else CLASSIFIER_EVAL_COLUMNS
     return _build(data, columns, batch_size, is_training, num_shards, shard_id, shuffle, seed, drop_remainder,
-                  num_parallel_workers, padding_marker={"is_real_example": 0})
+                  num_parallel_workers, padding_marker={"is_real_example": 0}, indices=indices)
 
 
 def create_squad_dataset(data: DataSource, batch_size: int, is_training: bool = True, num_shards: int = 1,
                          shard_id: int = 0, shuffle: Optional[bool] = None, seed: Optional[int] = None,
-                         drop_remainder: Optional[bool] = None, num_parallel_workers: int = 2):
+                         drop_remainder: Optional[bool] = None, num_parallel_workers: int = 2,
+                         indices: Optional[Sequence[int]] = None):
     """SQuAD batches. Training columns: input_ids, input_mask, segment_ids, p_mask, start_positions,
     end_positions, is_impossible. Evaluation columns: input_ids, input_mask, segment_ids, p_mask, unique_ids
     (-1 on padding rows)."""
     columns = SQUAD_TRAIN_COLUMNS if is_training else SQUAD_EVAL_COLUMNS
     return _build(data, columns, batch_size, is_training, num_shards, shard_id, shuffle, seed, drop_remainder,
-                  num_parallel_workers, padding_marker={"unique_ids": -1})
+                  num_parallel_workers, padding_marker={"unique_ids": -1}, indices=indices)
+
+
+def read_column(data: DataSource, column: str) -> np.ndarray:
+    """One column of every row, in the global row order that `indices` refers to (e.g. the labels or SQuAD
+    unique_ids of an evaluation set, which the metrics need on one rank while the ranks split the rows)."""
+    files = resolve_mindrecord_files(data)
+    dataset = _open(files, [column], shuffle=False)
+    return np.stack([row[0] for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1)])
 
 
 def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PRETRAIN_COLUMNS) -> Tuple[int, ...]:

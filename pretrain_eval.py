@@ -30,21 +30,12 @@ def metrics_from_sums(sums: np.ndarray) -> Dict[str, float]:
             "examples": int(examples), "masked_tokens": int(round(mlm_weight))}
 
 
-def pad_batch(columns: List[np.ndarray], batch_size: int) -> List[np.ndarray]:
-    """Append zero rows up to `batch_size` plus the example-weight column (1 real, 0 padding), so the last batch
-    has the compiled shape and adds nothing to the sums."""
-    real = len(columns[0])
-    padded = [np.concatenate([c, np.zeros((batch_size - real,) + c.shape[1:], c.dtype)]) for c in columns]
-    weights = np.zeros(batch_size, np.float32)
-    weights[:real] = 1.0
-    return padded + [weights]
-
-
 def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -> np.ndarray:
     """This rank's metric sums over rows rank, rank + group_size, ... of the data."""
     from mindspore import Tensor
 
     from dataset import count_rows, create_pretraining_dataset
+    from src.training import pad_batch
 
     rows = np.arange(count_rows(data_dir))[rank::group_size]
     sums = np.zeros(6, np.float64)
@@ -56,29 +47,12 @@ def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -
     return sums
 
 
-def all_ranks_sum(sums: np.ndarray) -> np.ndarray:
-    from mindspore import Tensor, nn, ops
-
-    class _Sum(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
-
-        def construct(self, x):
-            return self.all_reduce(x)
-
-    return _Sum()(Tensor(sums.astype(np.float32))).asnumpy().astype(np.float64)
-
-
 def eval_network_config(config):
-    from src.albert_model import AlbertConfig
-    from src.training import data_meta, network_config
+    from src.training import config_beside, data_meta, network_config
 
-    beside = os.path.join(os.path.dirname(os.path.abspath(config.eval_ckpt)), "albert_config.json")
-    if not config.albert_config_file and os.path.isfile(beside):
-        return AlbertConfig.from_json_file(beside), beside
-    net = network_config(config, data_meta(config.eval_data_dir).get("tokenizer", {}).get("vocab_size"))
-    return net, config.albert_config_file or config.albert_network
+    beside = config_beside(config.eval_ckpt)
+    net = network_config(config, data_meta(config.eval_data_dir).get("tokenizer", {}).get("vocab_size"), beside)
+    return net, config.albert_config_file or beside or config.albert_network
 
 
 def main(argv: List[str]) -> int:
@@ -89,7 +63,7 @@ def main(argv: List[str]) -> int:
 
     from dataset import check_schema
     from src.albert_for_pre_training import AlbertPretrainEvalCell
-    from src.training import check_data_fits, data_meta, setup_device
+    from src.training import all_ranks_sum, check_data_fits, data_meta, setup_device
     from src.utils import load_weights, save_json_atomic
 
     seq_shape = check_schema(config.eval_data_dir, config.schema_dir)
@@ -102,7 +76,7 @@ def main(argv: List[str]) -> int:
     load_weights(cell, config.eval_ckpt)
     sums = evaluate(cell, config.eval_data_dir, config.eval_batch_size, device.rank, device.group_size)
     if device.group_size > 1:
-        sums = all_ranks_sum(sums)
+        sums = all_ranks_sum(sums).astype(np.float64)
     metrics = metrics_from_sums(sums)
     if device.is_main:
         output = os.path.abspath(config.eval_output_file or os.path.join(config.output_dir, "pretrain_eval.json"))

@@ -12,42 +12,11 @@ import sys
 from pathlib import Path
 from typing import List
 
-from model_utils.config import Config, parse_cli
+from model_utils.config import parse_cli
 from model_utils.errors import UserError, run_cli
 
 CONFIG_FILE = Path(__file__).resolve().parent / "pretrain_config.yaml"
 CHECKPOINT_PREFIX = "albert_pretrain"
-
-
-def build_train_cell(config: Config, net, total_steps: int):
-    from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertTrainOneStepCell
-    from src.optimization import build_optimizer
-
-    network = AlbertNetworkWithLoss(net, is_training=True, return_parts=True)
-    section = config.optimizer_cfg[config.optimizer].to_dict()
-    optimizer = build_optimizer(config.optimizer, network.trainable_params(), section, total_steps)
-    cell = AlbertTrainOneStepCell(network, optimizer,
-                                  loss_scale=float(config.loss_scale_value) if config.enable_lossscale else None,
-                                  scale_factor=float(config.scale_factor), scale_window=int(config.scale_window),
-                                  clip_norm=float(config.clip_norm), accumulation_steps=int(config.accumulation_steps))
-    return network, optimizer, cell
-
-
-def make_callbacks(config: Config, cell, optimizer, plan, progress, device, seq_length: int, output_dir: str,
-                   save_dir: str, log) -> list:
-    """Progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends), and checkpoints;
-    files are written by rank 0 only."""
-    from src.training import CheckpointSaver, TrainMonitor, lr_function
-
-    metrics = os.path.join(output_dir, "metrics.jsonl")
-    if device.is_main and progress.micro_step == 0 and os.path.exists(metrics):
-        os.remove(metrics)
-    callbacks = [TrainMonitor(plan, progress, config.log_steps, seq_length, lr_function(optimizer.learning_rate),
-                              metrics if device.is_main else None, log)]
-    if config.enable_save_ckpt and device.is_main:
-        callbacks.append(CheckpointSaver(cell, plan, progress, save_dir, CHECKPOINT_PREFIX,
-                                         config.save_checkpoint_steps, config.save_checkpoint_num, log))
-    return callbacks
 
 
 def main(argv: List[str]) -> int:
@@ -56,8 +25,9 @@ def main(argv: List[str]) -> int:
         raise UserError("set --data_dir to the pretraining MindRecord (see src.create_pretraining_data)")
 
     from dataset import check_schema, count_rows, create_pretraining_dataset
-    from src.training import (StepPlan, check_data_fits, data_meta, network_config, remove_stale_temporaries,
-                              resume_or_init, setup_device, train, weights_digest)
+    from src.albert_for_pre_training import AlbertNetworkWithLoss
+    from src.training import (StepPlan, build_train_cell, check_data_fits, data_meta, make_callbacks, network_config,
+                              remove_stale_temporaries, resume_or_init, setup_device, train, weights_digest)
 
     seq_shape = check_schema(config.data_dir, config.schema_dir)
     meta = data_meta(config.data_dir)
@@ -86,15 +56,17 @@ def main(argv: List[str]) -> int:
             remove_stale_temporaries(save_dir)
             net.to_json_file(os.path.join(save_dir, "albert_config.json"))
 
-    network, optimizer, cell = build_train_cell(config, net, plan.total_steps)
+    network = AlbertNetworkWithLoss(net, is_training=True, return_parts=True)
+    optimizer, cell = build_train_cell(config, network, plan.total_steps)
     progress = resume_or_init(cell, network, plan, config.load_checkpoint_path,
                               save_dir if config.enable_save_ckpt else "", CHECKPOINT_PREFIX, log)
     if progress.micro_step >= plan.total_micro_steps:
         log(f"nothing to do: the checkpoint already completed all {plan.total_steps} steps")
         return 0
 
-    callbacks = make_callbacks(config, cell, optimizer, plan, progress, device, seq_shape[-1], output_dir, save_dir,
-                               log)
+    checkpoints = (save_dir, CHECKPOINT_PREFIX, config.save_checkpoint_steps, config.save_checkpoint_num)
+    callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_shape[-1], output_dir, config.log_steps, log,
+                               checkpoints if config.enable_save_ckpt else None, ("mlm_loss", "sop_loss"))
 
     def make_dataset(rows):
         return create_pretraining_dataset(config.data_dir, config.batch_size, indices=rows)

@@ -162,9 +162,10 @@ PRESETS["albert_zh_xlarge"] = _chinese(2048, 24, 32)
 PRESETS["albert_tiny"] = dict(_english(128, 4, 4, 0.0), embedding_size=64)
 
 
-def dense_layer(in_size: int, out_size: int, config: AlbertConfig) -> nn.Dense:
+def dense_layer(in_size: int, out_size: int, config: AlbertConfig, has_bias: bool = True) -> nn.Dense:
     """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
-    layer = nn.Dense(in_size, out_size, weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros")
+    layer = nn.Dense(in_size, out_size, weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros",
+                     has_bias=has_bias)
     if config.compute_type != "float32":
         layer.to_float(COMPUTE_TYPES[config.compute_type])
     return layer

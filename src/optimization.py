@@ -118,13 +118,23 @@ def _setting(section: Mapping[str, Any], key: str, where: str) -> Any:
     return section[key]
 
 
+def _warmup_steps(section: Mapping[str, Any], total_steps: int, where: str) -> int:
+    if int(section.get("warmup_steps", -1)) >= 0:
+        return int(section["warmup_steps"])
+    proportion = float(_setting(section, "warmup_proportion", where))
+    if not 0.0 <= proportion <= 1.0:
+        raise UserError(f"warmup_proportion {where} must be in [0, 1], got {proportion}")
+    return int(total_steps * proportion)
+
+
 def build_optimizer(name: str, params: Sequence[Parameter], section: Mapping[str, Any],
                     total_steps: int) -> nn.Optimizer:
     """The optimizer named `name` ("AdamWeightDecay" or "Lamb") over `params`, with a PolynomialWarmupSchedule.
 
-    `section` is the yaml block of that optimizer: learning_rate, end_learning_rate, power, warmup_steps,
-    weight_decay, optionally eps (default 1e-6) and decay_steps (default, or when <= 0: `total_steps`, the number of
-    optimizer updates of the run, as ModelZoo BERT).
+    `section` is the yaml block of that optimizer: learning_rate, end_learning_rate, power, warmup_steps (when
+    absent or < 0: warmup_proportion, a fraction of `total_steps`, as Google's fine-tuning), weight_decay, optionally eps (default
+    1e-6) and decay_steps (default, or when <= 0: `total_steps`, the number of optimizer updates of the run, as
+    ModelZoo BERT).
     """
     if name not in OPTIMIZERS:
         raise UserError(f"unknown optimizer '{name}'; choose one of {', '.join(OPTIMIZERS)}")
@@ -133,7 +143,7 @@ def build_optimizer(name: str, params: Sequence[Parameter], section: Mapping[str
     schedule = PolynomialWarmupSchedule(
         learning_rate=float(_setting(section, "learning_rate", where)),
         end_learning_rate=float(_setting(section, "end_learning_rate", where)),
-        warmup_steps=int(_setting(section, "warmup_steps", where)),
+        warmup_steps=_warmup_steps(section, total_steps, where),
         decay_steps=decay_steps if decay_steps > 0 else int(total_steps),
         power=float(_setting(section, "power", where)))
     weight_decay = float(_setting(section, "weight_decay", where))

@@ -224,27 +224,32 @@ def _scalar(value) -> float:
 
 
 def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, load_checkpoint_path: str,
-                   save_directory: str, prefix: str, log: Callable[[str], None] = print) -> Progress:
+                   save_directory: str, prefix: str, log: Callable[[str], None] = print, init_only: bool = False,
+                   allow_missing: Sequence[str] = ()) -> Progress:
     """Restore the run's state, or start fresh.
 
     - a train checkpoint (written by `CheckpointSaver`) in `load_checkpoint_path`, or else the newest one in
       `save_directory`: weights, optimizer state, loss scale and progress are restored; its data plan must match.
-    - `load_checkpoint_path` holding weights only (a converted public checkpoint or a network checkpoint): every
-      parameter of `network` is loaded and training starts at step 0, unless this run already saved a
-      checkpoint in `save_directory` (a restarted run continues instead of starting over).
+    - `load_checkpoint_path` holding weights only (a converted public checkpoint or a network checkpoint), or any
+      checkpoint when `init_only` (fine-tuning from a pretraining run): the network's weights are loaded (names
+      starting with `allow_missing`, a new task head, may be absent) and training starts at step 0, unless this
+      run already saved a checkpoint in `save_directory` (a restarted run continues instead of starting over).
     """
     latest = latest_checkpoint(save_directory, prefix) if save_directory else None
-    path = load_checkpoint_path or latest
+    path = latest if init_only else (load_checkpoint_path or latest)
+    values = read_checkpoint(path) if path else {}
+    if load_checkpoint_path and (init_only or not all(key in values for key in PROGRESS_KEYS)):
+        if latest is None:
+            report = load_weights(network, read_checkpoint(load_checkpoint_path) if init_only else values,
+                                  allow_missing=allow_missing)
+            new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
+            log(f"initialised the network from {load_checkpoint_path} (weights only: training starts at step 0{new})")
+            return Progress()
+        log(f"{save_directory} already holds this run's checkpoints: continuing from them, not from "
+            f"{load_checkpoint_path}")
+        path, values = latest, read_checkpoint(latest)
     if not path:
         return Progress()
-    values = read_checkpoint(path)
-    if not all(key in values for key in PROGRESS_KEYS):
-        if latest is None:
-            load_weights(network, values)
-            log(f"initialised the network from {path} (weights only: training starts at step 0)")
-            return Progress()
-        log(f"{save_directory} already holds this run's checkpoints: continuing from them, not from {path}")
-        path, values = latest, read_checkpoint(latest)
     _check_plan(values, plan, path)
     load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS})
     progress = Progress(micro_step=int(_scalar(values["micro_step"])),
@@ -403,6 +408,64 @@ def train(train_cell: nn.Cell, make_dataset: Callable[[np.ndarray], object], pla
             model.train(1, dataset, callbacks=list(callbacks), dataset_sink_mode=False)
 
 
+def build_train_cell(config: Config, network: nn.Cell, total_steps: int) -> Tuple[nn.Optimizer, nn.Cell]:
+    """The optimizer named by `config.optimizer` and the train-step cell around `network` (a network with loss),
+    from the yaml keys every training script shares (loss scaling, clipping, accumulation)."""
+    from src.albert_for_pre_training import AlbertTrainOneStepCell
+    from src.optimization import build_optimizer
+
+    section = config.optimizer_cfg[config.optimizer].to_dict()
+    optimizer = build_optimizer(config.optimizer, network.trainable_params(), section, total_steps)
+    cell = AlbertTrainOneStepCell(network, optimizer,
+                                  loss_scale=float(config.loss_scale_value) if config.enable_lossscale else None,
+                                  scale_factor=float(config.scale_factor), scale_window=int(config.scale_window),
+                                  clip_norm=float(config.clip_norm), accumulation_steps=int(config.accumulation_steps))
+    return optimizer, cell
+
+
+def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progress: Progress, device: Device,
+                   seq_length: int, output_dir: str, log_steps: int, log: Callable[[str], None],
+                   checkpoints: Optional[Tuple[str, str, int, int]] = None,
+                   part_names: Sequence[str] = ()) -> List[Callback]:
+    """Progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends), and, when
+    `checkpoints` = (directory, prefix, every, keep) is given, checkpoints; files are written by rank 0 only."""
+    metrics = os.path.join(output_dir, "metrics.jsonl")
+    if device.is_main and progress.micro_step == 0 and os.path.exists(metrics):
+        os.remove(metrics)
+    callbacks: List[Callback] = [TrainMonitor(plan, progress, log_steps, seq_length,
+                                              lr_function(optimizer.learning_rate),
+                                              metrics if device.is_main else None, log, part_names)]
+    if checkpoints and device.is_main:
+        directory, prefix, every, keep = checkpoints
+        callbacks.append(CheckpointSaver(cell, plan, progress, directory, prefix, every, keep, log))
+    return callbacks
+
+
+def pad_batch(columns: List[np.ndarray], batch_size: int) -> List[np.ndarray]:
+    """Append zero rows up to `batch_size` plus the example-weight column (1 real, 0 padding), so the last batch
+    of an evaluation has the compiled shape and its padding can be told apart."""
+    real = len(columns[0])
+    padded = [np.concatenate([c, np.zeros((batch_size - real,) + c.shape[1:], c.dtype)]) for c in columns]
+    weights = np.zeros(batch_size, np.float32)
+    weights[:real] = 1.0
+    return padded + [weights]
+
+
+def all_ranks_sum(values: np.ndarray) -> np.ndarray:
+    """Element-wise sum over the ranks of a data-parallel group (float32 on the wire; CPU AllReduce only sums)."""
+    from mindspore import ops
+
+    class _Sum(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+
+        def construct(self, x):
+            return self.all_reduce(x)
+
+    return _Sum()(Tensor(values.astype(np.float32))).asnumpy()
+
+
 def weights_digest(cell: nn.Cell) -> str:
     """sha256 of every trainable parameter's bytes: equal on all ranks when data parallel kept them in sync."""
     digest = hashlib.sha256()
@@ -419,17 +482,25 @@ def lr_function(schedule: nn.Cell) -> Callable[[int], float]:
     return lr_at
 
 
-def network_config(config: Config, data_vocab_size: Optional[int]) -> AlbertConfig:
-    """The AlbertConfig of a run: preset (or config json), then net_cfg overrides; vocab_size defaults to the
-    data's vocabulary unless a config json or net_cfg.vocab_size sets it."""
+def network_config(config: Config, data_vocab_size: Optional[int], config_file: str = "") -> AlbertConfig:
+    """The AlbertConfig of a run: `albert_config_file`, else `config_file` (e.g. the albert_config.json saved beside
+    a checkpoint), else the preset; then net_cfg overrides. A preset's vocab_size defaults to the data's
+    vocabulary unless net_cfg.vocab_size sets it."""
     overrides = {key: value for key, value in config.net_cfg.to_dict().items() if value is not None}
-    if config.albert_config_file:
-        base = AlbertConfig.from_json_file(config.albert_config_file)
+    config_file = config.albert_config_file or config_file
+    if config_file:
+        base = AlbertConfig.from_json_file(config_file)
     else:
         base = AlbertConfig.from_preset(config.albert_network)
         if data_vocab_size is not None:
             overrides.setdefault("vocab_size", data_vocab_size)
     return base.replace(**overrides)
+
+
+def config_beside(checkpoint: str) -> str:
+    """The albert_config.json that training runs save beside their checkpoints ("" when there is none)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "albert_config.json") if checkpoint else ""
+    return path if path and os.path.isfile(path) else ""
 
 
 def check_data_fits(meta: dict, net: AlbertConfig, seq_shape: Sequence[int], data_dir: str) -> None:

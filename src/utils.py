@@ -104,15 +104,19 @@ def save_json_atomic(values: object, path: str) -> None:
     """Write json through a temporary file and a rename, so readers never see half a file."""
     import json
 
+    save_text_atomic(json.dumps(values, indent=2) + "\n", path)
+
+
+def save_text_atomic(text: str, path: str) -> None:
+    """Write text through a temporary file and a rename, so readers never see half a file."""
     from src.data_utils import default_file_mode
 
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=folder)
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(values, out, indent=2)
-            out.write("\n")
+            out.write(text)
         os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     finally:
