@@ -119,7 +119,7 @@ def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir
     """Fine-tune; returns (the trained head, its AlbertConfig)."""
     from dataset import count_rows
     from src.training import (StepPlan, build_train_cell, make_callbacks, remove_stale_temporaries, resume_or_init,
-                              train)
+                              train, weights_digest)
 
     data = config.train_data_file_path
     net, meta, shape = _network(config, data, task.train_columns, config.load_pretrain_checkpoint_path)
@@ -152,6 +152,7 @@ def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir
               config.data_sink_steps, log)
     else:
         log(f"nothing to train: the checkpoint already completed all {plan.total_steps} steps")
+    print(f"rank {device.rank}: final weights sha256 {weights_digest(cell)}", flush=True)
     log(f"fine-tuned: checkpoints in {save_dir}")
     return model, net
 

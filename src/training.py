@@ -498,9 +498,14 @@ def network_config(config: Config, data_vocab_size: Optional[int], config_file: 
 
 
 def config_beside(checkpoint: str) -> str:
-    """The albert_config.json that training runs save beside their checkpoints ("" when there is none)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "albert_config.json") if checkpoint else ""
-    return path if path and os.path.isfile(path) else ""
+    """The network config saved with a checkpoint: `<checkpoint>.json` (src.convert_checkpoint) or the
+    albert_config.json that training runs write into their checkpoint folder; "" when there is none."""
+    if not checkpoint:
+        return ""
+    for path in (checkpoint + ".json", os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "albert_config.json")):
+        if os.path.isfile(path):
+            return path
+    return ""
 
 
 def check_data_fits(meta: dict, net: AlbertConfig, seq_shape: Sequence[int], data_dir: str) -> None:

@@ -1,0 +1,72 @@
+"""Small fine-tuning data sets made from the real assets with the package's own data tools, and tiny-model flags."""
+import json
+from pathlib import Path
+from typing import Dict, List
+
+from pretrain_helpers import ok, run
+
+ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
+SPM = str(ASSETS / "tokenizer" / "albert_30k-clean.model")
+# The tiny network of the pretraining tests; the vocabulary is the data's (30000 SentencePiece pieces).
+TINY_FINETUNE = ["--albert_network", "albert_tiny", "--net_cfg.hidden_size", "32", "--net_cfg.embedding_size", "16",
+                 "--net_cfg.num_hidden_layers", "2", "--net_cfg.num_attention_heads", "2",
+                 "--net_cfg.intermediate_size", "64", "--device_target", "CPU", "--log_steps", "5"]
+
+
+def head_lines(source: Path, target: Path, rows: int) -> Path:
+    """The header and the first `rows` data lines of a GLUE tsv (the test's small split)."""
+    lines = source.read_text(encoding="utf-8").splitlines(keepends=True)
+    target.write_text("".join(lines[:rows + 1]), encoding="utf-8")
+    return target
+
+
+def make_glue(folder: Path, task: str, train_rows: int, dev_rows: int, seq: int = 64) -> Dict[str, Path]:
+    """MindRecord for the first rows of the real CoLA or MRPC train and dev files."""
+    glue = {"cola": ("CoLA", "in_domain_train.tsv", "in_domain_dev.tsv"), "mrpc": ("MRPC", "train.tsv", "dev.tsv")}
+    name, train_file, dev_file = glue[task]
+    out = {}
+    for split, source, rows in (("train", train_file, train_rows), ("dev", dev_file, dev_rows)):
+        small = head_lines(ASSETS / "glue" / name / source, folder / f"{task}_{split}.tsv", rows)
+        out[split] = folder / f"{task}_{split}.mindrecord"
+        ok(run(["-m", "src.create_finetune_data", "--task_name", task, "--data_dir", str(ASSETS / "glue" / name),
+                "--input_file", str(small), "--split", split, "--output_file", str(out[split]),
+                "--spm_model_file", SPM, "--max_seq_length", str(seq)]))
+    return out
+
+
+def make_race(folder: Path, seq: int = 128) -> Dict[str, Path]:
+    out = {}
+    for split in ("train", "dev"):
+        out[split] = folder / f"race_{split}.mindrecord"
+        ok(run(["-m", "src.create_finetune_data", "--task_name", "race", "--data_dir", str(ASSETS / "race" / "RACE"),
+                "--split", split, "--output_file", str(out[split]), "--spm_model_file", SPM,
+                "--max_seq_length", str(seq), "--max_qa_length", "32"]))
+    return out
+
+
+def squad_subset(source: Path, target: Path, articles: List[int], paragraphs: int) -> Path:
+    """A SQuAD json with the first `paragraphs` paragraphs of the chosen articles of a real file."""
+    data = json.loads(source.read_text(encoding="utf-8"))
+    data["data"] = [dict(data["data"][a], paragraphs=data["data"][a]["paragraphs"][:paragraphs]) for a in articles]
+    target.write_text(json.dumps(data), encoding="utf-8")
+    return target
+
+
+SQUAD_SOURCES = {"1.1": ("v1.1/dev-v1.1.part1_bloomsbury.json", "v1.1/dev-v1.1.part2_bloomsbury.json"),
+                 "2.0": ("v2.0/dev-v2.0.subset_Normans_Rhine.json",
+                         "v2.0/dev-v2.0.subset_Normans_ComplexityTheory.json")}
+
+
+def make_squad(folder: Path, version: str, paragraphs: int = 6, seq: int = 64) -> Dict[str, Path]:
+    """Training features from one real dev file and evaluation features (+ the json to score against) from
+    the other, `paragraphs` paragraphs of each article."""
+    train_source, eval_source = (ASSETS / "squad" / name for name in SQUAD_SOURCES[version])
+    out = {"train_json": squad_subset(train_source, folder / f"squad{version}_train.json", [0, 1], paragraphs),
+           "dev_json": squad_subset(eval_source, folder / f"squad{version}_dev.json", [0, 1], paragraphs)}
+    for split, source in (("train", out["train_json"]), ("dev", out["dev_json"])):
+        out[split] = folder / f"squad{version}_{split}.mindrecord"
+        ok(run(["-m", "src.create_squad_data", "--input_file", str(source), "--output_file", str(out[split]),
+                "--spm_model_file", SPM, "--is_training", str(split == "train").lower(),
+                "--version_2_with_negative", str(version == "2.0").lower(), "--max_seq_length", str(seq),
+                "--doc_stride", "32", "--max_query_length", "24"]))
+    return out
