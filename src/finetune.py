@@ -325,11 +325,18 @@ def squad_report(config: Config, outputs: List[np.ndarray], data_file: str, fold
 
 
 def check_squad_eval_inputs(config: Config, data_file: str, action: str) -> None:
-    """The feature maps beside the data and, for scoring, the SQuAD json must exist before training starts."""
+    """Before training starts: the feature maps beside the data and, for scoring, a SQuAD json that holds the
+    data's questions."""
     from src.squad_get_predictions import load_squad_eval_maps
+    from src.squad_postprocess import load_dataset, questions
 
-    load_squad_eval_maps(data_file)
+    examples, _ = load_squad_eval_maps(data_file)
     if action == "eval":
         _need(config, "eval_json_path", "do_eval")
         if not os.path.isfile(config.eval_json_path):
             raise UserError(f"eval_json_path not found: {config.eval_json_path}")
+        known = {qa["id"] for qa in questions(load_dataset(config.eval_json_path))}
+        foreign = [example["qas_id"] for example in examples if example["qas_id"] not in known]
+        if foreign:
+            raise UserError(f"{len(foreign)} questions of {data_file} (e.g. {foreign[0]}) are not in eval_json_path "
+                            f"{config.eval_json_path}: was the data made from another SQuAD file?")

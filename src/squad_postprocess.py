@@ -163,23 +163,29 @@ def _load(path: str, what: str):
         raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from None
 
 
-def load_inputs(data_file: str, pred_file: str, na_prob_file: str = "") -> Tuple[List[dict], Dict[str, str],
-                                                                                 Optional[Dict[str, float]]]:
-    """The data set's `data` list, the predictions and the null odds, checked to belong together."""
+def load_dataset(data_file: str) -> List[dict]:
+    """The `data` list of a SQuAD json file."""
     data = _load(data_file, "data file")
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise UserError(f"{data_file}: not a SQuAD data file (no 'data' list)")
+    return data["data"]
+
+
+def load_inputs(data_file: str, pred_file: str, na_prob_file: str = "") -> Tuple[List[dict], Dict[str, str],
+                                                                                 Optional[Dict[str, float]]]:
+    """The data set's `data` list, the predictions and the null odds, checked to belong together."""
+    dataset = load_dataset(data_file)
     predictions = _load(pred_file, "predictions file")
     if not isinstance(predictions, dict) or not all(isinstance(v, str) for v in predictions.values()):
         raise UserError(f"{pred_file}: expected a json object mapping question ids to answer strings")
     if not predictions:
         raise UserError(f"{pred_file}: no predictions")
-    ids = {qa["id"] for qa in questions(data["data"])}
+    ids = {qa["id"] for qa in questions(dataset)}
     if not ids & set(predictions):
         raise UserError(f"{pred_file}: none of its {len(predictions)} question ids is in {data_file}: predictions "
                         f"for another data set?")
     na_probs = _load(na_prob_file, "null-odds file") if na_prob_file else None
-    return data["data"], predictions, na_probs
+    return dataset, predictions, na_probs
 
 
 def main(argv: List[str]) -> int:

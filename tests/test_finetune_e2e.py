@@ -1,0 +1,205 @@
+"""Every fine-tuning task end to end on the real assets with a tiny model: create data -> train -> eval/predict ->
+metrics and predictions files; loss falls; scores equal the SQuAD scoring CLI; checkpoints reload; bad input."""
+import json
+
+import numpy as np
+import pytest
+
+from finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_race, make_squad
+from pretrain_helpers import ok, run
+
+pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
+NO_DROPOUT = ["--net_cfg.hidden_dropout_prob", "0", "--classifier_dropout_prob", "0"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("finetune_data")
+    return {"cola": make_glue(folder, "cola", 200, 40, seq=32), "mrpc": make_glue(folder, "mrpc", 64, 40, seq=64),
+            "race": make_race(folder), "squad1": make_squad(folder, "1.1"), "squad2": make_squad(folder, "2.0")}
+
+
+def finetune(script: str, out, *flags: str):
+    return run([script, "--output_dir", str(out), *TINY_FINETUNE, *flags])
+
+
+def losses(out) -> list:
+    return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def tsv_rows(path) -> list:
+    lines = path.read_text().splitlines()
+    return [line.split("\t") for line in lines[1:]]
+
+
+def test_classifier_overfits_200_real_cola_rows(data, tmp_path):
+    cola = data["cola"]
+    result = ok(finetune("run_classifier.py", tmp_path, "--train_data_file_path", str(cola["train"]),
+                         "--eval_data_file_path", str(cola["train"]), "--train_batch_size", "16", "--epoch_num", "20",
+                         "--assessment_method", "mcc", "--optimizer_cfg.AdamWeightDecay.learning_rate", "5e-4",
+                         *NO_DROPOUT))
+    results = json.loads((tmp_path / "eval" / "eval_results.json").read_text())
+    assert results["task"] == "cola" and results["examples"] == results["rows"] == 200
+    assert results["score"] == results["mcc"] and results["accuracy"] >= 0.9, result.stdout[-2000:]
+    curve = losses(tmp_path)
+    assert curve[-1] < 0.5 * curve[0], curve
+    rows = tsv_rows(tmp_path / "eval" / "predictions.tsv")
+    assert len(rows) == 200 and {row[1] for row in rows} <= {"0", "1"}
+
+
+def test_classifier_train_eval_predict_and_reload(data, tmp_path):
+    mrpc = data["mrpc"]
+    train = ok(finetune("run_classifier.py", tmp_path / "run", "--train_data_file_path", str(mrpc["train"]),
+                        "--eval_data_file_path", str(mrpc["dev"]), "--do_predict", "true",
+                        "--predict_data_file_path", str(mrpc["dev"]), "--train_batch_size", "8", "--train_steps", "6",
+                        "--assessment_method", "f1"))
+    results = json.loads((tmp_path / "run" / "eval" / "eval_results.json").read_text())
+    assert {"accuracy", "f1", "macro_f1", "mcc"} <= set(results) and results["score"] == results["f1"]
+    assert results["rows"] == 40 and results["devices"] == 1
+    probabilities = np.array([[float(p) for p in row[2:]] for row in tsv_rows(tmp_path / "run" / "eval" / "predictions.tsv")])
+    assert probabilities.shape == (40, 2) and np.allclose(probabilities.sum(1), 1.0, atol=1e-5)
+    assert (tmp_path / "run" / "predict" / "predictions.tsv").read_text() == \
+        (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
+    assert "final weights sha256" in train.stdout
+
+    # The saved checkpoint, evaluated alone, gives the predictions of the run that wrote it.
+    checkpoint = tmp_path / "run" / "checkpoints" / "albert_classifier-6.ckpt"
+    ok(run(["run_classifier.py", "--output_dir", str(tmp_path / "again"), "--device_target", "CPU",
+            "--do_train", "false", "--eval_data_file_path", str(mrpc["dev"]), "--assessment_method", "f1",
+            "--load_finetune_checkpoint_path", str(checkpoint)]))
+    assert (tmp_path / "again" / "eval" / "predictions.tsv").read_text() == \
+        (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
+
+
+def test_race_end_to_end(data, tmp_path):
+    race = data["race"]
+    ok(finetune("run_race.py", tmp_path, "--train_data_file_path", str(race["train"]),
+                "--eval_data_file_path", str(race["dev"]), "--train_batch_size", "4", "--train_steps", "4",
+                "--eval_batch_size", "4"))
+    results = json.loads((tmp_path / "eval" / "eval_results.json").read_text())
+    assert results["task"] == "race" and results["examples"] == results["rows"] == 17
+    assert 0.0 <= results["accuracy"] <= 1.0
+    rows = tsv_rows(tmp_path / "eval" / "predictions.tsv")
+    assert len(rows) == 17 and {row[1] for row in rows} <= set("ABCD") and all(len(row) == 6 for row in rows)
+
+
+def squad_cli(version: str, dev_json, folder, *extra: str) -> dict:
+    args = ["-m", "src.squad_postprocess", "--version", version, "--data_file", str(dev_json),
+            "--pred_file", str(folder / "predictions.json"), *extra]
+    return json.loads(ok(run(args)).stdout)
+
+
+@pytest.mark.parametrize("version", ["1.1", "2.0"])
+def test_squad_end_to_end(data, tmp_path, version):
+    squad = data["squad1" if version == "1.1" else "squad2"]
+    script = "run_squad_v1.py" if version == "1.1" else "run_squad_v2.py"
+    ok(finetune(script, tmp_path, "--train_data_file_path", str(squad["train"]), "--eval_data_file_path",
+                str(squad["dev"]), "--eval_json_path", str(squad["dev_json"]), "--train_batch_size", "8",
+                "--train_steps", "120", "--optimizer_cfg.AdamWeightDecay.learning_rate", "5e-4"))
+    curve = losses(tmp_path)  # means over 5 steps each
+    assert np.mean(curve[-4:]) < 0.7 * np.mean(curve[:2]), curve
+    folder = tmp_path / "eval"
+    questions = [qa["id"] for article in json.loads(squad["dev_json"].read_text())["data"]
+                 for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    predictions = json.loads((folder / "predictions.json").read_text())
+    nbest = json.loads((folder / "nbest_predictions.json").read_text())
+    assert sorted(predictions) == sorted(questions) == sorted(nbest)
+    contexts = {qa["id"]: paragraph["context"] for article in json.loads(squad["dev_json"].read_text())["data"]
+                for paragraph in article["paragraphs"] for qa in paragraph["qas"]}
+    assert all(text in contexts[qid] for qid, text in predictions.items())
+    results = json.loads((folder / "eval_results.json").read_text())
+    if version == "1.1":
+        assert squad_cli("1.1", squad["dev_json"], folder) == {k: results[k] for k in ("exact_match", "f1")}
+    else:
+        null_odds = json.loads((folder / "null_odds.json").read_text())
+        assert sorted(null_odds) == sorted(questions)
+        official = squad_cli("2.0", squad["dev_json"], folder, "--na_prob_file", str(folder / "null_odds.json"),
+                             "--na_prob_thresh", "0.0")
+        assert official == {k: results[k] for k in official}
+        assert {"best_f1", "best_f1_thresh", "HasAns_total", "NoAns_total"} <= set(results)
+
+
+def test_finetuning_starts_from_a_pretrained_checkpoint_with_only_the_head_new(data, tmp_path):
+    """The network comes from the json written beside the checkpoint (as src.convert_checkpoint writes it)."""
+    import mindspore as ms
+
+    from src.albert_for_pre_training import AlbertPreTraining
+    from src.albert_model import AlbertConfig
+    from src.utils import save_checkpoint_atomic
+
+    config = AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    network = AlbertPreTraining(config)
+    save_checkpoint_atomic(network, str(tmp_path / "pretrained.ckpt"))
+    config.to_json_file(str(tmp_path / "pretrained.ckpt.json"))
+    mrpc = data["mrpc"]
+    args = ["run_classifier.py", "--output_dir", str(tmp_path / "out"), "--device_target", "CPU",
+            "--train_data_file_path", str(mrpc["train"]), "--eval_data_file_path", str(mrpc["dev"]),
+            "--train_batch_size", "8", "--train_steps", "2", "--assessment_method", "f1",
+            "--load_pretrain_checkpoint_path", str(tmp_path / "pretrained.ckpt")]
+    result = ok(run(args))
+    assert "new head: classifier.weight, classifier.bias" in result.stdout
+    saved = json.loads((tmp_path / "out" / "checkpoints" / "albert_config.json").read_text())
+    assert saved["hidden_size"] == 32 and saved["num_hidden_layers"] == 2
+
+    # Without a backbone weight the run stops before training, naming it.
+    values = {p.name: p for p in network.get_parameters() if "pooler" not in p.name}
+    save_checkpoint_atomic([{"name": name, "data": p} for name, p in values.items()], str(tmp_path / "broken.ckpt"))
+    config.to_json_file(str(tmp_path / "broken.ckpt.json"))
+    args[args.index(str(tmp_path / "pretrained.ckpt"))] = str(tmp_path / "broken.ckpt")
+    args[args.index(str(tmp_path / "out"))] = str(tmp_path / "out2")
+    result = run(args)
+    assert result.returncode == 2 and "albert.pooler" in result.stderr and "Traceback" not in result.stderr
+    assert not list((tmp_path / "out2").glob("**/*.ckpt"))
+
+
+@pytest.mark.slow
+def test_bad_input_is_a_one_line_error(data, tmp_path):
+    mrpc, squad = data["mrpc"], data["squad1"]
+    base = ["--output_dir", str(tmp_path / "out"), "--device_target", "CPU"]
+    squad_eval = ["run_squad_v1.py", *base, "--do_train", "false", "--eval_data_file_path", str(squad["dev"])]
+    cases = [
+        (["run_classifier.py", *base, "--do_train", "false", "--do_eval", "false"], "nothing to do"),
+        (["run_classifier.py", *base, "--train_data_file_path", str(mrpc["train"]), "--do_eval", "false",
+          "--num_class", "3"], "has 2 label(s)"),
+        (["run_classifier.py", *base, "--do_train", "false", "--eval_data_file_path", str(mrpc["dev"])],
+         "needs --load_finetune_checkpoint_path"),
+        (["run_classifier.py", *base, "--train_data_file_path", str(tmp_path / "missing.mindrecord")],
+         "data not found"),
+        (["run_classifier.py", *base, "--train_data_file_path", str(squad["train"])], "columns"),
+        (["run_classifier.py", *base, "--train_data_file_path", str(mrpc["train"]),
+          "--eval_data_file_path", str(mrpc["dev"]), "--assessment_method", "spearman_correlation"],
+         "does not fit classification"),
+        (squad_eval, "eval_json_path is not set"),
+        (squad_eval + ["--eval_json_path", str(tmp_path / "missing.json")], "eval_json_path not found"),
+        (squad_eval + ["--eval_json_path", str(data["squad2"]["dev_json"])], "made from another SQuAD file"),
+        (["run_squad_v1.py", *base, "--do_train", "false", "--eval_data_file_path", str(squad["train"]),
+          "--eval_json_path", str(squad["dev_json"])], "unique_ids"),
+        (["run_classifier.py", *base, "--train_data_file_path", str(mrpc["train"]), "--train_batch_sizee", "8"],
+         "train_batch_size"),
+    ]
+    for args, message in cases:
+        result = run(args)
+        assert result.returncode == 2, (args, result.stderr[-1500:])
+        assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr[-1500:])
+    assert not (tmp_path / "out" / "checkpoints").exists() or not list((tmp_path / "out").glob("**/*.ckpt"))
+
+
+def test_a_checkpoint_with_another_head_size_is_an_error(data, tmp_path):
+    """A CoLA-trained (2-class) checkpoint cannot be evaluated as a 3-class MNLI classifier."""
+    folder = tmp_path / "mnli"
+    folder.mkdir()
+    ok(run(["-m", "src.create_finetune_data", "--task_name", "mnli", "--data_dir",
+            str(ASSETS / "glue" / "hf_dummy" / "mnli" / "MNLI"), "--split", "dev", "--output_file",
+            str(folder / "dev.mindrecord"), "--spm_model_file", str(ASSETS / "tokenizer" / "albert_30k-clean.model"),
+            "--max_seq_length", "32"]))
+    cola = data["cola"]
+    ok(finetune("run_classifier.py", tmp_path / "cola", "--train_data_file_path", str(cola["train"]),
+                "--do_eval", "false", "--train_steps", "1", "--train_batch_size", "8"))
+    result = run(["run_classifier.py", "--output_dir", str(tmp_path / "out"), "--device_target", "CPU",
+                  "--do_train", "false", "--eval_data_file_path", str(folder / "dev.mindrecord"), "--num_class", "3",
+                  "--load_finetune_checkpoint_path", str(tmp_path / "cola" / "checkpoints" / "albert_classifier-1.ckpt")])
+    assert result.returncode == 2 and "classifier.weight" in result.stderr and "(2, 32)" in result.stderr, \
+        result.stderr[-1500:]
+    assert not (tmp_path / "out" / "eval").exists()
