@@ -1,12 +1,16 @@
 """Helpers for the pretraining tests that run the entry points as subprocesses."""
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
 ENV = dict(os.environ, GLOG_v="3", PYTHONUNBUFFERED="1")  # GLOG_v=3: MindSpore logs errors only
 # A tiny network (embedding 16 != hidden 32) and small batches keep each run to a few seconds.
 TINY = ["--albert_network", "albert_tiny", "--net_cfg.hidden_size", "32", "--net_cfg.embedding_size", "16",
@@ -22,6 +26,38 @@ def run(args: List[str], timeout: int = 300, **kwargs) -> subprocess.CompletedPr
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def bash(args, env_extra: Dict[str, str] = None, timeout: int = 600, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """A scripts/*.sh run as a user would: this test's python as PYTHON and first on PATH (msrun starts the
+    `python` on PATH)."""
+    env = dict(ENV, PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+               **(env_extra or {}))
+    return subprocess.run(["bash"] + [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def free_port() -> int:
+    """A TCP port free right now, for msrun's MASTER_PORT (each distributed test takes its own)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def distributed_digests(logs: Path) -> List[str]:
+    """The `rank R: final weights sha256 ...` lines of every msrun worker log under `logs`, sorted by rank."""
+    lines = [line for log in sorted(logs.glob("**/worker_*.log")) for line in log.read_text().splitlines()
+             if "final weights sha256" in line]
+    return sorted(lines)
+
+
+def weights(path: Path, prefixes: Sequence[str] = ("albert.", "predictions.", "sop_classifier.")
+            ) -> Dict[str, np.ndarray]:
+    """The network weights of a checkpoint (names starting with `prefixes`; no optimizer state)."""
+    import mindspore as ms
+
+    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items()
+            if name.startswith(tuple(prefixes))}
 
 
 def metrics_by_step(path: Path) -> Dict[int, dict]:

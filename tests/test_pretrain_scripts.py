@@ -7,38 +7,15 @@ weights must agree up to float rounding.
 """
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
 
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import ENV, ROOT, TINY, metrics_by_step, ok, run
-
-SCRIPTS = ROOT / "scripts"
-
-
-def bash(args, env_extra: Dict[str, str] = None, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(ENV, PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-               **(env_extra or {}))
-    return subprocess.run(["bash"] + [str(a) for a in args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def weights(path: Path) -> Dict[str, np.ndarray]:
-    import mindspore as ms
-
-    return {name: value.asnumpy() for name, value in ms.load_checkpoint(str(path)).items()
-            if name.startswith(("albert.", "predictions.", "sop_classifier."))}
+from tests.pretrain_helpers import (ENV, ROOT, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step,
+                                    ok, run, weights)
 
 
 @pytest.mark.slow
@@ -93,12 +70,6 @@ def test_distribute_script_builds_the_documented_launch_commands(tmp_path):
 DP_RUN = ["--train_steps", "5", "--log_steps", "1", "--save_checkpoint_steps", "5", "--optimizer", "Lamb",
           "--optimizer_cfg.Lamb.learning_rate", "1e-3", "--optimizer_cfg.Lamb.warmup_steps", "0",
           "--enable_lossscale", "false"]
-
-
-def distributed_digests(logs: Path) -> list:
-    lines = [line for log in sorted(logs.glob("**/worker_*.log")) for line in log.read_text().splitlines()
-             if "final weights sha256" in line]
-    return sorted(lines)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Fine-tune / evaluate / predict ALBERT on SQuAD v1.1 question answering on one device, in the foreground;
+# exits with the job's exit code. Usage: bash scripts/run_squad_v1_single.sh -h
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+albert_finetune_main single squad_v1 "$@"
