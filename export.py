@@ -1,0 +1,279 @@
+"""Export a fine-tuned ALBERT task head to MINDIR, ONNX or AIR for inference.
+
+    python export.py --config_path task_squad_v1_config.yaml --export_ckpt_file albert_squad_v1-1000.ckpt \
+        --export_file_name out/albert_squad_v1 --file_format MINDIR [--export_seq_length 384] [--dynamic_batch true]
+
+--config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
+(task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2), else from its keys when
+only one task's yaml has them all; --task overrides both (and without --config_path uses the shipped yaml). Task
+yaml keys are flags here too (--num_class 3). The network is the albert_config.json beside the checkpoint (as
+run_*.py save it), else the yaml's albert_config_file / albert_network, then its net_cfg overrides.
+
+The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
+(input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;
+see `python -m src.predict` for running it on raw text.
+"""
+import difflib
+import importlib
+import inspect
+import os
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
+from model_utils.errors import UserError, run_cli
+
+ROOT = Path(__file__).resolve().parent
+EXPORT_CONFIG = ROOT / "export_config.yaml"
+TASKS = ("classifier", "race", "squad_v1", "squad_v2")
+# The parameter prefix that only a task's head has; classifier and RACE share theirs (told apart by its width).
+HEAD_PREFIX = {"classifier": "classifier.", "race": "classifier.", "squad_v1": "qa_outputs.",
+               "squad_v2": "start_logits."}
+HEAD_OWNERS = {"classifier.": "classifier/RACE", "qa_outputs.": "SQuAD v1.1 (squad_v1)",
+               "start_logits.": "SQuAD v2.0 (squad_v2)"}
+ONNX_ACTIVATIONS = ("gelu", "gelu_new", "relu")  # exact GELU's Erf has no ONNX converter in MindSpore
+Signature = List[Tuple[str, str, List[object]]]  # (name, dtype, shape) of each input or output
+
+
+def task_module(task: str):
+    """The run_<task>.py module: its TASK knows the task yaml and how to build the head."""
+    return importlib.import_module(f"run_{task}")
+
+
+def infer_task(path: str) -> str:
+    """The task of a task yaml: from its file name, else from the only shipped task yaml accepting all its keys."""
+    named = [task for task in TASKS if re.search(rf"(^|[^a-z0-9]){task}([^a-z0-9]|$)", Path(path).name.lower())]
+    if len(named) == 1:
+        return named[0]
+    values, _, _ = load_yaml_documents(path)
+    keys = {key for key, value in flatten(values).items() if value != {}}
+    fitting = [task for task in TASKS
+               if keys <= set(flatten(load_yaml_documents(task_module(task).TASK.config_file)[0]))]
+    if len(fitting) == 1:
+        return fitting[0]
+    why = f"its keys fit the {' and '.join(fitting)} yamls" if fitting else "its keys fit no task yaml"
+    raise UserError(f"cannot tell the task of {path} ({why}; its name has none of {', '.join(TASKS)}): pass "
+                    f"--task {'|'.join(fitting or TASKS)}")
+
+
+def _flag_value(argv: Sequence[str], index: int) -> Tuple[str, int]:
+    """The value of the flag at argv[index] (`--key value` or `--key=value`) and how many items it took."""
+    if "=" in argv[index]:
+        return argv[index].split("=", 1)[1], 1
+    if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
+        raise UserError(f"{argv[index]} needs a value")
+    return argv[index + 1], 2
+
+
+def split_argv(argv: Sequence[str], export_keys: Sequence[str]) -> Tuple[str, List[str], List[str]]:
+    """(task yaml path, export flags, task yaml flags): --config_path names the task yaml, not an export yaml."""
+    config_path, mine, theirs = "", [], []
+    index = 0
+    while index < len(argv):
+        arg = argv[index]
+        if arg in ("-h", "--help"):
+            mine.append(arg)
+            index += 1
+            continue
+        name = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
+        if name is None:
+            theirs.append(arg)  # parse_cli reports it as an unexpected argument
+            index += 1
+            continue
+        value, used = _flag_value(argv, index)
+        if name == "config_path":
+            config_path = value
+        else:
+            (mine if name in export_keys else theirs).extend(argv[index:index + used])
+        index += used
+    return config_path, mine, theirs
+
+
+def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
+    """(export config, task config, task, where the task came from)."""
+    export_keys = list(flatten(load_yaml_documents(EXPORT_CONFIG)[0]))
+    config_path, mine, theirs = split_argv(argv, export_keys)
+    args = parse_cli(EXPORT_CONFIG, mine, __doc__.splitlines()[0] + " --config_path is the task yaml the checkpoint "
+                     "was trained with (task_<task>_config.yaml); its keys are flags too (--num_class 3).")
+    if config_path and not os.path.isfile(config_path):
+        if not (ROOT / config_path).is_file():  # a shipped task yaml named from another working directory
+            raise UserError(f"config_path not found: {config_path}")
+        config_path = str(ROOT / config_path)
+    if args.task:
+        task, source = args.task, f"--task {args.task}"
+    elif config_path:
+        task, source = infer_task(config_path), config_path
+    else:
+        raise UserError("say which head to export: --config_path task_<task>_config.yaml (the yaml the checkpoint "
+                        f"was trained with) or --task {'|'.join(TASKS)}")
+    task_file = task_module(task).TASK.config_file
+    _check_flags(theirs, export_keys, list(flatten(load_yaml_documents(task_file)[0])))
+    task_argv = (["--config_path", config_path] if config_path else []) + theirs
+    return args, parse_cli(task_file, task_argv), task, source
+
+
+def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[str]) -> None:
+    """An unknown flag is named with the closest export or task key (the task yaml alone would miss typos of
+    export flags)."""
+    for flag in flags:
+        name = flag[2:].split("=", 1)[0] if flag.startswith("--") else None
+        if name is not None and name not in task_keys:
+            close = difflib.get_close_matches(name, export_keys + task_keys, n=1, cutoff=0.5)
+            raise UserError(f"unknown option '--{name}'" + (f"; did you mean '--{close[0]}'?" if close else ""))
+
+
+def check_request(args: Config) -> None:
+    """Everything decidable from the flags alone, before MindSpore does any work."""
+    if not args.export_ckpt_file:
+        raise UserError("set --export_ckpt_file (the fine-tuned checkpoint to export)")
+    if not os.path.isfile(args.export_ckpt_file):
+        raise UserError(f"export_ckpt_file not found: {args.export_ckpt_file}")
+    if args.export_batch_size < 1 or args.export_seq_length < 1:
+        raise UserError(f"export_batch_size and export_seq_length must be >= 1, got {args.export_batch_size} and "
+                        f"{args.export_seq_length}")
+    if args.dynamic_batch and args.file_format != "MINDIR":
+        raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
+                        f"shapes): drop --dynamic_batch or use --file_format MINDIR")
+
+
+def check_head(values: Dict[str, object], task: str, config: Config, checkpoint: str, source: str) -> None:
+    """The checkpoint must hold the head of the yaml's task, with the yaml's class count: load_weights would
+    only say 'parameters missing', which hides that the wrong checkpoint or yaml was given."""
+    found = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
+    wanted = HEAD_PREFIX[task]
+    if not found:
+        raise UserError(f"{checkpoint} has no task head (no {', '.join(p + '*' for p in HEAD_OWNERS)} weights): a "
+                        f"pretraining checkpoint? Export the checkpoint of a run_{task}.py fine-tuning run")
+    if wanted not in found:
+        raise UserError(f"{checkpoint} holds a {HEAD_OWNERS[found[0]]} head ({found[0]}*) but {source} is a {task} "
+                        f"config: use the task yaml the checkpoint was trained with (or --task), or a {task} "
+                        f"checkpoint")
+    weight = values.get("classifier.weight")
+    if wanted != "classifier." or weight is None:
+        return
+    outputs = int(weight.shape[0])
+    if task == "race" and outputs != 1:
+        raise UserError(f"{checkpoint}: its classifier has {outputs} outputs (a sequence classifier with {outputs} "
+                        f"classes), but RACE scores each choice with one output: use --task classifier "
+                        f"--num_class {outputs}")
+    if task == "classifier" and outputs != config.num_class:
+        hint = " (or it is a RACE checkpoint: --task race)" if outputs == 1 else ""
+        raise UserError(f"{checkpoint}: the checkpoint's classifier has {outputs} class(es) but num_class is "
+                        f"{config.num_class}: pass --num_class {outputs}{hint}")
+
+
+def input_shape(task: str, config: Config, batch: Optional[int], seq: int) -> List[Optional[int]]:
+    return [batch, config.num_class, seq] if task == "race" else [batch, seq]
+
+
+def output_signature(task: str, config: Config, batch: object, seq: int) -> Signature:
+    """What the exported graph returns, in order (ONNX names its outputs by node ids, so this is the key)."""
+    if task in ("classifier", "race"):
+        return [("logits" if task == "classifier" else "choice_logits", "float32", [batch, config.num_class])]
+    if task == "squad_v1":
+        return [("start_logits", "float32", [batch, seq]), ("end_logits", "float32", [batch, seq])]
+    beam = config.start_n_top * config.end_n_top
+    return [("start_top_log_probs", "float32", [batch, config.start_n_top]),
+            ("start_top_index", "int32", [batch, config.start_n_top]),
+            ("end_top_log_probs", "float32", [batch, beam]), ("end_top_index", "int32", [batch, beam]),
+            ("cls_logits", "float32", [batch])]
+
+
+def build_network(args: Config, task: str, task_config: Config, source: str):
+    """The task head with the checkpoint's weights (every parameter loaded), in inference mode."""
+    from src.training import config_beside, network_config
+    from src.utils import load_weights, read_checkpoint
+
+    checkpoint = args.export_ckpt_file
+    values = read_checkpoint(checkpoint)
+    check_head(values, task, task_config, checkpoint, source)
+    net = network_config(task_config, None, config_beside(checkpoint))
+    if args.file_format == "ONNX" and net.hidden_act not in ONNX_ACTIVATIONS:
+        raise UserError(f"ONNX export needs hidden_act {', '.join(ONNX_ACTIVATIONS)} (MindSpore cannot convert "
+                        f"{net.hidden_act}'s Erf to ONNX); use MINDIR, or a model fine-tuned with a tanh GELU")
+    if args.export_seq_length > net.max_position_embeddings:
+        raise UserError(f"export_seq_length {args.export_seq_length} exceeds the network's max_position_embeddings "
+                        f"{net.max_position_embeddings}")
+    model = task_module(task).TASK.build_model(task_config, net, False)
+    model.set_train(False)
+    try:
+        load_weights(model, values)
+    except UserError as err:
+        raise UserError(f"{checkpoint}: {str(err).removeprefix('checkpoint: ')}") from err
+    return model, net
+
+
+def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str) -> List[str]:
+    """ms.export into a hidden folder beside the target, then move what it wrote into place: a failed export
+    leaves nothing behind and readers never see half a file. MindSpore appends the format's suffix itself (and
+    writes <name>_graph.mindir + <name>_variables/ for models over 1 GB); returns the written paths."""
+    import mindspore as ms
+
+    suffix = "." + file_format.lower()
+    base = file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name
+    if not os.path.basename(base) or os.path.isdir(base):
+        raise UserError(f"export_file_name must name a file (MindSpore adds {suffix}), not a folder: {file_name}")
+    folder = os.path.dirname(os.path.abspath(base))
+    os.makedirs(folder, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".tmp-export-", dir=folder)
+    try:
+        try:
+            ms.export(model, *inputs, file_name=os.path.join(staging, os.path.basename(base)),
+                      file_format=file_format)
+        except (RuntimeError, ValueError, TypeError) as err:
+            reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UserError(f"MindSpore could not export the model to {file_format}: {reason}") from err
+        written = []
+        for entry in sorted(os.listdir(staging)):
+            target = os.path.join(folder, entry)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)  # the parameter folder of an earlier split MINDIR of the same name
+            os.replace(os.path.join(staging, entry), target)
+            written.append(target)
+        return written
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _describe(signature: Signature) -> str:
+    return ", ".join(f"{name} {dtype} [{', '.join(str(d) for d in shape)}]" for name, dtype, shape in signature)
+
+
+def main(argv: List[str]) -> int:
+    args, task_config, task, source = read_configs(argv)
+    check_request(args)
+    from src.training import pick_device_target, setup_device
+
+    if args.file_format == "AIR" and pick_device_target(args.device_target) != "Ascend":
+        raise UserError("AIR export needs an Ascend device; use MINDIR or ONNX")
+    import mindspore as ms
+    import numpy as np
+    from mindspore import Tensor
+
+    device = setup_device(args.device_target, args.device_id)
+    model, net = build_network(args, task, task_config, source)
+    seq = args.export_seq_length
+    batch = None if args.dynamic_batch else args.export_batch_size
+    shape = input_shape(task, task_config, batch, seq)
+    names = list(inspect.signature(model.construct).parameters)
+    if batch is None:
+        inputs = [Tensor(shape=shape, dtype=ms.int32) for _ in names]
+    else:
+        inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
+    file_name = args.export_file_name or os.path.splitext(args.export_ckpt_file)[0]
+    written = export_atomically(model, inputs, file_name, args.file_format)
+    shown_batch = "batch" if batch is None else batch
+    shown_shape = [shown_batch] + shape[1:]
+    print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "
+          f"{net.hidden_size}, {device.target}) as {args.file_format}: {', '.join(written)}")
+    print(f"inputs:  {_describe([(name, 'int32', shown_shape) for name in names])}")
+    print(f"outputs: {_describe(output_signature(task, task_config, shown_batch, seq))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,184 @@
+"""Run a model exported by export.py (MINDIR) on raw text: a sentence (pair) label, or a SQuAD answer.
+
+    python -m src.predict --model out/albert_mrpc.mindir --task classifier --spm_model_file 30k-clean.model \
+        --text_a "The cat sat." --text_b "A cat was sitting." [--labels not_equivalent,equivalent]
+    python -m src.predict --model out/albert_squad_v1.mindir --task squad_v1 --spm_model_file 30k-clean.model \
+        --question "Who wrote it?" --context "It was written by ..."
+
+Text becomes features exactly as the data tools make them (create_finetune_data.classifier_feature,
+create_squad_data.example_features) at the sequence length the model was exported with; SQuAD answers come from
+squad_get_predictions, as in evaluation. Prints one JSON object on stdout.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from model_utils.errors import UserError, run_cli
+
+TASKS = ("classifier", "squad_v1", "squad_v2")
+# Export input name (the head's argument) -> feature key of the data tools.
+FEATURE_KEYS = {"input_ids": "input_ids", "token_type_ids": "segment_ids", "input_mask": "input_mask",
+                "p_mask": "p_mask"}
+QAS_ID = "predict-0"
+SHOWN_ANSWERS = 5
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(message)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = _Parser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser.add_argument("--model", required=True, help="MINDIR file written by export.py")
+    parser.add_argument("--task", required=True, choices=TASKS)
+    parser.add_argument("--spm_model_file", default="", help="SentencePiece model the model was fine-tuned with")
+    parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt (albert_zh) instead of a SentencePiece model")
+    parser.add_argument("--do_lower_case", default="true", choices=("true", "false"))
+    parser.add_argument("--text_a", default=None, help="classifier: the sentence (first of the pair)")
+    parser.add_argument("--text_b", default=None, help="classifier: the second sentence of a pair task")
+    parser.add_argument("--labels", default="", help="classifier: comma-separated label names in label-id order")
+    parser.add_argument("--question", default=None, help="SQuAD: the question")
+    parser.add_argument("--context", default=None, help="SQuAD: the paragraph to find the answer in")
+    parser.add_argument("--doc_stride", type=int, default=128, help="SQuAD: as create_squad_data")
+    parser.add_argument("--max_query_length", type=int, default=64, help="SQuAD: as create_squad_data")
+    parser.add_argument("--n_best_size", type=int, default=20)
+    parser.add_argument("--max_answer_length", type=int, default=30)
+    parser.add_argument("--null_score_diff_threshold", type=float, default=0.0, help="squad_v2: answer '' above it")
+    parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"))
+    return parser.parse_args(list(argv))
+
+
+def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[int]]:
+    """(input name, shape) of each graph input (batch -1 when exported with a dynamic batch) and the model's
+    vocabulary size, read from the MINDIR so features can be made at the exported sequence length."""
+    from mindspore.train.mind_ir_pb2 import ModelProto
+
+    proto = ModelProto()
+    try:
+        proto.ParseFromString(Path(path).read_bytes())
+    except Exception as err:  # protobuf's DecodeError: not a MINDIR, or an encrypted one
+        raise UserError(f"{path} is not a readable MINDIR model ({type(err).__name__})") from err
+    inputs = [(item.name.split(":")[-1], list(item.tensor[0].dims)) for item in proto.graph.input if item.tensor]
+    vocab = [p.dims[0] for p in proto.graph.parameter if p.name.endswith("word_embeddings.embedding_table")]
+    return inputs, (int(vocab[0]) if vocab else None)
+
+
+def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]]) -> None:
+    wanted = ["input_ids", "token_type_ids", "input_mask"] + (["p_mask"] if task != "classifier" else [])
+    names = [name for name, _ in inputs]
+    if names != wanted or any(len(shape) != 2 for _, shape in inputs):
+        found = ", ".join(f"{name} {shape}" for name, shape in inputs)
+        raise UserError(f"{path} takes ({found}), not the [batch, seq] inputs ({', '.join(wanted)}) of a {task} "
+                        f"model exported by export.py")
+
+
+def load_tokenizer(args: argparse.Namespace, model_vocab: Optional[int]):
+    from src.tokenization import FullTokenizer
+
+    tokenizer = FullTokenizer(args.vocab_file or None, args.do_lower_case == "true", args.spm_model_file or None)
+    if model_vocab is not None and tokenizer.vocab_size > model_vocab:
+        raise UserError(f"the tokenizer has {tokenizer.vocab_size} pieces but the model's vocabulary has "
+                        f"{model_vocab}: use the tokenizer the model was trained with")
+    return tokenizer
+
+
+def run_rows(cell, rows: List[Dict[str, np.ndarray]], names: List[str], batch: int) -> List[np.ndarray]:
+    """The model's outputs for feature rows, in batches of the exported size (the last one padded)."""
+    from mindspore import Tensor
+
+    from src.training import pad_batch
+
+    size = batch if batch > 0 else len(rows)
+    parts = []
+    for start in range(0, len(rows), size):
+        chunk = rows[start:start + size]
+        arrays = pad_batch([np.stack([row[FEATURE_KEYS[name]] for row in chunk]) for name in names], size)[:-1]
+        outputs = cell(*[Tensor(array) for array in arrays])
+        outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        parts.append([output.asnumpy()[:len(chunk)] for output in outputs])
+    return [np.concatenate(columns) for columns in zip(*parts)]
+
+
+def classify(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
+    from src.create_finetune_data import InputExample, classifier_feature
+
+    if not args.text_a:
+        raise UserError("--task classifier needs --text_a (and --text_b for a sentence-pair task)")
+    example = InputExample("predict-0", args.text_a, args.text_b, None, "command line")
+    logits = run([classifier_feature(example, tokenizer, {}, seq)])[0][0].astype(np.float64)
+    if logits.size == 1:
+        return {"prediction": float(logits[0])}  # regression (sts-b)
+    labels = args.labels.split(",") if args.labels else [str(i) for i in range(logits.size)]
+    if len(labels) != logits.size:
+        raise UserError(f"--labels names {len(labels)} labels but the model has {logits.size} classes")
+    probabilities = np.exp(logits - logits.max())
+    probabilities /= probabilities.sum()
+    return {"label": labels[int(logits.argmax())], "probabilities": dict(zip(labels, probabilities.tolist())),
+            "logits": logits.tolist()}
+
+
+def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
+    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, _example_rows, example_features
+    from src.squad_get_predictions import predictions_v1, predictions_v2
+
+    if not args.question or not args.context:
+        raise UserError(f"--task {args.task} needs --question and --context")
+    options = SquadOptions(seq, args.doc_stride, args.max_query_length, is_training=False)
+    options.check()
+    example = SquadExample(QAS_ID, args.question, args.context, answers=[])
+    rows, features = [], {}
+    for index, (record, feature) in enumerate(example_features(example, 0, tokenizer, options)):
+        rows.append(record)
+        features[FIRST_UNIQUE_ID + index] = dict(unique_id=FIRST_UNIQUE_ID + index, **feature)
+    outputs = run(rows)
+    examples = list(_example_rows([example]))
+    if args.task == "squad_v1":
+        results = {uid: (outputs[0][i], outputs[1][i]) for i, uid in enumerate(features)}
+        predictions, nbest = predictions_v1(examples, features, results, args.n_best_size, args.max_answer_length)
+        extra = {}
+    else:
+        keys = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
+        results = {uid: {key: outputs[k][i] for k, key in enumerate(keys)} for i, uid in enumerate(features)}
+        start_n_top = outputs[0].shape[1]
+        predictions, nbest, null_odds = predictions_v2(
+            examples, features, results, args.n_best_size, args.max_answer_length, start_n_top,
+            outputs[2].shape[1] // start_n_top, args.null_score_diff_threshold)
+        extra = {"null_score": null_odds[QAS_ID]}
+    shown = [{"text": entry["text"], "probability": entry["probability"]} for entry in nbest[QAS_ID][:SHOWN_ANSWERS]]
+    return {"answer": predictions[QAS_ID], **extra, "nbest": shown, "windows": len(rows)}
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    if not Path(args.model).is_file():
+        raise UserError(f"model not found: {args.model}")
+    if not args.model.endswith(".mindir"):
+        raise UserError(f"--model must be a .mindir file written by export.py (MindSpore loads no other): {args.model}")
+    inputs, model_vocab = model_signature(args.model)
+    check_model(args.model, args.task, inputs)
+    tokenizer = load_tokenizer(args, model_vocab)
+    import mindspore as ms
+    from mindspore import nn
+
+    from src.training import setup_device
+
+    setup_device(args.device_target)
+    cell = nn.GraphCell(ms.load(args.model))
+    names = [name for name, _ in inputs]
+    batch, seq = inputs[0][1]
+
+    def run(rows: List[Dict[str, np.ndarray]]) -> List[np.ndarray]:
+        return run_rows(cell, rows, names, batch)
+
+    result = classify(args, tokenizer, run, seq) if args.task == "classifier" else answer(args, tokenizer, run, seq)
+    print(json.dumps(result, ensure_ascii=False, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

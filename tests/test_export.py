@@ -1,0 +1,285 @@
+"""export.py (MINDIR, ONNX, dynamic batch, errors) and src.predict on real text, with tiny random-weight heads.
+
+Every head is built here, saved as a checkpoint with its albert_config.json (as run_*.py save them) and exported
+by export.py in a subprocess; the exported model must give the in-process network's outputs on the same inputs.
+"""
+import json
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+import pytest
+
+from tests.pretrain_helpers import ok, run
+
+SEQ = 64
+BATCH = 2
+NUM_CLASS = 3
+START_N_TOP, END_N_TOP = 3, 2
+TASK_FLAGS = {"classifier": ["--num_class", str(NUM_CLASS)], "race": [], "squad_v1": [],
+              "squad_v2": ["--start_n_top", str(START_N_TOP), "--end_n_top", str(END_N_TOP)]}
+INPUTS = {"classifier": 3, "race": 3, "squad_v1": 4, "squad_v2": 4}
+RACE_CHOICES = 4  # num_class of task_race_config.yaml
+
+
+def tiny_config():
+    from src.albert_model import AlbertConfig
+
+    # vocab_size of the real SentencePiece model, so src.predict can feed real text.
+    return AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_hidden_groups=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=SEQ,
+                        initializer_range=0.3)  # large weights: outputs react to every input
+
+
+def build_head(task: str):
+    from src.finetune_eval_model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
+                                         AlbertForSequenceClassification, AlbertForSquadV2)
+
+    config = tiny_config()
+    head = {"classifier": lambda: AlbertForSequenceClassification(config, NUM_CLASS),
+            "race": lambda: AlbertForMultipleChoice(config),
+            "squad_v1": lambda: AlbertForQuestionAnswering(config),
+            "squad_v2": lambda: AlbertForSquadV2(config, start_n_top=START_N_TOP, end_n_top=END_N_TOP)}[task]()
+    head.set_train(False)
+    return head
+
+
+@pytest.fixture(scope="module")
+def heads(tmp_path_factory) -> Dict[str, Tuple[object, Path]]:
+    """task -> (head with random weights, its checkpoint with albert_config.json beside it)."""
+    import mindspore as ms
+
+    from src.utils import save_checkpoint_atomic
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    ms.set_seed(7)
+    made = {}
+    for task in INPUTS:
+        folder = tmp_path_factory.mktemp(f"ckpt_{task}")
+        head = build_head(task)
+        save_checkpoint_atomic(head, str(folder / f"albert_{task}-10.ckpt"))
+        tiny_config().to_json_file(str(folder / "albert_config.json"))
+        made[task] = (head, folder / f"albert_{task}-10.ckpt")
+    return made
+
+
+def export(task: str, checkpoint: Path, output: Path, *extra: str):
+    return run(["export.py", "--config_path", f"task_{task}_config.yaml", "--export_ckpt_file", str(checkpoint),
+                "--export_file_name", str(output), "--export_seq_length", str(SEQ), *TASK_FLAGS[task], *extra])
+
+
+@pytest.fixture(scope="module")
+def mindirs(heads, tmp_path_factory) -> Dict[str, Path]:
+    """Every head exported once as MINDIR with batch 2 (shared by the equality and predict tests)."""
+    folder = tmp_path_factory.mktemp("mindir")
+    paths = {}
+    for task, (_, checkpoint) in heads.items():
+        name = folder / (f"{task}.mindir" if task == "race" else task)  # with and without MindSpore's suffix
+        result = ok(export(task, checkpoint, name, "--export_batch_size", str(BATCH)))
+        paths[task] = folder / f"{task}.mindir"
+        assert f"as MINDIR: {paths[task]}" in result.stdout
+        assert f"input_ids int32 [{BATCH}, " in result.stdout
+    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in paths.values())  # nothing else left
+    return paths
+
+
+def random_inputs(task: str, batch: int, seed: int) -> List[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    shape = (batch, RACE_CHOICES, SEQ) if task == "race" else (batch, SEQ)
+    arrays = [rng.integers(0, 30000, shape), rng.integers(0, 2, shape),
+              (np.arange(SEQ) < rng.integers(8, SEQ, shape[:-1] + (1,))).astype(np.int32)]
+    if INPUTS[task] == 4:
+        arrays.append((rng.random(shape) < 0.3).astype(np.int32))
+    return [a.astype(np.int32) for a in arrays]
+
+
+def outputs_of(cell, arrays: List[np.ndarray]) -> List[np.ndarray]:
+    from mindspore import Tensor
+
+    outputs = cell(*[Tensor(a) for a in arrays])
+    return [o.asnumpy() for o in (outputs if isinstance(outputs, (tuple, list)) else (outputs,))]
+
+
+def graph_cell(path: Path):
+    import mindspore as ms
+    from mindspore import nn
+
+    return nn.GraphCell(ms.load(str(path)))
+
+
+def assert_same(expected: List[np.ndarray], actual: List[np.ndarray], atol: float = 1e-5) -> None:
+    assert len(expected) == len(actual)
+    for want, got in zip(expected, actual):
+        assert want.shape == got.shape and want.dtype == got.dtype
+        np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize("task", list(INPUTS))
+def test_mindir_gives_the_network_outputs(task, heads, mindirs):
+    arrays = random_inputs(task, BATCH, seed=1)
+    assert_same(outputs_of(heads[task][0], arrays), outputs_of(graph_cell(mindirs[task]), arrays))
+
+
+@pytest.mark.parametrize("task", ["race", "squad_v2"])
+def test_dynamic_batch_mindir_runs_any_batch(task, heads, tmp_path):
+    head, checkpoint = heads[task]
+    result = ok(export(task, checkpoint, tmp_path / "model", "--dynamic_batch", "true"))
+    assert "input_ids int32 [batch, " in result.stdout
+    cell = graph_cell(tmp_path / "model.mindir")
+    for batch in (1, 3):
+        arrays = random_inputs(task, batch, seed=batch)
+        assert_same(outputs_of(head, arrays), outputs_of(cell, arrays))
+
+
+@pytest.mark.parametrize("task", ["classifier", "squad_v1"])
+def test_onnx_gives_the_network_outputs(task, heads, tmp_path):
+    onnxruntime = pytest.importorskip("onnxruntime")
+    head, checkpoint = heads[task]
+    ok(export(task, checkpoint, tmp_path / "model", "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    names = [item.name for item in session.get_inputs()]
+    assert names == ["input_ids", "token_type_ids", "input_mask", "p_mask"][:INPUTS[task]]
+    arrays = random_inputs(task, BATCH, seed=2)
+    # onnxruntime's own GEMM/GELU kernels round differently: ~1e-5 on outputs of magnitude ~1 (MINDIR: exact).
+    assert_same(outputs_of(head, arrays), session.run(None, dict(zip(names, arrays))), atol=5e-5)
+
+
+ERRORS = {
+    "air_on_cpu": ("classifier", "classifier", ["--file_format", "AIR"], "AIR export needs an Ascend device"),
+    "other_head": ("squad_v1", "classifier", [], "holds a SQuAD v1.1 (squad_v1) head (qa_outputs.*) but "
+                                                   "task_classifier_config.yaml is a classifier config"),
+    "num_class": ("classifier", "classifier", ["--num_class", "2"], "classifier has 3 class(es) but num_class is 2"),
+    "race_yaml_on_classifier": ("classifier", "race", [], "its classifier has 3 outputs"),
+    "missing": (None, "classifier", [], "export_ckpt_file not found: "),
+    "pretraining_checkpoint": ("backbone", "classifier", [], "has no task head"),
+    "onnx_dynamic": ("classifier", "classifier", ["--file_format", "ONNX", "--dynamic_batch", "true"],
+                     "dynamic_batch works with MINDIR only"),
+    "onnx_exact_gelu": ("classifier", "classifier", ["--file_format", "ONNX", "--net_cfg.hidden_act", "gelu_exact"],
+                        "ONNX export needs hidden_act gelu, gelu_new, relu"),
+    "seq_too_long": ("classifier", "classifier", ["--export_seq_length", str(SEQ + 1)],
+                     f"exceeds the network's max_position_embeddings {SEQ}"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_errors_are_one_line_and_leave_no_file(case, heads, tmp_path):
+    source, yaml_task, extra, message = ERRORS[case]
+    checkpoint = heads[source][1] if source in heads else tmp_path / f"{case}.ckpt"
+    if source == "backbone":  # the weights of a pretraining run without its pretraining heads
+        from src.utils import save_checkpoint_atomic
+
+        save_checkpoint_atomic([{"name": p.name, "data": p} for p in heads["classifier"][0].get_parameters()
+                                if p.name.startswith("albert.")], str(checkpoint))
+    args = ["export.py", "--config_path", f"task_{yaml_task}_config.yaml", "--export_ckpt_file", str(checkpoint),
+            "--export_file_name", str(tmp_path / "out" / "model"), "--export_seq_length", str(SEQ)]
+    if yaml_task == "classifier" and "--num_class" not in extra:
+        args += ["--num_class", str(NUM_CLASS)]
+    result = run(args + extra)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    if source:
+        assert str(checkpoint) in lines[0] or case in ("air_on_cpu", "onnx_dynamic", "onnx_exact_gelu",
+                                                       "seq_too_long")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_task_from_yaml_keys_or_ambiguity(heads, tmp_path, project_root):
+    """A copied yaml is recognised by its keys when only one task has them; otherwise --task is asked for."""
+    (tmp_path / "mine.yaml").write_text((project_root / "task_squad_v2_config.yaml").read_text())
+    ok(run(["export.py", "--config_path", str(tmp_path / "mine.yaml"), "--export_ckpt_file", str(heads["squad_v2"][1]),
+            "--export_file_name", str(tmp_path / "v2"), "--export_seq_length", "16", *TASK_FLAGS["squad_v2"]]))
+    assert (tmp_path / "v2.mindir").is_file()
+    (tmp_path / "mine.yaml").write_text("num_class: 3\n")
+    result = run(["export.py", "--config_path", str(tmp_path / "mine.yaml"),
+                  "--export_ckpt_file", str(heads["classifier"][1])])
+    assert result.returncode == 2 and "pass --task classifier|race" in result.stderr
+
+
+def test_export_of_a_run_classifier_checkpoint_matches_its_eval(assets, spm_path, tmp_path):
+    """The real flow: a run_classifier.py checkpoint (train cell: weights + optimizer state) exported with its
+    task yaml gives the probabilities that run_classifier's own evaluation wrote."""
+    from dataset import read_column
+
+    lines = (assets / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "dev.tsv").write_text("".join(lines[:25]), encoding="utf-8")
+    data = tmp_path / "dev.mindrecord"
+    ok(run(["-m", "src.create_finetune_data", "--task_name", "mrpc", "--data_dir", str(assets / "glue" / "MRPC"),
+            "--input_file", str(tmp_path / "dev.tsv"), "--split", "dev", "--output_file", str(data),
+            "--spm_model_file", spm_path, "--max_seq_length", str(SEQ)]))
+    ok(run(["run_classifier.py", "--train_data_file_path", str(data), "--eval_data_file_path", str(data),
+            "--albert_network", "albert_tiny", "--net_cfg.hidden_size", "32", "--net_cfg.embedding_size", "16",
+            "--net_cfg.num_hidden_layers", "2", "--net_cfg.num_attention_heads", "2", "--net_cfg.intermediate_size",
+            "64", "--device_target", "CPU", "--train_steps", "3", "--train_batch_size", "8",
+            "--output_dir", str(tmp_path / "run")]))
+    ok(run(["export.py", "--config_path", "task_classifier_config.yaml", "--export_ckpt_file",
+            str(tmp_path / "run" / "checkpoints" / "albert_classifier-3.ckpt"), "--export_file_name",
+            str(tmp_path / "model"), "--export_seq_length", str(SEQ), "--dynamic_batch", "true"]))
+    columns = [read_column(str(data), name).astype(np.int32) for name in ("input_ids", "segment_ids", "input_mask")]
+    logits = outputs_of(graph_cell(tmp_path / "model.mindir"), columns)[0].astype(np.float64)
+    probabilities = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    rows = (tmp_path / "run" / "eval" / "predictions.tsv").read_text().splitlines()[1:]
+    written = np.array([[float(value) for value in row.split("\t")[2:]] for row in rows])
+    np.testing.assert_allclose(probabilities, written, rtol=0, atol=1e-6)  # the tsv has 6 decimals
+
+
+# ------------------------------------------------------------------------------------------------ predict
+
+def predict(*args: str) -> dict:
+    result = ok(run(["-m", "src.predict", *args]))
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_predict_classifier_on_an_mrpc_pair(heads, mindirs, assets, tokenizer, spm_path):
+    from src.create_finetune_data import InputExample, classifier_feature
+    from src.data_utils import read_tsv
+
+    fields = [f for _, f in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1]
+    printed = predict("--model", str(mindirs["classifier"]), "--task", "classifier", "--spm_model_file", spm_path,
+                      "--text_a", fields[3], "--text_b", fields[4], "--labels", "a,b,c")
+    feature = classifier_feature(InputExample("x", fields[3], fields[4], None, ""), tokenizer, {}, SEQ)
+    logits = outputs_of(heads["classifier"][0], [feature[k][None] for k in ("input_ids", "segment_ids",
+                                                                            "input_mask")])[0][0].astype(np.float64)
+    expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose([printed["probabilities"][k] for k in "abc"], expected, rtol=0, atol=1e-6)
+    assert printed["label"] == "abc"[int(expected.argmax())]
+
+
+@pytest.mark.parametrize("task", ["squad_v1", "squad_v2"])
+def test_predict_squad_answer_from_the_context(task, heads, mindirs, assets, tokenizer, spm_path):
+    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, _example_rows, example_features
+    from src.squad_get_predictions import predictions_v1, predictions_v2
+
+    data = json.loads((assets / "squad" / "v1.1" / "dev-v1.1.part1_bloomsbury.json").read_text(encoding="utf-8"))
+    paragraph = data["data"][0]["paragraphs"][0]
+    question, context = paragraph["qas"][0]["question"], paragraph["context"]
+    printed = predict("--model", str(mindirs[task]), "--task", task, "--spm_model_file", spm_path,
+                      "--question", question, "--context", context, "--doc_stride", "24", "--max_query_length", "16")
+    assert printed["windows"] > BATCH  # several windows, the last batch padded
+    assert printed["answer"] in context and (printed["answer"] or task == "squad_v2")
+
+    example = SquadExample("predict-0", question, context, [])
+    windows = list(example_features(example, 0, tokenizer, SquadOptions(SEQ, 24, 16, False)))
+    features = {FIRST_UNIQUE_ID + i: dict(unique_id=FIRST_UNIQUE_ID + i, **f) for i, (_, f) in enumerate(windows)}
+    columns = [np.stack([r[k] for r, _ in windows]) for k in ("input_ids", "segment_ids", "input_mask", "p_mask")]
+    outputs = outputs_of(heads[task][0], columns)
+    examples = list(_example_rows([example]))
+    if task == "squad_v1":
+        answers, nbest = predictions_v1(examples, features, {u: (outputs[0][i], outputs[1][i])
+                                                             for i, u in enumerate(features)})
+    else:
+        keys = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
+        results = {u: {k: outputs[j][i] for j, k in enumerate(keys)} for i, u in enumerate(features)}
+        answers, nbest, _ = predictions_v2(examples, features, results, 20, 30, START_N_TOP, END_N_TOP)
+    assert printed["answer"] == answers["predict-0"]
+    assert [e["text"] for e in printed["nbest"]] == [e["text"] for e in nbest["predict-0"][:5]]
+    np.testing.assert_allclose([e["probability"] for e in printed["nbest"]],
+                               [e["probability"] for e in nbest["predict-0"][:5]], rtol=0, atol=1e-5)
+
+
+def test_predict_rejects_a_model_of_another_task(mindirs, spm_path):
+    result = run(["-m", "src.predict", "--model", str(mindirs["classifier"]), "--task", "squad_v1",
+                  "--spm_model_file", spm_path, "--question", "q", "--context", "c"])
+    assert result.returncode == 2 and "not the [batch, seq] inputs" in result.stderr
