@@ -61,8 +61,8 @@ def run(task: FinetuneTask, argv: Sequence[str]) -> int:
 
     output_dir = os.path.abspath(config.output_dir)
     save_dir = os.path.abspath(config.save_finetune_checkpoint_path or os.path.join(output_dir, "checkpoints"))
-    log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; "
-        f"{', '.join(action for action, _ in jobs) or 'train'}")
+    actions = ["train"] * bool(config.do_train) + [action for action, _ in jobs]
+    log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}")
     trained, net = None, None
     if config.do_train:
         trained, net = _train(task, config, device, output_dir, save_dir, log)
