@@ -1,0 +1,568 @@
+"""What bench_train.py and bench_infer.py share: the command line, the ALBERT config (ours and HF's), the worker
+processes and their protocol, FLOP counts, statistics, the table and the JSON.
+
+Why worker processes: each side (this package on MindSpore, HF transformers on PyTorch) runs in its own process
+that builds its model once and then runs rounds of N steps when the parent asks, so
+
+- each side's peak RSS (ru_maxrss of its own process) holds only its own framework and model;
+- the two sides alternate (ours, torch, torch, ours, ...) within one run, so a noisy shared machine slows both
+  alike; the idle side blocks on its stdin and takes no CPU;
+- the thread count is set once per process (MindSpore's op_tuning.threads_num, torch.set_num_threads).
+
+Protocol (JSON lines; the worker's stdout is kept for it, anything the frameworks print goes to its stderr,
+which the parent keeps in a log file and shows the end of when a worker fails):
+
+    parent -> worker   {spec}                       worker builds, measures its sgemm peak, runs the first step
+    worker -> parent   {"ready": true, "framework", "matmul_gflops", "build_s", "first_s", "check", ...}
+    parent -> worker   {"cmd": "round", "steps": N}
+    worker -> parent   {"times": [seconds per step], "rss_mb": ...}
+    parent -> worker   {"cmd": "quit"}
+    worker -> parent   {"peak_rss_mb": ..., ...}   and exits
+    (any failure)      {"error": "..."}
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from model_utils.errors import UserError  # noqa: E402  (light: no framework import in the parent's CLI checks)
+
+WORKER_FLAG = "--worker"  # internal: `python bench_x.py --worker` is a worker process
+PAUSE_S = 0.3  # between rounds, so the previous side's thread pool has gone to sleep before the next starts
+SWEEP_SEQ_LENGTHS = (128, 256, 512)
+# Ours -> HF hidden_act: our "gelu" is Google's tanh approximation, HF's "gelu" is the exact erf GELU.
+HF_ACT = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_exact": "gelu", "relu": "relu"}
+HF_KEYS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_hidden_groups",
+           "inner_group_num", "num_attention_heads", "intermediate_size", "hidden_dropout_prob",
+           "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size", "initializer_range",
+           "layer_norm_eps")
+STAT_KEYS = ("median_ms", "min_ms", "samples_per_s", "tokens_per_s", "model_tflops", "fraction_of_peak",
+             "matmul_gflops", "build_s", "first_s", "peak_rss_mb")
+
+
+class WorkerError(Exception):
+    """A worker process failed (not the user's input): one line plus the end of its log, exit code 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(message)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------------------------------
+def int_list(text: str) -> List[int]:
+    """'8' or '1,32' -> [8] or [1, 32], all >= 1."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected integers >= 1, got {text!r}")
+    return values
+
+
+def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default: int) -> _Parser:
+    """The flags both benchmarks take; the caller adds its own."""
+    parser = _Parser(description=doc.splitlines()[0], allow_abbrev=False,
+                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
+    parser.add_argument("--network", default="albert_base", help="preset name (src/albert_model.py PRESETS)")
+    parser.add_argument("--albert_config_file", default="", help="an AlbertConfig json instead of the preset")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set num_hidden_layers=2 (repeatable)")
+    parser.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="also measure the config with these changes, e.g. share_type=none (repeatable)")
+    parser.add_argument("--batch_size", type=int_list, default=int_list(batch_default), help="one or a list: 4,8")
+    parser.add_argument("--seq_length", type=int_list, default=[128], help="one or a list: 128,256,512")
+    parser.add_argument("--sweep", action="store_true",
+                        help=f"seq_length {','.join(map(str, SWEEP_SEQ_LENGTHS))} (x every batch size and variant)")
+    parser.add_argument("--steps", type=int, default=steps_default, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=rounds_default, help="rounds per side, alternating")
+    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                        help="threads of each framework (0 = the framework's default)")
+    parser.add_argument("--compare", choices=("none", "torch"), default="none",
+                        help="torch: also run HF transformers on PyTorch eager")
+    parser.add_argument("--peak_size", type=int, default=2048, help="n of the n^3 sgemm measuring the matmul peak")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default="", help="write the results as JSON here")
+    return parser
+
+
+def check_common(args: argparse.Namespace) -> None:
+    if args.sweep:
+        args.seq_length = list(SWEEP_SEQ_LENGTHS)
+    for name, low in (("steps", 1), ("rounds", 1), ("threads", 0), ("peak_size", 16)):
+        if getattr(args, name) < low:
+            raise UserError(f"--{name} must be >= {low}, got {getattr(args, name)}")
+    if args.compare == "torch":
+        import importlib.util
+        missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise UserError(f"--compare torch needs {' and '.join(missing)} (pip install -r requirements-dev.txt)")
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def parse_overrides(items: Sequence[str], flag: str) -> Dict[str, Any]:
+    """['num_hidden_layers=2', ...] -> {'num_hidden_layers': 2}; keys must be AlbertConfig fields."""
+    from dataclasses import fields
+
+    from src.albert_model import AlbertConfig
+
+    known = [f.name for f in fields(AlbertConfig)]
+    changes: Dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"{flag} expects KEY=VALUE, got {item!r}")
+        if key not in known:
+            raise UserError(f"{flag}: unknown config key {key!r}; keys: {', '.join(known)}")
+        changes[key] = _parse_value(value.strip())
+    return changes
+
+
+def resolve_configs(args: argparse.Namespace) -> List[Tuple[str, Dict[str, Any]]]:
+    """(label, our AlbertConfig as a dict) of the base config and of each --variant, validated."""
+    from src.albert_model import AlbertConfig
+
+    base = AlbertConfig.from_json_file(args.albert_config_file) if args.albert_config_file \
+        else AlbertConfig.from_preset(args.network)
+    base = AlbertConfig.from_dict({**base.to_dict(), **parse_overrides(args.overrides, "--set")}, source="--set")
+    configs = [("base", base.to_dict())]
+    for text in args.variant:
+        changes = parse_overrides([part for part in text.split(",") if part.strip()], "--variant")
+        configs.append((text, AlbertConfig.from_dict({**base.to_dict(), **changes}, source="--variant").to_dict()))
+    longest = max(args.seq_length)
+    for label, config in configs:
+        if longest > config["max_position_embeddings"]:
+            raise UserError(f"seq_length {longest} exceeds max_position_embeddings {config['max_position_embeddings']}"
+                            f" of the {label} config")
+    return configs
+
+
+def hf_config(config: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
+    """HF AlbertConfig kwargs doing the same math as our config, and whether our weights can be HF's exactly.
+
+    share_type none = HF with one group per layer; attention/ffn sharing has no HF form, so HF runs unshared layers
+    (same FLOPs, more parameters for its optimizer) with its own random weights.
+    """
+    if config["ln_type"] != "postln" or config["compute_type"] != "float32":
+        raise UserError(f"--compare torch needs ln_type postln and compute_type float32 (HF ALBERT has no other), got "
+                        f"{config['ln_type']} and {config['compute_type']}")
+    kwargs = {key: config[key] for key in HF_KEYS}
+    kwargs["hidden_act"] = HF_ACT[config["hidden_act"]]
+    kwargs["classifier_dropout_prob"] = 0.0  # HF's SOP head drops out in training; ours (as Google's) does not
+    if config["share_type"] != "all":
+        kwargs["num_hidden_groups"] = config["num_hidden_layers"]
+    return kwargs, config["share_type"] in ("all", "none")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# FLOPs and statistics
+# ---------------------------------------------------------------------------------------------------------------
+FORWARD_FORMULA = ("forward = B*S*[2*E*H + L*(8*H^2 + 4*H*I + 4*S*H)] + B*[2*H^2 + {head}], L = num_hidden_layers * "
+                   "inner_group_num (embedding projection E*H; per layer Q, K, V and output 4*H^2, FFN 2*H*I, "
+                   "attention scores and context 2*S*H, as multiply-adds x 2; the pooler 2*H^2 per sequence; "
+                   "{head_text})")
+
+
+def albert_forward_flops(config: Dict[str, Any], batch: int, seq: int, head_per_sequence: float) -> float:
+    """Analytic matmul FLOPs of one forward pass (see FORWARD_FORMULA); `head_per_sequence` is the task head's."""
+    e, h, i = config["embedding_size"], config["hidden_size"], config["intermediate_size"]
+    layers = config["num_hidden_layers"] * config["inner_group_num"]
+    per_token = 2 * e * h + layers * (8 * h * h + 4 * h * i + 4 * seq * h)
+    return float(batch * seq * per_token + batch * (2 * h * h + head_per_sequence))
+
+
+def side_stats(times_s: Sequence[float], batch: int, seq: int, flops: float, executed_flops: float,
+               peak_gflops: float) -> Dict[str, float]:
+    """Median/min of the timed steps and the rates derived from the median."""
+    median, fastest = statistics.median(times_s), min(times_s)
+    return {"median_ms": median * 1e3, "min_ms": fastest * 1e3, "samples_per_s": batch / median,
+            "tokens_per_s": batch * seq / median, "model_tflops": flops / median / 1e12,
+            "executed_tflops": executed_flops / median / 1e12,
+            "fraction_of_peak": flops / median / (peak_gflops * 1e9)}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Worker side
+# ---------------------------------------------------------------------------------------------------------------
+def rss_mb() -> float:
+    """Peak resident set of this process so far (ru_maxrss is in KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _best_rate(run: Callable[[], None], flops: float, repeats: int = 3) -> float:
+    run()  # warm-up (and graph compilation)
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return flops / best / 1e9
+
+
+class Side:
+    """One side of a benchmark inside its worker: build once, then time `step()` calls (each must block until the
+    work is done). Framework subclasses set threads and measure the sgemm peak; benchmark subclasses add the
+    model."""
+
+    framework = ""
+
+    def __init__(self, spec: Dict[str, Any]):
+        self.spec = spec
+
+    def set_threads(self, threads: int) -> None:
+        raise NotImplementedError
+
+    def matmul_gflops(self, size: int) -> float:
+        raise NotImplementedError
+
+    def build(self) -> Dict[str, Any]:
+        """Build the model and inputs; returns extra facts for the ready message."""
+        raise NotImplementedError
+
+    def first(self) -> Dict[str, Any]:
+        """The first step (graph compilation for MindSpore); returns {"check": ...} for the parent to compare."""
+        raise NotImplementedError
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def run(self, steps: int) -> List[float]:
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            self.step()
+            times.append(time.perf_counter() - start)
+        return times
+
+    def final(self) -> Dict[str, Any]:
+        return {}
+
+
+class MindSporeSide(Side):
+    """GRAPH mode on CPU through the package's own setup_device (threads via op_tuning.threads_num)."""
+
+    def set_threads(self, threads: int) -> None:
+        import mindspore as ms
+
+        from src.training import setup_device
+
+        setup_device("CPU", cpu_threads=threads, seed=int(self.spec["seed"]))
+        self.framework = f"mindspore {ms.__version__} (GRAPH mode)"
+
+    def matmul_gflops(self, size: int) -> float:
+        import numpy as np
+        from mindspore import Tensor, nn, ops
+
+        class _MatMul(nn.Cell):
+            def construct(self, a, b):
+                return ops.matmul(a, b)
+
+        cell = _MatMul()
+        rng = np.random.default_rng(0)
+        a, b = (Tensor(rng.standard_normal((size, size), dtype=np.float32)) for _ in range(2))
+        return _best_rate(lambda: cell(a, b).asnumpy(), 2.0 * size ** 3)
+
+
+class TorchSide(Side):
+    """PyTorch eager (torch.set_num_threads)."""
+
+    def set_threads(self, threads: int) -> None:
+        import torch
+        import transformers
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        torch.manual_seed(int(self.spec["seed"]))
+        self.framework = f"torch {torch.__version__} eager, transformers {transformers.__version__}"
+
+    def matmul_gflops(self, size: int) -> float:
+        import torch
+
+        generator = torch.Generator().manual_seed(0)
+        a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+        return _best_rate(lambda: torch.mm(a, b), 2.0 * size ** 3)
+
+
+def hf_state_to_ours(path: str) -> Dict[str, Any]:
+    """An HF state dict saved as .npz -> our parameter names (the converter's table for the backbone and the
+    pretraining heads; task heads such as classifier.* keep their names)."""
+    import numpy as np
+
+    from src.convert_checkpoint import hf_name
+
+    weights = {}
+    with np.load(path) as state:
+        for name in state.files:
+            ours = hf_name(name) if name.startswith(("albert.", "predictions.", "sop_classifier.")) else name
+            if ours is not None:
+                weights[ours] = state[name].astype(np.float32)
+    return weights
+
+
+def save_hf_state(model: Any, path: str, seed: int) -> None:
+    """Perturb the HF model's random weights (LayerNorm and biases too, so the cross-check is not trivial) and
+    save them as .npz for our worker."""
+    import numpy as np
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            scale = 0.2 if "norm" in name.lower() else 0.05
+            param.add_(torch.randn(param.shape, generator=generator) * scale)
+    np.savez(path, **{name: value.detach().numpy() for name, value in model.state_dict().items()})
+
+
+def worker_main(sides: Dict[str, Type[Side]]) -> int:
+    """A worker process: serve the protocol in the module docstring on stdin/stdout."""
+    protocol = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # frameworks' prints go to the log, never into the protocol
+    sys.stdout = sys.stderr
+
+    def say(message: Dict[str, Any]) -> None:
+        protocol.write(json.dumps(message) + "\n")
+
+    try:
+        spec = json.loads(sys.stdin.readline())
+        side = sides[spec["side"]](spec)
+        side.set_threads(int(spec["threads"]))
+        peak = side.matmul_gflops(int(spec["peak_size"])) if spec["peak_size"] else None
+        start = time.perf_counter()
+        facts = side.build()
+        build_s = time.perf_counter() - start
+        start = time.perf_counter()
+        facts.update(side.first())
+        say({"ready": True, "framework": side.framework, "matmul_gflops": peak, "build_s": build_s,
+             "first_s": time.perf_counter() - start, **facts})
+        for line in sys.stdin:
+            message = json.loads(line)
+            if message["cmd"] == "round":
+                say({"times": side.run(int(message["steps"])), "rss_mb": rss_mb()})
+            elif message["cmd"] == "quit":
+                say({"peak_rss_mb": rss_mb(), **side.final()})
+                return 0
+        return 0
+    except BaseException as err:  # noqa: B902  (the traceback goes to the log, the message to the parent)
+        traceback.print_exc()
+        sys.stderr.flush()
+        say({"error": str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}".strip(),
+             "user_error": isinstance(err, UserError)})
+        return 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parent side
+# ---------------------------------------------------------------------------------------------------------------
+class Worker:
+    """A worker process of `script`; the constructor sends the spec and waits for the ready message."""
+
+    def __init__(self, script: Path, spec: Dict[str, Any], log_dir: Path):
+        self.side = spec["side"]
+        self.log_path = log_dir / f"{self.side}.log"
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            self.proc = subprocess.Popen([sys.executable, str(script), WORKER_FLAG], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, cwd=str(ROOT))
+        self.ready = self.ask(spec)
+
+    def ask(self, message: Dict[str, Any]) -> Dict[str, Any]:
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        reply = json.loads(line) if line.strip() else {"error": f"exited with code {self.proc.wait()}"}
+        if "error" in reply:
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+            if reply.get("user_error"):  # the config asked for something this side cannot do
+                raise UserError(f"{self.side} side: {reply['error']}")
+            tail = self.log_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-15:]
+            raise WorkerError(f"the {self.side} worker failed: {reply['error']}\n  log {self.log_path}:\n    " +
+                              "\n    ".join(tail))
+        return reply
+
+    def quit(self) -> Dict[str, Any]:
+        reply = self.ask({"cmd": "quit"})
+        self.proc.wait(timeout=120)
+        return reply
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds: int, log_dir: Path,
+             before_ours: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+             progress: Callable[[str], None] = print) -> Dict[str, Dict[str, Any]]:
+    """Start the workers (torch first: it writes the weights ours loads), run `rounds` alternating rounds of
+    `steps` steps, stop them; returns per side the ready facts, step times per round and the quit facts."""
+    workers: Dict[str, Worker] = {}
+    try:
+        for side in sorted(specs, key=lambda name: name != "torch"):
+            spec = specs[side]
+            if side == "ours" and before_ours is not None:
+                spec = {**spec, **before_ours(spec)}
+            workers[side] = Worker(script, spec, log_dir)
+        rounds_times: Dict[str, List[List[float]]] = {side: [] for side in workers}
+        order = sorted(workers)  # "ours" before "torch"
+        for index in range(rounds):
+            done = []
+            for side in order if index % 2 == 0 else order[::-1]:
+                time.sleep(PAUSE_S)
+                times = workers[side].ask({"cmd": "round", "steps": steps})["times"]
+                rounds_times[side].append(times)
+                done.append(f"{side} {statistics.median(times) * 1e3:.1f} ms")
+            progress(f"  round {index + 1}/{rounds}: " + ", ".join(done))
+        return {side: {"ready": workers[side].ready, "rounds": rounds_times[side], "quit": workers[side].quit()}
+                for side in order}
+    finally:
+        for worker in workers.values():
+            worker.kill()
+
+
+def summarize(raw: Dict[str, Dict[str, Any]], batch: int, seq: int, flops: float,
+              executed: Dict[str, float], unit: str) -> Dict[str, Any]:
+    """Per side: stats over all timed steps, against the machine peak = the best sgemm rate either side reached."""
+    peaks = [side["ready"]["matmul_gflops"] for side in raw.values()]
+    machine_peak = max(peaks)
+    sides = {}
+    for name, side in raw.items():
+        times = [t for round_times in side["rounds"] for t in round_times]
+        ready = {k: v for k, v in side["ready"].items() if k not in ("ready", "check")}
+        sides[name] = {**side_stats(times, batch, seq, flops, executed[name], machine_peak), **ready,
+                       "executed_flops_per_" + unit: executed[name],
+                       "peak_rss_mb": side["quit"]["peak_rss_mb"],
+                       **{k: v for k, v in side["quit"].items() if k != "peak_rss_mb"},
+                       "round_median_ms": [statistics.median(r) * 1e3 for r in side["rounds"]],
+                       "times_ms": [t * 1e3 for t in times]}
+    result = {"machine_peak_gflops": machine_peak, "sides": sides, "speed_ratio": None}
+    if "torch" in sides:
+        result["speed_ratio"] = sides["torch"]["median_ms"] / sides["ours"]["median_ms"]
+    return result
+
+
+def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]], unit: str,
+             extra_spec: Dict[str, Any],
+             flops_for: Callable[[Dict[str, Any], int, int], Tuple[float, Dict[str, float]]],
+             check_for: Callable[[Dict[str, Dict[str, Any]]], Dict[str, Any]],
+             before_ours: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+    """One fresh pair of workers per (variant, seq_length, batch_size), so each row's peak RSS is its own.
+    Worker logs go to a temporary folder, kept (and named in the error) only when a worker fails."""
+    import shutil
+
+    results: List[Dict[str, Any]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="albert-bench-"))
+    keep = False
+    try:
+        for label, config in configs:
+            hf_kwargs, same_weights = hf_config(config) if args.compare == "torch" else (None, False)
+            for seq in args.seq_length:
+                for batch in args.batch_size:
+                    run_dir = tmp / f"run{len(results)}"
+                    run_dir.mkdir()
+                    base = {"config": config, "hf_config": hf_kwargs, "batch_size": batch, "seq_length": seq,
+                            "threads": args.threads, "peak_size": args.peak_size, "seed": args.seed,
+                            "workdir": str(run_dir),
+                            "weights": str(run_dir / "hf_weights.npz") if same_weights else "", **extra_spec}
+                    specs = {"ours": {**base, "side": "ours"}}
+                    if args.compare == "torch":
+                        specs["torch"] = {**base, "side": "torch"}
+                    print(f"[{label}] batch {batch}, seq {seq}: {args.rounds} round(s) of {args.steps} {unit}(s) "
+                          f"per side, {args.threads} thread(s)", flush=True)
+                    raw = run_pair(script, specs, args.steps, args.rounds, run_dir, before_ours,
+                                   progress=lambda line: print(line, flush=True))
+                    flops, executed = flops_for(config, batch, seq)
+                    results.append({"variant": label, "batch_size": batch, "seq_length": seq, "config": config,
+                                    "hf_config": hf_kwargs, "same_weights": same_weights,
+                                    f"flops_per_{unit}": flops,
+                                    **summarize(raw, batch, seq, flops, executed, unit), **check_for(raw)})
+                    shutil.rmtree(run_dir, ignore_errors=True)
+        return results
+    except WorkerError:
+        keep = True  # the error names the worker's log in there
+        raise
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def environment(raw_results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    frameworks = {}
+    for result in raw_results:
+        for name, side in result["sides"].items():
+            frameworks[name] = side["framework"]
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0)), "processor": platform.processor(), "frameworks": frameworks}
+
+
+def print_table(results: List[Dict[str, Any]], unit: str) -> None:
+    """One row per (variant, batch, seq, side)."""
+    header = ["variant", "batch", "seq", "side", f"ms/{unit} med", "min", "samples/s", "tokens/s", "TFLOP/s",
+              "% peak", "first s", "RSS MB", "ratio"]
+    rows = []
+    for result in results:
+        for name, side in result["sides"].items():
+            ratio = result["speed_ratio"] if name == "ours" and result["speed_ratio"] is not None else None
+            rows.append([result["variant"], str(result["batch_size"]), str(result["seq_length"]), name,
+                         f"{side['median_ms']:.1f}", f"{side['min_ms']:.1f}", f"{side['samples_per_s']:.2f}",
+                         f"{side['tokens_per_s']:.0f}", f"{side['model_tflops']:.4f}",
+                         f"{side['fraction_of_peak'] * 100:.1f}", f"{side['first_s']:.1f}",
+                         f"{side['peak_rss_mb']:.0f}", f"{ratio:.3f}" if ratio is not None else ""])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print(" | ".join(h.rjust(w) for h, w in zip(header, widths)))
+    print("-+-".join("-" * w for w in widths))
+    for row in rows:
+        print(" | ".join(c.rjust(w) for c, w in zip(row, widths)))
+
+
+def write_json(path: str, report: Dict[str, Any]) -> None:
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        json.dump(report, out, indent=1)
+    os.replace(tmp, path)
+
+
+def run_cli_with_workers(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[str]] = None) -> int:
+    """run_cli, plus a worker failure as its message and exit code 1 (not a traceback of the parent)."""
+    from model_utils.errors import run_cli
+
+    def guarded(args: List[str]) -> Optional[int]:
+        try:
+            return main(args)
+        except WorkerError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+
+    return run_cli(guarded, argv)

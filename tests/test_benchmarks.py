@@ -1,0 +1,86 @@
+"""The benchmark scripts run end to end on a tiny config with both sides and write the JSON they promise
+(numbers are not checked: timings belong in benchmarks, never in tests)."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_common  # noqa: E402
+
+TINY = ["--set", "vocab_size=100", "--set", "hidden_size=32", "--set", "embedding_size=16",
+        "--set", "num_hidden_layers=2", "--set", "num_attention_heads=2", "--set", "intermediate_size=64",
+        "--batch_size", "2", "--seq_length", "32", "--steps", "2", "--rounds", "1", "--threads", "1",
+        "--peak_size", "128"]
+
+
+def bench(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def check_report(path: Path, benchmark: str, unit: str) -> dict:
+    report = json.loads(path.read_text())
+    assert report["benchmark"] == benchmark and report["unit"] == unit
+    assert report["flop_formula"].startswith("training step = 3 x forward" if benchmark == "train" else "one forward")
+    assert set(report["environment"]["frameworks"]) == {"ours", "torch"}
+    (result,) = report["results"]
+    assert (result["variant"], result["batch_size"], result["seq_length"]) == ("base", 2, 32)
+    assert result["same_weights"] is True
+    for key in (f"flops_per_{unit}", "machine_peak_gflops"):
+        assert math.isfinite(result[key]) and result[key] > 0, key
+    sides = result["sides"]
+    for side in ("ours", "torch"):
+        for key in bench_common.STAT_KEYS:
+            value = sides[side][key]
+            assert isinstance(value, float) and math.isfinite(value) and value > 0, (side, key, value)
+        assert len(sides[side]["times_ms"]) == 2
+        assert sides[side]["fraction_of_peak"] <= 1.5  # against the best sgemm rate measured in the same run
+    assert result["machine_peak_gflops"] == max(sides[s]["matmul_gflops"] for s in sides)
+    assert result["speed_ratio"] == pytest.approx(sides["torch"]["median_ms"] / sides["ours"]["median_ms"])
+    return result
+
+
+def test_bench_train_against_torch(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "train.json"
+    done = bench("bench_train.py", *TINY, "--compare", "torch", "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = check_report(out, "train", "step")
+    assert result["first_loss_abs_diff"] < 1e-4  # same weights, same batch: the same loss before any update
+    assert result["sides"]["ours"]["masked_positions"] == 15  # 20 asked, at most seq/2 - 1 fit
+    assert "ms/step" in done.stdout and "ratio" in done.stdout
+
+
+def test_bench_infer_against_torch(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "infer.json"
+    done = bench("bench_infer.py", *TINY, "--compare", "torch", "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = check_report(out, "infer", "batch")
+    assert result["sides"]["ours"]["export_s"] > 0
+    assert result["logits_max_abs_diff"] < 1e-5 < result["logits_max_abs"]
+    assert "ms/batch" in done.stdout
+
+
+@pytest.mark.parametrize("script", ["bench_train.py", "bench_infer.py"])
+@pytest.mark.parametrize("args, message", [
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--batch_size", "0"], "--batch_size"),
+    (["--compare", "tf"], "--compare"),
+    (["--steps", "0"], "--steps must be >= 1"),
+])
+def test_bad_flag_is_one_line(script, args, message):
+    done = bench(script, *args)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+
+
+def test_bad_config_key_is_one_line():
+    done = bench("bench_train.py", "--set", "hidden_sise=8")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "hidden_sise" in done.stderr, done.stderr
