@@ -6,8 +6,8 @@
 --config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
 (task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2), else from its keys when
 only one task's yaml has them all; --task overrides both (and without --config_path uses the shipped yaml). Task
-yaml keys are flags here too (--num_class 3). The network is the albert_config.json beside the checkpoint (as
-run_*.py save it), else the yaml's albert_config_file / albert_network, then its net_cfg overrides.
+yaml keys are flags here too (--num_class 3). The network is the yaml's albert_config_file, else the config saved
+beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the yaml's albert_network; then net_cfg.
 
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
 (input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;

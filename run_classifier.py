@@ -51,7 +51,8 @@ def check_eval_data(config, data_file: str, action: str) -> None:
     from dataset import load_data_meta
 
     check_labels(config, load_data_meta(data_file), (), data_file)
-    check_assessment_method(config)
+    if action == "eval":
+        check_assessment_method(config)
 
 
 TASK = FinetuneTask(

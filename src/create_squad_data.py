@@ -269,7 +269,7 @@ def _features(examples: Sequence[SquadExample], tokenizer: FullTokenizer, option
             yield record
 
 
-def _example_rows(examples: Sequence[SquadExample]) -> Iterator[Dict[str, Any]]:
+def example_rows(examples: Sequence[SquadExample]) -> Iterator[Dict[str, Any]]:
     for index, example in enumerate(examples):
         yield {"example_index": index, "qas_id": example.qas_id, "question_text": example.question_text,
                "context": example.context, "doc_tokens": _WORD.findall(example.context), "answers": example.answers,
@@ -288,7 +288,7 @@ def create_squad_data(config) -> Dict[str, Any]:
     feature_maps: List[Dict[str, Any]] = []
     stats = {"examples": len(examples), "skipped_examples": skipped, "features": 0, "impossible_features": 0}
     writers = {} if options.is_training else {
-        ".examples.jsonl": lambda path: write_jsonl(path, _example_rows(examples)),
+        ".examples.jsonl": lambda path: write_jsonl(path, example_rows(examples)),
         ".features.jsonl": lambda path: write_jsonl(path, feature_maps)}
     meta = {"kind": "squad", "version_2_with_negative": config.version_2_with_negative,
             "is_training": options.is_training, "columns": list(squad_schema(options)),

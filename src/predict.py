@@ -123,7 +123,7 @@ def classify(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, ob
 
 
 def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
-    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, _example_rows, example_features
+    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_rows, example_features
     from src.squad_get_predictions import predictions_v1, predictions_v2
 
     if not args.question or not args.context:
@@ -136,7 +136,7 @@ def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, obje
         rows.append(record)
         features[FIRST_UNIQUE_ID + index] = dict(unique_id=FIRST_UNIQUE_ID + index, **feature)
     outputs = run(rows)
-    examples = list(_example_rows([example]))
+    examples = list(example_rows([example]))
     if args.task == "squad_v1":
         results = {uid: (outputs[0][i], outputs[1][i]) for i, uid in enumerate(features)}
         predictions, nbest = predictions_v1(examples, features, results, args.n_best_size, args.max_answer_length)
