@@ -5,7 +5,7 @@ by export.py in a subprocess; the exported model must give the in-process networ
 """
 import json
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
@@ -45,14 +45,13 @@ def build_head(task: str):
 
 
 @pytest.fixture(scope="module")
-def heads(tmp_path_factory) -> Dict[str, Tuple[object, Path]]:
+def heads(tmp_path_factory) -> Iterator[Dict[str, Tuple[object, Path]]]:
     """task -> (head with random weights, its checkpoint with albert_config.json beside it)."""
     import mindspore as ms
 
     from src.utils import save_checkpoint_atomic
 
     ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
     ms.set_seed(7)
     made = {}
     for task in INPUTS:
@@ -61,7 +60,8 @@ def heads(tmp_path_factory) -> Dict[str, Tuple[object, Path]]:
         save_checkpoint_atomic(head, str(folder / f"albert_{task}-10.ckpt"))
         tiny_config().to_json_file(str(folder / "albert_config.json"))
         made[task] = (head, folder / f"albert_{task}-10.ckpt")
-    return made
+    yield made
+    ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
 def export(task: str, checkpoint: Path, output: Path, *extra: str):
