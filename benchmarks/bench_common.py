@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from model_utils.errors import UserError  # noqa: E402  (light: no framework import in the parent's CLI checks)
+from model_utils.config import ArgumentParser  # noqa: E402  (light: no framework import in the CLI checks)
+from model_utils.errors import UserError  # noqa: E402
 
 WORKER_FLAG = "--worker"  # internal: `python bench_x.py --worker` is a worker process
 PAUSE_S = 0.3  # between rounds, so the previous side's thread pool has gone to sleep before the next starts
@@ -58,11 +59,6 @@ class WorkerError(Exception):
     """A worker process failed (not the user's input): one line plus the end of its log, exit code 1."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(message)
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Command line
 # ---------------------------------------------------------------------------------------------------------------
@@ -77,9 +73,9 @@ def int_list(text: str) -> List[int]:
     return values
 
 
-def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default: int) -> _Parser:
+def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default: int) -> ArgumentParser:
     """The flags both benchmarks take; the caller adds its own."""
-    parser = _Parser(description=doc.splitlines()[0], allow_abbrev=False,
+    parser = ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False,
                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
     parser.add_argument("--network", default="albert_base", help="preset name (src/albert_model.py PRESETS)")
     parser.add_argument("--albert_config_file", default="", help="an AlbertConfig json instead of the preset")

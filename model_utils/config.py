@@ -184,11 +184,20 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
     return merged
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises ConfigError instead of printing usage and calling sys.exit."""
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that raises ConfigError (a one-line UserError) instead of printing usage and calling sys.exit;
+    also for the tools whose flags are not a yaml (src.predict, benchmarks)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ConfigError(message)
+
+
+def boolean(text: str) -> bool:
+    """argparse `type` for true/false flags, with the words the yaml command lines accept."""
+    word = text.strip().lower()
+    if word not in TRUE_WORDS | FALSE_WORDS:
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return word in TRUE_WORDS
 
 
 def _describe(key: str, value: Any, helps: Dict[str, str], choices: Dict[str, List[Any]]) -> str:
@@ -200,7 +209,7 @@ def _describe(key: str, value: Any, helps: Dict[str, str], choices: Dict[str, Li
 
 def build_parser(values: Dict[str, Any], helps: Dict[str, str], choices: Dict[str, List[Any]],
                  description: str = "", config_path: Optional[str] = None) -> argparse.ArgumentParser:
-    parser = _Parser(description=description, allow_abbrev=False)
+    parser = ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--config_path", default=config_path, help="yaml file with the values to use")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
     for key, value in flatten(values).items():
@@ -223,7 +232,7 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
         values = values[section]
         helps = {k[len(section) + 1:]: v for k, v in helps.items() if k.startswith(section + ".")}
         choices = {k[len(section) + 1:]: v for k, v in choices.items() if k.startswith(section + ".")}
-    pre = _Parser(add_help=False, allow_abbrev=False)
+    pre = ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config_path", default=None)
     known, _ = pre.parse_known_args(argv)
     if known.config_path:

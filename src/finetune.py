@@ -11,6 +11,7 @@ become predictions and metrics. `run` does the rest, the same way for every task
    ranks split the rows, their outputs are summed into one table (each row exactly once, checked), and rank 0
    writes predictions into OUTPUT_DIR/eval or OUTPUT_DIR/predict, plus eval_results.json with the metrics.
 """
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -283,30 +284,24 @@ def check_assessment_method(config: Config) -> None:
         raise UserError(f"assessment_method f1 is binary F1; with num_class {config.num_class} use macro_f1")
 
 
-SQUAD_V2_OUTPUTS = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
-
-
 def squad_report(config: Config, outputs: List[np.ndarray], data_file: str, folder: str, score: bool,
                  log: Callable[[str], None]) -> Dict[str, object]:
     """predictions.json, nbest_predictions.json and (v2, five head outputs) null_odds.json; when scoring, the
     official SQuAD metrics of those files against eval_json_path, computed exactly as
     `python -m src.squad_postprocess` would (v2 with --na_prob_thresh null_score_diff_threshold)."""
     from dataset import read_column
-    from src.squad_get_predictions import (load_squad_eval_maps, predictions_v1, predictions_v2,
+    from src.squad_get_predictions import (predictions_v1, predictions_v2, results_from_outputs,
                                            write_prediction_files)
     from src.squad_postprocess import evaluate_v1, evaluate_v2, load_inputs
 
-    examples, features = load_squad_eval_maps(data_file)
-    unique_ids = read_column(data_file, "unique_ids")
-    version_2 = len(outputs) == len(SQUAD_V2_OUTPUTS)
+    examples, features = squad_eval_maps(data_file)
+    results = results_from_outputs(read_column(data_file, "unique_ids"), outputs)
+    version_2 = len(outputs) > 2
     if version_2:
-        results = {int(uid): {key: outputs[k][i] for k, key in enumerate(SQUAD_V2_OUTPUTS)}
-                   for i, uid in enumerate(unique_ids)}
         predictions, nbest, null_odds = predictions_v2(examples, features, results, config.n_best_size,
                                                        config.max_answer_length, config.start_n_top,
                                                        config.end_n_top, config.null_score_diff_threshold)
     else:
-        results = {int(uid): (outputs[0][i], outputs[1][i]) for i, uid in enumerate(unique_ids)}
         predictions, nbest = predictions_v1(examples, features, results, config.n_best_size,
                                             config.max_answer_length)
         null_odds = None
@@ -324,13 +319,21 @@ def squad_report(config: Config, outputs: List[np.ndarray], data_file: str, fold
     return {"version": "2.0" if version_2 else "1.1", **metrics, "questions": len(predictions)}
 
 
+@functools.lru_cache(maxsize=2)
+def squad_eval_maps(data_file: str):
+    """The SQuAD feature maps of `data_file`, read once per run (checked before training, used after; they are
+    large for a full dev set, and nothing modifies them)."""
+    from src.squad_get_predictions import load_squad_eval_maps
+
+    return load_squad_eval_maps(data_file)
+
+
 def check_squad_eval_inputs(config: Config, data_file: str, action: str) -> None:
     """Before training starts: the feature maps beside the data and, for scoring, a SQuAD json that holds the
     data's questions."""
-    from src.squad_get_predictions import load_squad_eval_maps
     from src.squad_postprocess import load_dataset, questions
 
-    examples, _ = load_squad_eval_maps(data_file)
+    examples, _ = squad_eval_maps(data_file)
     if action == "eval":
         _need(config, "eval_json_path", "do_eval")
         if not os.path.isfile(config.eval_json_path):

@@ -17,6 +17,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from model_utils.config import ArgumentParser, boolean
 from model_utils.errors import UserError, run_cli
 
 TASKS = ("classifier", "squad_v1", "squad_v2")
@@ -27,18 +28,13 @@ QAS_ID = "predict-0"
 SHOWN_ANSWERS = 5
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(message)
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = _Parser(description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--model", required=True, help="MINDIR file written by export.py")
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--spm_model_file", default="", help="SentencePiece model the model was fine-tuned with")
     parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt (albert_zh) instead of a SentencePiece model")
-    parser.add_argument("--do_lower_case", default="true", choices=("true", "false"))
+    parser.add_argument("--do_lower_case", type=boolean, default=True, help="true or false")
     parser.add_argument("--text_a", default=None, help="classifier: the sentence (first of the pair)")
     parser.add_argument("--text_b", default=None, help="classifier: the second sentence of a pair task")
     parser.add_argument("--labels", default="", help="classifier: comma-separated label names in label-id order")
@@ -80,7 +76,7 @@ def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]]) -> No
 def load_tokenizer(args: argparse.Namespace, model_vocab: Optional[int]):
     from src.tokenization import FullTokenizer
 
-    tokenizer = FullTokenizer(args.vocab_file or None, args.do_lower_case == "true", args.spm_model_file or None)
+    tokenizer = FullTokenizer(args.vocab_file or None, args.do_lower_case, args.spm_model_file or None)
     if model_vocab is not None and tokenizer.vocab_size > model_vocab:
         raise UserError(f"the tokenizer has {tokenizer.vocab_size} pieces but the model's vocabulary has "
                         f"{model_vocab}: use the tokenizer the model was trained with")
@@ -124,7 +120,7 @@ def classify(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, ob
 
 def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
     from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_rows, example_features
-    from src.squad_get_predictions import predictions_v1, predictions_v2
+    from src.squad_get_predictions import predictions_v1, predictions_v2, results_from_outputs
 
     if not args.question or not args.context:
         raise UserError(f"--task {args.task} needs --question and --context")
@@ -137,13 +133,11 @@ def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, obje
         features[FIRST_UNIQUE_ID + index] = dict(unique_id=FIRST_UNIQUE_ID + index, **feature)
     outputs = run(rows)
     examples = list(example_rows([example]))
+    results = results_from_outputs(list(features), outputs)
     if args.task == "squad_v1":
-        results = {uid: (outputs[0][i], outputs[1][i]) for i, uid in enumerate(features)}
         predictions, nbest = predictions_v1(examples, features, results, args.n_best_size, args.max_answer_length)
         extra = {}
     else:
-        keys = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
-        results = {uid: {key: outputs[k][i] for k, key in enumerate(keys)} for i, uid in enumerate(features)}
         start_n_top = outputs[0].shape[1]
         predictions, nbest, null_odds = predictions_v2(
             examples, features, results, args.n_best_size, args.max_answer_length, start_n_top,

@@ -186,6 +186,16 @@ def _check_length(unique_id: int, name: str, values: np.ndarray, expected: int, 
                         f"({hint})")
 
 
+def results_from_outputs(unique_ids: Sequence[int], outputs: Sequence[np.ndarray]) -> Dict[int, Any]:
+    """Per-feature results from a head's outputs for rows `unique_ids`: the v1 head's two arrays give
+    (start_logits, end_logits), the v2 head's five a dict with the V2_KEYS."""
+    if len(outputs) == 2:
+        return {int(uid): (outputs[0][i], outputs[1][i]) for i, uid in enumerate(unique_ids)}
+    if len(outputs) == len(V2_KEYS):
+        return {int(uid): {key: outputs[k][i] for k, key in enumerate(V2_KEYS)} for i, uid in enumerate(unique_ids)}
+    raise UserError(f"a SQuAD head returns 2 (v1.1) or {len(V2_KEYS)} (v2.0) outputs, got {len(outputs)}")
+
+
 # ------------------------------------------------------------------------------------------------------ spans
 
 class _Candidates:
