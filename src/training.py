@@ -236,20 +236,25 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, load_c
       run already saved a checkpoint in `save_directory` (a restarted run continues instead of starting over).
     """
     latest = latest_checkpoint(save_directory, prefix) if save_directory else None
-    path = latest if init_only else (load_checkpoint_path or latest)
-    values = read_checkpoint(path) if path else {}
-    if load_checkpoint_path and (init_only or not all(key in values for key in PROGRESS_KEYS)):
+    if load_checkpoint_path and not (init_only and latest):
+        values = read_checkpoint(load_checkpoint_path)
+        if not init_only and all(key in values for key in PROGRESS_KEYS):
+            return _resume(train_cell, values, plan, load_checkpoint_path, log)
         if latest is None:
-            report = load_weights(network, read_checkpoint(load_checkpoint_path) if init_only else values,
-                                  allow_missing=allow_missing)
+            report = load_weights(network, values, allow_missing=allow_missing)
             new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
             log(f"initialised the network from {load_checkpoint_path} (weights only: training starts at step 0{new})")
             return Progress()
+    if latest is None:
+        return Progress()
+    if load_checkpoint_path:
         log(f"{save_directory} already holds this run's checkpoints: continuing from them, not from "
             f"{load_checkpoint_path}")
-        path, values = latest, read_checkpoint(latest)
-    if not path:
-        return Progress()
+    return _resume(train_cell, read_checkpoint(latest), plan, latest, log)
+
+
+def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, log: Callable[[str], None]) -> Progress:
+    """Weights, optimizer state, loss scale and progress from a train checkpoint written for this plan."""
     _check_plan(values, plan, path)
     load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS})
     progress = Progress(micro_step=int(_scalar(values["micro_step"])),
