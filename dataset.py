@@ -59,6 +59,9 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
             files += [str(path.with_name(name)) for name in json.loads(meta.read_text(encoding="utf-8"))["files"]]
         elif path.is_file():
             files.append(str(path))
+        elif path.with_name(path.name + "0").is_file():
+            raise UserError(f"{path} was not completely written ({path.name}0 exists, {meta.name} does not: an "
+                            f"interrupted src.create_* run?); make the data again with --overwrite true")
         else:
             raise UserError(f"data not found: {path}")
     missing = [f for f in files if not Path(f).is_file()]
@@ -105,14 +108,32 @@ def check_data_meta(meta: Dict[str, object], vocab_size: Optional[int] = None,
                         f"{max_seq_length}; recreate the data or change the config")
 
 
-def _open(files: List[str], columns: List[str], **kwargs):
+def _mind_dataset(files: List[str], **kwargs):
+    """ds.MindDataset whose header is read at once, so that an empty, truncated or foreign file is a one-line
+    error naming it here, not a multi-line MindSpore RuntimeError inside the first training step."""
     import mindspore.dataset as ds
 
-    found = ds.MindDataset(files, shuffle=False).get_col_names()
+    empty = [f for f in files if os.path.getsize(f) == 0]
+    if empty:
+        raise UserError(f"{empty[0]}: empty file, not MindRecord data; make the data again")
+    try:
+        dataset = ds.MindDataset(files, **kwargs)
+        dataset.get_col_names()
+    except RuntimeError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        reason = next((line[len("[ERROR]"):].strip() for line in lines if line.startswith("[ERROR]")),
+                      lines[0] if lines else type(err).__name__)
+        where = files[0] + (f" (one of {len(files)} files)" if len(files) > 1 else "")
+        raise UserError(f"{where}: not readable MindRecord data: {reason}") from err
+    return dataset
+
+
+def _open(files: List[str], columns: List[str], **kwargs):
+    found = _mind_dataset(files, shuffle=False).get_col_names()
     missing = [c for c in columns if c not in found]
     if missing:
         raise UserError(f"{files[0]}: columns {missing} missing (found {found}); was it written for this task?")
-    return ds.MindDataset(files, columns_list=columns, **kwargs)
+    return _mind_dataset(files, columns_list=columns, **kwargs)
 
 
 def _finish(dataset, columns: List[str], float_columns: Sequence[str], batch_size: int, drop_remainder: bool,
@@ -128,9 +149,7 @@ def _finish(dataset, columns: List[str], float_columns: Sequence[str], batch_siz
 
 
 def _num_rows(files: List[str]) -> int:
-    import mindspore.dataset as ds
-
-    return ds.MindDataset(files, shuffle=False).get_dataset_size()
+    return _mind_dataset(files, shuffle=False).get_dataset_size()
 
 
 def count_rows(data: DataSource) -> int:
@@ -141,9 +160,7 @@ def count_rows(data: DataSource) -> int:
 def _padding_row(files: List[str], columns: List[str], marker: Dict[str, int]) -> Dict[str, object]:
     """A row shaped like the data, all zeros except the column that marks it as padding (scalars as Python
     numbers, which MindDataset's padded_sample requires)."""
-    import mindspore.dataset as ds
-
-    first = next(ds.MindDataset(files, columns_list=columns, shuffle=False).create_dict_iterator(
+    first = next(_mind_dataset(files, columns_list=columns, shuffle=False).create_dict_iterator(
         output_numpy=True, num_epochs=1))
     row = {name: np.zeros_like(value) for name, value in first.items()}
     for name, value in marker.items():
@@ -244,10 +261,8 @@ def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PR
     the first column's rows (e.g. (max_seq_length,) for input_ids)."""
     import json
 
-    import mindspore.dataset as ds
-
     files = resolve_mindrecord_files(data)
-    found = ds.MindDataset(files, shuffle=False)
+    found = _mind_dataset(files, shuffle=False)
     names = found.get_col_names()
     shapes = dict(zip(names, (tuple(s) for s in found.output_shapes())))
     kinds = dict(zip(names, ("float" if np.dtype(t).kind == "f" else "int" for t in found.output_types())))

@@ -31,7 +31,7 @@ def run_cli(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[
             traceback.print_exc()
         print(f"error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+    except OSError as err:  # missing or unwritable files, a full disk: the file and the reason are enough
         if verbose:
             traceback.print_exc()
         name = getattr(err, "filename", None)

@@ -59,7 +59,12 @@ def check_output_free(output_file: os.PathLike, partition_number: int = 1, overw
     if output_file.is_dir():
         raise UserError(f"output_file {output_file} is a directory; name a file inside it, "
                         f"e.g. {output_file / 'train.mindrecord'}")
-    refuse_existing(_all_outputs(output_file, partition_number, sidecars), overwrite)
+    outputs = _all_outputs(output_file, partition_number, sidecars)
+    if not overwrite and not outputs[-1].exists() and any(path.exists() for path in outputs):
+        found = next(path for path in outputs if path.exists())
+        raise UserError(f"{found} was left by an interrupted run (there is no {outputs[-1].name}); pass --overwrite "
+                        f"true to write the data again")
+    refuse_existing(outputs, overwrite)
 
 
 class ColumnTable:
@@ -94,6 +99,8 @@ def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]],
     output_file = Path(output_file).absolute()
     check_output_free(output_file, partition_number, overwrite, sidecars)
     output_file.parent.mkdir(parents=True, exist_ok=True)
+    for stale in output_file.parent.glob(f".{output_file.name}.tmp-*"):  # left by a killed run
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_file.name}.tmp-", dir=output_file.parent))
     try:
         paths = [staging / p.name for p in shard_paths(output_file, partition_number)]

@@ -9,13 +9,18 @@ callbacks that log progress and write checkpoints.
   order is a function of (seed, epoch) only, so a resumed run reads the rows the uninterrupted run would have read.
 - `train` runs `Model.train` over the plan's remaining chunks with `TrainMonitor` (log lines + JSON lines) and
   `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress, newest N kept).
-- `resume_or_init` restores all of that from `load_checkpoint_path` or the newest checkpoint in the save folder.
+- `resume_or_init` restores all of that from the newest readable checkpoint in the save folder or
+  `load_checkpoint_path`. A run killed at any point resumes to the uninterrupted run's trajectory; a run whose
+  loss turns inf/nan without loss scaling stops with its last good checkpoint (`NonFiniteGuard`).
 """
+import errno
 import hashlib
 import json
 import math
 import os
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +36,7 @@ from dataset import check_data_meta, load_data_meta
 from model_utils.config import Config
 from model_utils.errors import UserError
 from src.albert_model import AlbertConfig
-from src.utils import load_weights, read_checkpoint, save_checkpoint_atomic
+from src.utils import load_weights, read_checkpoint, save_checkpoint_atomic, save_text_atomic
 
 DEVICE_TARGETS = ("auto", "CPU", "GPU", "Ascend")
 # Progress stored beside the weights in every checkpoint (never under the name `global_step`, the optimizer's).
@@ -228,29 +233,47 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, load_c
                    allow_missing: Sequence[str] = ()) -> Progress:
     """Restore the run's state, or start fresh.
 
-    - a train checkpoint (written by `CheckpointSaver`) in `load_checkpoint_path`, or else the newest one in
-      `save_directory`: weights, optimizer state, loss scale and progress are restored; its data plan must match.
-    - `load_checkpoint_path` holding weights only (a converted public checkpoint or a network checkpoint), or any
-      checkpoint when `init_only` (fine-tuning from a pretraining run): the network's weights are loaded (names
-      starting with `allow_missing`, a new task head, may be absent) and training starts at step 0, unless this
-      run already saved a checkpoint in `save_directory` (a restarted run continues instead of starting over).
+    - the newest readable train checkpoint in `save_directory` (this run's own, written by `CheckpointSaver`):
+      weights, optimizer state, loss scale and progress are restored, whatever `load_checkpoint_path` says, so
+      a restarted run continues instead of starting over; its data plan must match. Unreadable files (a disk
+      that lost data, a foreign file under our name) are skipped with a warning, never resumed from.
+    - else a train checkpoint in `load_checkpoint_path` (not when `init_only`) is resumed the same way;
+    - else `load_checkpoint_path` holding weights only (a converted public checkpoint or a network checkpoint),
+      or any checkpoint when `init_only` (fine-tuning from a pretraining run): the network's weights are loaded
+      (names starting with `allow_missing`, a new task head, may be absent) and training starts at step 0.
     """
-    latest = latest_checkpoint(save_directory, prefix) if save_directory else None
-    if load_checkpoint_path and not (init_only and latest):
-        values = read_checkpoint(load_checkpoint_path)
-        if not init_only and all(key in values for key in PROGRESS_KEYS):
-            return _resume(train_cell, values, plan, load_checkpoint_path, log)
-        if latest is None:
-            report = load_weights(network, values, allow_missing=allow_missing)
-            new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
-            log(f"initialised the network from {load_checkpoint_path} (weights only: training starts at step 0{new})")
-            return Progress()
-    if latest is None:
+    own = newest_train_checkpoint(save_directory, prefix, log) if save_directory else None
+    if own:
+        path, values = own
+        if load_checkpoint_path:
+            log(f"{save_directory} already holds this run's checkpoints: continuing from them, not from "
+                f"{load_checkpoint_path}")
+        return _resume(train_cell, values, plan, path, log)
+    if not load_checkpoint_path:
         return Progress()
-    if load_checkpoint_path:
-        log(f"{save_directory} already holds this run's checkpoints: continuing from them, not from "
-            f"{load_checkpoint_path}")
-    return _resume(train_cell, read_checkpoint(latest), plan, latest, log)
+    values = read_checkpoint(load_checkpoint_path)
+    if not init_only and all(key in values for key in PROGRESS_KEYS):
+        return _resume(train_cell, values, plan, load_checkpoint_path, log)
+    report = load_weights(network, values, allow_missing=allow_missing)
+    new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
+    log(f"initialised the network from {load_checkpoint_path} (weights only: training starts at step 0{new})")
+    return Progress()
+
+
+def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], None] = print
+                            ) -> Optional[Tuple[str, Dict]]:
+    """(path, values) of the newest checkpoint in `directory` that reads back whole and holds training progress;
+    damaged ones are skipped with a warning (they stay on disk for the user to inspect)."""
+    for _, path in reversed(list_checkpoints(directory, prefix)):
+        try:
+            values = read_checkpoint(path)
+        except UserError as err:
+            log(f"warning: skipping {path}: {err}")
+            continue
+        if all(key in values for key in PROGRESS_KEYS):
+            return path, values
+        log(f"warning: skipping {path}: it holds no training progress (not written by a training run)")
+    return None
 
 
 def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, log: Callable[[str], None]) -> Progress:
@@ -377,11 +400,80 @@ class CheckpointSaver(Callback):
         path = os.path.join(self.directory, f"{self.prefix}-{step}.ckpt")
         extra = {"micro_step": self.progress.micro_step, "overflow_count": self.progress.overflow_count,
                  **self.plan.signature()}
-        save_checkpoint_atomic(self.train_cell, path, append_dict=extra)
+        try:
+            save_checkpoint_atomic(self.train_cell, path, append_dict=extra)
+        except OSError as err:
+            newest = latest_checkpoint(self.directory, self.prefix)
+            raise UserError(f"could not write checkpoint {path}: {err.strerror or err}; "
+                            f"{f'the newest complete checkpoint is {newest}' if newest else 'no checkpoint was kept'}"
+                            f" (free space, then start the run again to resume)") from err
         for _, old in list_checkpoints(self.directory, self.prefix)[:-self.keep]:
             os.remove(old)
         self.log(f"saved {path}")
         return path
+
+
+class NonFiniteGuard(Callback):
+    """With loss scaling off, an inf/nan loss or gradient means the run diverged (fp32 does not overflow
+    otherwise): stop at once, before `CheckpointSaver` could save the step, so the newest checkpoint is the last
+    good one. (With loss scaling on, overflows are expected: the train cell skips them, TrainMonitor counts them.)
+    """
+
+    def __init__(self, plan: StepPlan, progress: Progress, checkpoint_dir: str = "", prefix: str = ""):
+        super().__init__()
+        self.plan, self.progress, self.checkpoint_dir, self.prefix = plan, progress, checkpoint_dir, prefix
+
+    def on_train_step_end(self, run_context) -> None:
+        outputs = run_context.original_args().net_outputs
+        loss, overflow = _scalar(outputs[0]), bool(outputs[1].asnumpy())
+        if math.isfinite(loss) and not overflow:
+            return
+        step = (self.progress.micro_step - 1) // self.plan.accumulation_steps + 1
+        what = f"the loss is {loss}" if not math.isfinite(loss) else "the gradients hold inf/nan"
+        newest = latest_checkpoint(self.checkpoint_dir, self.prefix) if self.checkpoint_dir else None
+        kept = f"the last good checkpoint is {newest}" if newest else "no checkpoint was written"
+        raise UserError(f"step {step}: {what} with loss scaling off: training diverged and was stopped; {kept}. "
+                        f"Lower the learning rate, set clip_norm, or set enable_lossscale true")
+
+
+def check_checkpoint_space(directory: str, cell: nn.Cell) -> None:
+    """Fail before any training time is spent when a checkpoint of `cell` cannot be written to `directory`
+    (unwritable, read-only, full): reserve a checkpoint's size in a temporary file there, then delete it."""
+    size = sum(p.nbytes for p in cell.get_parameters()) + (1 << 20)  # tensors + names and framing
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".tmp-space-", dir=directory)
+    except OSError as err:
+        raise UserError(f"cannot write checkpoints to {directory}: {err.strerror or err}") from err
+    try:
+        try:
+            os.posix_fallocate(handle, 0, size)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise UserError(f"cannot write checkpoints to {directory}: {err.strerror} (one checkpoint needs "
+                                f"{size / 2 ** 20:.1f} MiB); free space or set save_checkpoint_path") from err
+            if shutil.disk_usage(directory).free < size:  # a file system without fallocate
+                raise UserError(f"cannot write checkpoints to {directory}: one checkpoint needs "
+                                f"{size / 2 ** 20:.1f} MiB, {shutil.disk_usage(directory).free / 2 ** 20:.1f} free")
+    finally:
+        os.close(handle)
+        os.remove(probe)
+
+
+def trim_metrics(path: str, step: int) -> None:
+    """Before a resumed run appends to metrics.jsonl: drop the rows after the resumed step (the run logs them again)
+    and a last line a kill cut short, so every step appears once and every line parses."""
+    if not os.path.exists(path):
+        return
+    kept = []
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # cut short by a kill
+            if row.get("step", 0) <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    save_text_atomic("".join(kept), path)
 
 
 def remove_stale_temporaries(directory: str) -> None:
@@ -432,16 +524,22 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
                    seq_length: int, output_dir: str, log_steps: int, log: Callable[[str], None],
                    checkpoints: Optional[Tuple[str, str, int, int]] = None,
                    part_names: Sequence[str] = ()) -> List[Callback]:
-    """Progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends), and, when
-    `checkpoints` = (directory, prefix, every, keep) is given, checkpoints; files are written by rank 0 only."""
+    """Progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends), a stop on inf/nan
+    when loss scaling is off, and, when `checkpoints` = (directory, prefix, every, keep) is given, checkpoints
+    (checked to fit in `directory` first); files are written by rank 0 only."""
     metrics = os.path.join(output_dir, "metrics.jsonl")
     if device.is_main and progress.micro_step == 0 and os.path.exists(metrics):
         os.remove(metrics)
+    elif device.is_main:
+        trim_metrics(metrics, progress.micro_step // plan.accumulation_steps)
     callbacks: List[Callback] = [TrainMonitor(plan, progress, log_steps, seq_length,
                                               lr_function(optimizer.learning_rate),
                                               metrics if device.is_main else None, log, part_names)]
+    directory, prefix, every, keep = checkpoints or ("", "", 0, 0)
+    if not cell.use_loss_scale:
+        callbacks.append(NonFiniteGuard(plan, progress, directory, prefix))
     if checkpoints and device.is_main:
-        directory, prefix, every, keep = checkpoints
+        check_checkpoint_space(directory, cell)
         callbacks.append(CheckpointSaver(cell, plan, progress, directory, prefix, every, keep, log))
     return callbacks
 

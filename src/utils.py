@@ -94,10 +94,20 @@ def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path:
     os.close(handle)
     try:
         ms.save_checkpoint(items, tmp, append_dict=append_dict)
+        _fsync(tmp)  # on disk before it gets the final name: a power cut cannot leave an empty "checkpoint"
         os.replace(tmp, path)
+        _fsync(folder)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _fsync(path: str) -> None:
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def save_json_atomic(values: object, path: str) -> None:

@@ -18,6 +18,17 @@ TINY = ["--albert_network", "albert_tiny", "--net_cfg.hidden_size", "32", "--net
         "--batch_size", "8", "--device_target", "CPU"]
 
 
+# A run long enough to be killed mid-way: accumulation, Lamb, loss scaling with its own state, 2 kept checkpoints.
+RESUME_RUN = ["--train_steps", "300", "--log_steps", "1", "--save_checkpoint_steps", "40", "--save_checkpoint_num",
+              "2", "--accumulation_steps", "2", "--optimizer", "Lamb", "--optimizer_cfg.Lamb.learning_rate", "3e-3",
+              "--optimizer_cfg.Lamb.warmup_steps", "30", "--loss_scale_value", "65536", "--scale_window", "50"]
+
+
+def pretrain(data: Dict[str, Path], out: Path, *extra: str) -> List[str]:
+    """run_pretrain.py's arguments for the tiny network on `data["train"]`, writing into `out`."""
+    return ["run_pretrain.py", "--data_dir", str(data["train"]), "--output_dir", str(out), *TINY, *extra]
+
+
 def run(args: List[str], timeout: int = 300, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable] + args, cwd=ROOT, env=ENV, capture_output=True, text=True,
                           timeout=timeout, **kwargs)
@@ -26,6 +37,16 @@ def run(args: List[str], timeout: int = 300, **kwargs) -> subprocess.CompletedPr
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def one_line_error(result: subprocess.CompletedProcess, *parts: str) -> str:
+    """Check that `result` failed as a user error (exit 2, one `error:` line, no traceback) naming all `parts`."""
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    for part in parts:
+        assert part in errors[0], errors[0]
+    return errors[0]
 
 
 def bash(args, env_extra: Dict[str, str] = None, timeout: int = 600, cwd: Path = ROOT) -> subprocess.CompletedProcess:

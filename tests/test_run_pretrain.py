@@ -1,65 +1,16 @@
 """run_pretrain.py, pretrain_eval.py and src.plot_metrics as users run them: real subprocesses, GRAPH mode, CPU.
 
-Resume is checked by killing a run with SIGKILL and restarting it: the per-step losses and the final weights must
-equal an uninterrupted run's. Evaluation is checked against HF transformers computing the same metrics.
+Evaluation is checked against HF transformers computing the same metrics; kill -9 and resume are in
+test_crash_safety.py.
 """
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import ENV, ROOT, TINY, digest, metrics_by_step, ok, run
-
-def pretrain(data, out: Path, *extra: str) -> List[str]:
-    return ["run_pretrain.py", "--data_dir", str(data["train"]), "--output_dir", str(out), *TINY, *extra]
-
-
-RESUME_RUN = ["--train_steps", "300", "--log_steps", "1", "--save_checkpoint_steps", "40", "--save_checkpoint_num",
-              "2", "--accumulation_steps", "2", "--optimizer", "Lamb", "--optimizer_cfg.Lamb.learning_rate", "3e-3",
-              "--optimizer_cfg.Lamb.warmup_steps", "30", "--loss_scale_value", "65536", "--scale_window", "50"]
-
-
-def test_kill_9_and_resume_gives_the_uninterrupted_trajectory(data, tmp_path):
-    reference = ok(run(pretrain(data, tmp_path / "reference", *RESUME_RUN)))
-    expected = metrics_by_step(tmp_path / "reference" / "metrics.jsonl")
-    assert len(expected) == 300
-
-    out = tmp_path / "killed"
-    args = [sys.executable] + pretrain(data, out, *RESUME_RUN)
-    process = subprocess.Popen(args, cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    metrics = out / "metrics.jsonl"
-    deadline = time.time() + 240
-    while time.time() < deadline and process.poll() is None:
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 130:
-            break
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    logged = len(metrics.read_text().splitlines())
-    assert 130 <= logged < 300, f"the run was not killed mid-way ({logged} steps logged)"
-    checkpoints = sorted(p.name for p in (out / "checkpoints").glob("*.ckpt"))
-    assert 1 <= len(checkpoints) <= 2  # save_checkpoint_num
-    # A write cut short by a kill leaves only a temporary file: it must never be taken for the newest checkpoint.
-    (out / "checkpoints" / ".tmp-cut-short.ckpt").write_bytes(b"\x00" * 100)
-
-    resumed = ok(run(pretrain(data, out, *RESUME_RUN)))
-    newest = max(int(name.split("-")[1].split(".")[0]) for name in checkpoints)
-    assert f"resumed from {out / 'checkpoints' / f'albert_pretrain-{newest}.ckpt'}" in resumed.stdout
-    assert not (out / "checkpoints" / ".tmp-cut-short.ckpt").exists()
-    got = metrics_by_step(metrics)
-    assert sorted(got) == sorted(expected)
-    for step in expected:  # tolerance 1e-6 relative: bit-identical in practice (dropout 0, fixed data order)
-        for key in ("loss", "mlm_loss", "sop_loss", "lr", "loss_scale", "overflow_count"):
-            assert got[step][key] == pytest.approx(expected[step][key], rel=1e-6), (step, key)
-    assert digest(resumed.stdout) == digest(reference.stdout)
-    ok(run(pretrain(data, out, *RESUME_RUN)))  # a finished run started again does nothing
-    assert len(metrics_by_step(metrics)) == 300
+from tests.pretrain_helpers import TINY, metrics_by_step, ok, one_line_error, pretrain, run
 
 
 def test_absurd_loss_scale_overflows_then_falls_and_training_proceeds(data, tmp_path):
@@ -163,14 +114,6 @@ def test_plot_metrics_writes_a_png_with_the_newest_row_per_step(tmp_path):
     metrics.write_text('{"step": 1, "loss": 2}\nnot json\n')
     bad = run(["-m", "src.plot_metrics", str(metrics)])
     assert bad.returncode == 2 and "metrics.jsonl line 2" in bad.stderr
-
-
-def one_line_error(result: subprocess.CompletedProcess, *parts: str) -> None:
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
-    for part in parts:
-        assert part in errors[0], errors[0]
 
 
 def test_bad_input_gives_one_clear_line(data, tmp_path):
