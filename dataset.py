@@ -14,9 +14,10 @@ number of batches, which collective evaluation needs.
 `load_data_meta(data)` returns what the creator recorded about the data (columns, counts, max_seq_length,
 tokenizer) and `check_data_meta(meta, vocab_size, max_seq_length)` stops a run whose data does not fit the model.
 """
+import contextlib
 import os
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -108,23 +109,31 @@ def check_data_meta(meta: Dict[str, object], vocab_size: Optional[int] = None,
                         f"{max_seq_length}; recreate the data or change the config")
 
 
-def _mind_dataset(files: List[str], **kwargs):
-    """ds.MindDataset whose header is read at once, so that an empty, truncated or foreign file is a one-line
-    error naming it here, not a multi-line MindSpore RuntimeError inside the first training step."""
-    import mindspore.dataset as ds
-
+@contextlib.contextmanager
+def _reading(files: List[str]) -> Iterator[None]:
+    """MindSpore reports an empty, truncated or foreign MindRecord file as a multi-line RuntimeError that buries
+    the file's name; inside this block it becomes a one-line error naming the file."""
     empty = [f for f in files if os.path.getsize(f) == 0]
     if empty:
         raise UserError(f"{empty[0]}: empty file, not MindRecord data; make the data again")
     try:
-        dataset = ds.MindDataset(files, **kwargs)
-        dataset.get_col_names()
+        yield
     except RuntimeError as err:
         lines = [line.strip() for line in str(err).splitlines() if line.strip()]
         reason = next((line[len("[ERROR]"):].strip() for line in lines if line.startswith("[ERROR]")),
                       lines[0] if lines else type(err).__name__)
         where = files[0] + (f" (one of {len(files)} files)" if len(files) > 1 else "")
         raise UserError(f"{where}: not readable MindRecord data: {reason}") from err
+
+
+def _mind_dataset(files: List[str], **kwargs):
+    """ds.MindDataset with its header read at once, so that a damaged file is reported here, by name, rather than
+    inside the first training step."""
+    import mindspore.dataset as ds
+
+    with _reading(files):
+        dataset = ds.MindDataset(files, **kwargs)
+        dataset.get_col_names()
     return dataset
 
 
@@ -264,8 +273,9 @@ def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PR
     files = resolve_mindrecord_files(data)
     found = _mind_dataset(files, shuffle=False)
     names = found.get_col_names()
-    shapes = dict(zip(names, (tuple(s) for s in found.output_shapes())))
-    kinds = dict(zip(names, ("float" if np.dtype(t).kind == "f" else "int" for t in found.output_types())))
+    with _reading(files):  # the first row is read here
+        shapes = dict(zip(names, (tuple(s) for s in found.output_shapes())))
+        kinds = dict(zip(names, ("float" if np.dtype(t).kind == "f" else "int" for t in found.output_types())))
     missing = [c for c in columns if c not in names]
     if missing:
         raise UserError(f"{files[0]}: columns {missing} missing (found {names}); was it written for this task?")

@@ -132,9 +132,6 @@ def check_request(args: Config) -> None:
         raise UserError("set --export_ckpt_file (the fine-tuned checkpoint to export)")
     if not os.path.isfile(args.export_ckpt_file):
         raise UserError(f"export_ckpt_file not found: {args.export_ckpt_file}")
-    if args.export_batch_size < 1 or args.export_seq_length < 1:
-        raise UserError(f"export_batch_size and export_seq_length must be >= 1, got {args.export_batch_size} and "
-                        f"{args.export_seq_length}")
     if args.dynamic_batch and args.file_format != "MINDIR":
         raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
                         f"shapes): drop --dynamic_batch or use --file_format MINDIR")
@@ -200,10 +197,7 @@ def build_network(args: Config, task: str, task_config: Config, source: str):
                         f"{net.max_position_embeddings}")
     model = task_module(task).TASK.build_model(task_config, net, False)
     model.set_train(False)
-    try:
-        load_weights(model, values)
-    except UserError as err:
-        raise UserError(f"{checkpoint}: {str(err).removeprefix('checkpoint: ')}") from err
+    load_weights(model, values, name=checkpoint)
     return model, net
 
 

@@ -1,7 +1,9 @@
 """Yaml configuration with a command line built from it.
 
-A config file holds up to three yaml documents: the values, a help string per key and the allowed choices per
-key (keys of nested values are written with dots, `optimizer_cfg.Lamb.learning_rate`). Every key, nested ones
+A config file holds up to three yaml documents: the values, a help string per key and the allowed values per
+key (keys of nested values are written with dots, `optimizer_cfg.Lamb.learning_rate`): a list of choices, or an
+interval such as "[1, inf)" or "[0, 1)" for a number, so that a bad value stops the run at parse time, naming
+the key and where it was set, before anything is written or computed. Every key, nested ones
 included, becomes a `--key value` option whose type is the type of its value in the yaml. The file shipped with a
 script is the schema: a user's own yaml (`--config_path`) may only set keys the shipped file has.
 
@@ -11,8 +13,9 @@ import argparse
 import difflib
 import math
 import os
+import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -20,6 +23,9 @@ from model_utils.errors import UserError
 
 TRUE_WORDS = {"true", "yes", "on", "1"}
 FALSE_WORDS = {"false", "no", "off", "0"}
+# "[1, inf)", "(0, 1]": the allowed values of a number, in interval notation.
+INTERVAL = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*$")
+Allowed = Union[List[Any], str]  # choices, or an interval
 
 
 class ConfigError(UserError):
@@ -85,8 +91,8 @@ def _suggestion(name: str, candidates: Sequence[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, str], Dict[str, List[Any]]]:
-    """Read (values, help, choices) from a yaml file of one to three documents."""
+def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, str], Dict[str, Allowed]]:
+    """Read (values, help, allowed values) from a yaml file of one to three documents."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -159,13 +165,36 @@ def coerce(key: str, value: Any, like: Any, source: str) -> Any:
     raise ConfigError(f"{source}: key '{key}' expects {expected}, got {value!r}")
 
 
-def _check_choice(key: str, value: Any, choices: Dict[str, List[Any]], source: str) -> None:
+def parse_interval(spec: str) -> Tuple[float, float, bool, bool]:
+    """(low, high, low included, high included) of an interval such as "[1, inf)"; a malformed one is a bug
+    of the shipped yaml, reported as such."""
+    match = INTERVAL.match(spec)
+    try:
+        low, high = float(match[2]), float(match[3])
+    except (TypeError, ValueError):
+        raise ValueError(f"not an interval like '[1, inf)': {spec!r}") from None
+    return low, high, match[1] == "[", match[4] == "]"
+
+
+def in_interval(value: Any, spec: str) -> bool:
+    low, high, low_closed, high_closed = parse_interval(spec)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return False
+    return (low <= value if low_closed else low < value) and (value <= high if high_closed else value < high)
+
+
+def _check_choice(key: str, value: Any, choices: Dict[str, Allowed], source: str) -> None:
+    """`value` must be one of the key's choices or lie in its interval (null always passes an interval: it means
+    'take the default from elsewhere', e.g. net_cfg keys)."""
     allowed = choices.get(key)
-    if allowed and value not in allowed:
+    if isinstance(allowed, str):
+        if value is not None and not in_interval(value, allowed):
+            raise ConfigError(f"{source}: key '{key}' must be in {allowed.strip()}, got {value!r}")
+    elif allowed and value not in allowed:
         raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {value!r}")
 
 
-def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[str, List[Any]],
+def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[str, Allowed],
                     source: str) -> Dict[str, Any]:
     """Overlay a user's yaml values on the schema's, rejecting unknown keys and wrong types."""
     flat_schema = flatten(schema)
@@ -186,7 +215,16 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
 
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that raises ConfigError (a one-line UserError) instead of printing usage and calling sys.exit;
-    also for the tools whose flags are not a yaml (src.predict, benchmarks)."""
+    also for the tools whose flags are not a yaml (src.predict, benchmarks, src.convert_checkpoint).
+
+    Values in exponent notation are numbers, not flags: plain argparse takes `--learning_rate -1e-4` for a
+    missing value followed by an unknown option `-1e-4`."""
+
+    NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = self.NEGATIVE_NUMBER  # argparse's own pattern lacks the exponent
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise ConfigError(message)
@@ -200,14 +238,16 @@ def boolean(text: str) -> bool:
     return word in TRUE_WORDS
 
 
-def _describe(key: str, value: Any, helps: Dict[str, str], choices: Dict[str, List[Any]]) -> str:
+def _describe(key: str, value: Any, helps: Dict[str, str], choices: Dict[str, Allowed]) -> str:
     text = helps.get(key, "")
-    if key in choices:
+    if isinstance(choices.get(key), str):
+        text += f" (range: {choices[key].strip()})"
+    elif key in choices:
         text += f" (choices: {', '.join(map(str, choices[key]))})"
     return f"{text} [default: {value!r}]".strip()
 
 
-def build_parser(values: Dict[str, Any], helps: Dict[str, str], choices: Dict[str, List[Any]],
+def build_parser(values: Dict[str, Any], helps: Dict[str, str], choices: Dict[str, Allowed],
                  description: str = "", config_path: Optional[str] = None) -> argparse.ArgumentParser:
     parser = ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--config_path", default=config_path, help="yaml file with the values to use")

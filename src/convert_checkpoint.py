@@ -7,7 +7,6 @@ HF: a directory with config.json and model.safetensors or pytorch_model.bin (or 
 TF: Google's ALBERT checkpoints and brightmart's albert_zh "*_google" releases, read without TensorFlow.
 The network configuration is written next to the output as `<output>.json` (our AlbertConfig keys).
 """
-import argparse
 import os
 import re
 import sys
@@ -15,6 +14,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from model_utils.config import ArgumentParser
 from model_utils.errors import UserError, run_cli
 from src.albert_model import AlbertConfig
 
@@ -81,6 +81,8 @@ def read_hf(path: str, config_path: Optional[str]) -> Tuple[Tensors, AlbertConfi
         config_path = config_path or os.path.join(os.path.dirname(path), "config.json")
     else:
         raise UserError(f"input not found: {path}")
+    if os.path.getsize(weights) == 0:
+        raise UserError(f"{weights}: empty file (an interrupted download?)")
     config = AlbertConfig.from_json_file(config_path)
     return (_read_safetensors(weights) if weights.endswith(".safetensors") else _read_torch_bin(weights)), config
 
@@ -219,7 +221,7 @@ def convert(src: str, input_path: str, output: str, config_path: Optional[str] =
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m src.convert_checkpoint", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m src.convert_checkpoint", description=__doc__.split("\n")[0])
     parser.add_argument("--src", required=True, choices=["hf", "tf"], help="format of the input weights")
     parser.add_argument("--input", required=True, help="HF directory/file, or TF checkpoint prefix")
     parser.add_argument("--output", required=True, help="MindSpore checkpoint to write (.ckpt)")

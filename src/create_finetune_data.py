@@ -201,7 +201,8 @@ def race_files(data_dir: Path, split: str) -> List[Path]:
     root = data_dir / split if (data_dir / split).is_dir() else data_dir
     files = sorted(p for level in ("high", "middle") for p in (root / level).glob("*.txt"))
     if not files:
-        raise UserError(f"no RACE files in {root}/high or {root}/middle")
+        raise UserError(f"no RACE files of split {split} in {root}/high or {root}/middle (expected "
+                        f"{data_dir}/{split}/high/*.txt and {data_dir}/{split}/middle/*.txt)")
     return files
 
 

@@ -94,7 +94,8 @@ def read_squad_examples(path: Path, is_training: bool, version_2_with_negative: 
                 else:
                     examples.append(example)
     if not examples:
-        raise UserError(f"{path}: no questions")
+        why = f" left: the answers of all {skipped} are not at their answer_start" if skipped else ""
+        raise UserError(f"{path}: no questions{why}")
     return examples, skipped
 
 

@@ -77,11 +77,13 @@ def read_tsv(path: os.PathLike) -> Iterator[Tuple[int, List[str]]]:
         raise UserError(f"{path}: malformed tsv ({err})") from err
 
 
-def load_json(path: os.PathLike) -> Any:
-    """json.load with errors that name the file and line."""
+def load_json(path: os.PathLike, what: str = "input file") -> Any:
+    """json.load with errors that name the file (as `what` when it is missing) and the line."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"input file not found: {path}")
+        raise UserError(f"{what} not found: {path}")
+    if path.stat().st_size == 0:
+        raise UserError(f"{path}: empty file, expected json")
     try:
         with open(path, encoding="utf-8-sig") as handle:
             return json.load(handle)

@@ -129,11 +129,6 @@ def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir
                            device.group_size, device.rank, config.accumulation_steps, config.train_data_shuffle,
                            config.seed)
     log(f"plan: {plan.describe()}")
-    if device.is_main:
-        os.makedirs(output_dir, exist_ok=True)
-        os.makedirs(save_dir, exist_ok=True)
-        remove_stale_temporaries(save_dir)
-        net.to_json_file(os.path.join(save_dir, "albert_config.json"))
     model = task.build_model(config, net, True)
     network = task.build_loss(config, model)
     optimizer, cell = build_train_cell(config, network, plan.total_steps)
@@ -141,6 +136,11 @@ def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir
         log("no load_pretrain_checkpoint_path: the whole network starts from random weights")
     progress = resume_or_init(cell, network, plan, config.load_pretrain_checkpoint_path, save_dir,
                               task.checkpoint_prefix, log, init_only=True, allow_missing=("",))
+    if device.is_main:  # only once every input has loaded: a run that fails to start leaves no output behind
+        os.makedirs(output_dir, exist_ok=True)
+        os.makedirs(save_dir, exist_ok=True)
+        remove_stale_temporaries(save_dir)
+        net.to_json_file(os.path.join(save_dir, "albert_config.json"))
     if progress.micro_step < plan.total_micro_steps:
         checkpoints = (save_dir, task.checkpoint_prefix, config.save_checkpoint_steps, config.save_checkpoint_num)
         callbacks = make_callbacks(cell, optimizer, plan, progress, device, shape[-1], output_dir, config.log_steps,

@@ -15,7 +15,6 @@ Prints one JSON object with the official scripts' keys and values:
 Answers are compared after the official normalisation: lowercase, punctuation and the articles a/an/the removed,
 whitespace collapsed. F1 is the bag-of-tokens overlap, the maximum over the gold answers.
 """
-import argparse
 import collections
 import json
 import re
@@ -23,7 +22,9 @@ import string
 import sys
 from typing import Dict, List, Optional, Tuple
 
+from model_utils.config import ArgumentParser
 from model_utils.errors import UserError, run_cli
+from src.data_utils import load_json, require
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = set(string.punctuation)
@@ -153,21 +154,19 @@ def evaluate_v2(dataset: List[dict], predictions: Dict[str, str], na_probs: Opti
     return result
 
 
-def _load(path: str, what: str):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        raise UserError(f"{what} not found: {path}") from None
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from None
-
-
 def load_dataset(data_file: str) -> List[dict]:
-    """The `data` list of a SQuAD json file."""
-    data = _load(data_file, "data file")
+    """The `data` list of a SQuAD json file, with the fields scoring reads checked (a damaged file is reported
+    at the place of the damage, not as a KeyError in the middle of scoring)."""
+    data = load_json(data_file, "data file")
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise UserError(f"{data_file}: not a SQuAD data file (no 'data' list)")
+    for a, article in enumerate(data["data"]):
+        for p, paragraph in enumerate(require(article, "paragraphs", list, f"{data_file}: data[{a}]")):
+            where = f"{data_file}: data[{a}].paragraphs[{p}]"
+            for q, qa in enumerate(require(paragraph, "qas", list, where)):
+                require(qa, "id", str, f"{where}.qas[{q}]")
+                for i, answer in enumerate(require(qa, "answers", list, f"{where}.qas[{q}]")):
+                    require(answer, "text", str, f"{where}.qas[{q}].answers[{i}]")
     return data["data"]
 
 
@@ -175,7 +174,7 @@ def load_inputs(data_file: str, pred_file: str, na_prob_file: str = "") -> Tuple
                                                                                  Optional[Dict[str, float]]]:
     """The data set's `data` list, the predictions and the null odds, checked to belong together."""
     dataset = load_dataset(data_file)
-    predictions = _load(pred_file, "predictions file")
+    predictions = load_json(pred_file, "predictions file")
     if not isinstance(predictions, dict) or not all(isinstance(v, str) for v in predictions.values()):
         raise UserError(f"{pred_file}: expected a json object mapping question ids to answer strings")
     if not predictions:
@@ -184,12 +183,15 @@ def load_inputs(data_file: str, pred_file: str, na_prob_file: str = "") -> Tuple
     if not ids & set(predictions):
         raise UserError(f"{pred_file}: none of its {len(predictions)} question ids is in {data_file}: predictions "
                         f"for another data set?")
-    na_probs = _load(na_prob_file, "null-odds file") if na_prob_file else None
+    na_probs = load_json(na_prob_file, "null-odds file") if na_prob_file else None
+    if na_probs is not None and not (isinstance(na_probs, dict) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in na_probs.values())):
+        raise UserError(f"{na_prob_file}: expected a json object mapping question ids to null probabilities")
     return dataset, predictions, na_probs
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="python -m src.squad_postprocess", description=__doc__.splitlines()[0])
     parser.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the data")
     parser.add_argument("--data_file", required=True, help="official-format SQuAD json (dev set)")
     parser.add_argument("--pred_file", required=True, help="predictions.json: {question id: answer text}")
@@ -200,7 +202,7 @@ def main(argv: List[str]) -> int:
     if args.version == "1.1" and args.na_prob_file:
         raise UserError("--na_prob_file is for --version 2.0")
     dataset, predictions, na_probs = load_inputs(args.data_file, args.pred_file, args.na_prob_file)
-    version = _load(args.data_file, "data file").get("version")
+    version = load_json(args.data_file, "data file").get("version")
     if args.version == "1.1" and version != "1.1":  # a warning, as in the official v1.1 script
         print(f"Evaluation expects v-1.1, but got dataset with v-{version}", file=sys.stderr)
     if args.version == "1.1":

@@ -45,14 +45,16 @@ def read_checkpoint(path: str) -> Dict[str, Parameter]:
 
 
 def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, np.ndarray, Tensor]]],
-                 allow_missing: Sequence[str] = (), required_prefix: str = BACKBONE_PREFIX) -> LoadReport:
+                 allow_missing: Sequence[str] = (), required_prefix: str = BACKBONE_PREFIX,
+                 name: str = "") -> LoadReport:
     """Load a checkpoint into `net`, failing loudly instead of silently keeping random weights.
 
     Every parameter of `net` must come from the checkpoint, except names starting with one of `allow_missing`
     (a new task head); a name under `required_prefix` (the backbone) can never be missing. Shapes must match.
     Optimizer state in the checkpoint is ignored; other unused names are reported in the returned LoadReport.
+    `name`: the file a mapping `source` was read from, so that errors name it.
     """
-    where = source if isinstance(source, str) else "checkpoint"
+    where = source if isinstance(source, str) else name or "checkpoint"
     values = read_checkpoint(source) if isinstance(source, str) else dict(source)
     params = {p.name: p for p in net.get_parameters()}
 

@@ -26,6 +26,9 @@ SCHEMA = textwrap.dedent("""\
     optimizer_cfg.Lamb.learning_rate: "peak learning rate of Lamb"
     ---
     optimizer: ["Lamb", "AdamWeightDecay"]
+    batch_size: "[1, inf)"
+    ratio: "(0, 1]"
+    optimizer_cfg.Lamb.learning_rate: "(0, inf)"
     """)
 
 
@@ -62,6 +65,11 @@ def test_nested_overrides_and_real_booleans(schema):
     (["--ratio", "half"], "key 'ratio' expects float"),
     (["--enable_lossscale", "maybe"], "key 'enable_lossscale' expects bool"),
     (["--optimizer", "SGD"], "key 'optimizer' must be one of ['Lamb', 'AdamWeightDecay']"),
+    (["--batch_size", "0"], "command line: key 'batch_size' must be in [1, inf), got 0"),
+    (["--ratio", "0"], "key 'ratio' must be in (0, 1], got 0.0"),
+    (["--ratio", "1.5"], "key 'ratio' must be in (0, 1], got 1.5"),
+    (["--optimizer_cfg.Lamb.learning_rate", "-1e-4"], "must be in (0, inf), got -0.0001"),  # a value, not a flag
+    (["--optimizer_cfg.Lamb.learning_rate=-1e-4"], "must be in (0, inf), got -0.0001"),
 ])
 def test_bad_command_lines(schema, argv, message):
     with pytest.raises(ConfigError) as err:
@@ -87,6 +95,9 @@ def test_user_yaml_overrides_and_is_checked(schema, tmp_path, monkeypatch):
     (tmp_path / "choice.yaml").write_text("optimizer: Adam\n")
     with pytest.raises(ConfigError, match="must be one of"):
         parse_cli(schema, ["--config_path", "choice.yaml"])
+    (tmp_path / "range.yaml").write_text("batch_size: 0\n")
+    with pytest.raises(ConfigError, match=r"range.yaml: key 'batch_size' must be in \[1, inf\), got 0"):
+        parse_cli(schema, ["--config_path", "range.yaml"])
     (tmp_path / "broken.yaml").write_text("batch_size: 4\noptimizer: [Lamb\n")
     with pytest.raises(ConfigError, match=r"broken.yaml line \d+: malformed yaml"):
         parse_cli(schema, ["--config_path", "broken.yaml"])
@@ -116,8 +127,10 @@ def test_help_shows_help_strings_choices_and_defaults(schema):
                             cwd=Path(__file__).resolve().parents[1], timeout=60)
     assert result.returncode == 0
     out = " ".join(result.stdout.split())
-    assert "--optimizer_cfg.Lamb.learning_rate FLOAT peak learning rate of Lamb [default: 0.0003]" in out
+    assert "--optimizer_cfg.Lamb.learning_rate FLOAT peak learning rate of Lamb (range: (0, inf)) [default: 0.0003]" \
+        in out
     assert "which optimizer to use (choices: Lamb, AdamWeightDecay)" in out
+    assert "samples per step (range: [1, inf)) [default: 32]" in out
     assert "--enable_lossscale BOOL" in out
 
 
@@ -126,3 +139,11 @@ def test_nothing_is_parsed_at_import():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[1], timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "ok"
+
+
+def test_ranges_accept_their_bounds_and_the_shipped_defaults(schema, project_root):
+    config = parse_cli(schema, ["--batch_size", "1", "--ratio", "1", "--optimizer_cfg.Lamb.learning_rate", "2e-5"])
+    assert config.batch_size == 1 and config.ratio == 1.0
+    for name in ("pretrain_config.yaml", "task_classifier_config.yaml", "task_race_config.yaml",
+                 "task_squad_v1_config.yaml", "task_squad_v2_config.yaml", "export_config.yaml"):
+        parse_cli(project_root / name, [])  # every shipped default lies in its own range
