@@ -48,18 +48,17 @@ def main(argv: List[str]) -> int:
 
     output_dir = os.path.abspath(config.output_dir)
     save_dir = os.path.abspath(config.save_checkpoint_path or os.path.join(output_dir, "checkpoints"))
-    if device.is_main:
+    network = AlbertNetworkWithLoss(net, is_training=True, return_parts=True)
+    optimizer, cell = build_train_cell(config, network, plan.total_steps)
+    progress = resume_or_init(cell, network, plan, config.load_checkpoint_path,
+                              save_dir if config.enable_save_ckpt else "", CHECKPOINT_PREFIX, log)
+    if device.is_main:  # only now: a run that could not start leaves nothing behind
         os.makedirs(output_dir, exist_ok=True)
         net.to_json_file(os.path.join(output_dir, "albert_config.json"))
         if config.enable_save_ckpt:
             os.makedirs(save_dir, exist_ok=True)
             remove_stale_temporaries(save_dir)
             net.to_json_file(os.path.join(save_dir, "albert_config.json"))
-
-    network = AlbertNetworkWithLoss(net, is_training=True, return_parts=True)
-    optimizer, cell = build_train_cell(config, network, plan.total_steps)
-    progress = resume_or_init(cell, network, plan, config.load_checkpoint_path,
-                              save_dir if config.enable_save_ckpt else "", CHECKPOINT_PREFIX, log)
     if progress.micro_step >= plan.total_micro_steps:
         log(f"nothing to do: the checkpoint already completed all {plan.total_steps} steps")
         return 0

@@ -254,7 +254,7 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, load_c
     values = read_checkpoint(load_checkpoint_path)
     if not init_only and all(key in values for key in PROGRESS_KEYS):
         return _resume(train_cell, values, plan, load_checkpoint_path, log)
-    report = load_weights(network, values, allow_missing=allow_missing)
+    report = load_weights(network, values, allow_missing=allow_missing, name=load_checkpoint_path)
     new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
     log(f"initialised the network from {load_checkpoint_path} (weights only: training starts at step 0{new})")
     return Progress()
@@ -279,7 +279,7 @@ def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], No
 def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, log: Callable[[str], None]) -> Progress:
     """Weights, optimizer state, loss scale and progress from a train checkpoint written for this plan."""
     _check_plan(values, plan, path)
-    load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS})
+    load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS}, name=path)
     progress = Progress(micro_step=int(_scalar(values["micro_step"])),
                         overflow_count=int(_scalar(values["overflow_count"])))
     log(f"resumed from {path}: optimizer step {progress.micro_step // plan.accumulation_steps} of "
@@ -614,7 +614,10 @@ def config_beside(checkpoint: str) -> str:
 def check_data_fits(meta: dict, net: AlbertConfig, seq_shape: Sequence[int], data_dir: str) -> None:
     """Stop before building a model the data cannot feed (vocabulary, sequence length)."""
     if meta:
-        check_data_meta(meta, vocab_size=net.vocab_size)
+        try:
+            check_data_meta(meta, vocab_size=net.vocab_size)
+        except UserError as err:
+            raise UserError(f"{data_dir}: {err}") from err
     if seq_shape and seq_shape[-1] > net.max_position_embeddings:
         raise UserError(f"{data_dir}: sequences of {seq_shape[-1]} tokens but the network's "
                         f"max_position_embeddings is {net.max_position_embeddings}")

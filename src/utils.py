@@ -37,6 +37,8 @@ def read_checkpoint(path: str) -> Dict[str, Parameter]:
     """ms.load_checkpoint with a one-line error naming the file when it is missing or unreadable."""
     if not os.path.isfile(path):
         raise UserError(f"checkpoint not found: {path}")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"cannot read checkpoint {path}: the file is empty")
     try:
         return ms.load_checkpoint(path)
     except Exception as err:  # MindSpore raises ValueError/RuntimeError with multi-line text for corrupt files

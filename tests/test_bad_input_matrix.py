@@ -64,7 +64,6 @@ class Row:
     make: Optional[Maker] = None  # writes {bad}; None: the argv itself is the bad input
     bad: str = "bad"  # file name of {bad} inside {tmp}
     process: bool = False
-    xfail: str = ""
 
     @property
     def id(self) -> str:
@@ -98,11 +97,6 @@ SCORE = ("src.squad_postprocess", "--version 1.1 --data_file " + SQUAD_JSON + " 
 RACE_FILE = "RACE/dev/high/1.txt"
 RACE_OK = '{"article": "A text.", "questions": ["Why?"], "options": [["a", "b", "c", "d"]], "answers": ["A"]}'
 SQUAD_ROW = '{"data": [{"paragraphs": [{"context": "abc", "qas": [%s]}]}]}'
-# Open in files another change owns (see the report of issue 7): remove the xfail once fixed there.
-PARTIAL = ("run_pretrain.py writes OUTPUT_DIR/albert_config.json and checkpoints/albert_config.json before it "
-           "loads load_checkpoint_path (fix in run_pretrain.py: write them after resume_or_init)")
-UNNAMED = ("src/training.py resume_or_init loads the weights with load_weights(network, values), so the error says "
-           "'checkpoint' instead of the file (fix: pass name=load_checkpoint_path)")
 
 
 def row(command, case: str, extra: str, expect: Sequence[str], make: Optional[Maker] = None, **kwargs) -> Row:
@@ -144,12 +138,11 @@ MATRIX: List[Row] = [
     row(PRE, "malformed albert_config_file", "--albert_config_file {bad}", ["{bad} line 1: malformed json"],
         text("{hidden_size: 32}"), bad="bad.json"),
     row(PRE, "missing checkpoint", "--load_checkpoint_path {tmp}/missing.ckpt",
-        ["checkpoint not found: {tmp}/missing.ckpt"], xfail=PARTIAL),
+        ["checkpoint not found: {tmp}/missing.ckpt"]),
     row(PRE, "checkpoint of another config", "--load_checkpoint_path {fx}/wide.ckpt",
-        ["{fx}/wide.ckpt: shapes do not match the network", "(48, 48) vs network (32, 32)"],
-        xfail=f"{PARTIAL}; {UNNAMED}"),
+        ["{fx}/wide.ckpt: shapes do not match the network", "(48, 48) vs network (32, 32)"]),
     row(PRE, "corrupt checkpoint", "--load_checkpoint_path {bad}", ["cannot read checkpoint {bad}"],
-        raw(b"not a checkpoint" * 8), bad="bad.ckpt", xfail=PARTIAL),
+        raw(b"not a checkpoint" * 8), bad="bad.ckpt"),
     # ---------------------------------------------------------------------------------------------- pretrain_eval.py
     row(EVAL, "missing checkpoint", "--eval_ckpt {tmp}/missing.ckpt", ["checkpoint not found: {tmp}/missing.ckpt"],
         process=True),
@@ -195,8 +188,7 @@ MATRIX: List[Row] = [
     row(CLS, "token ids >= vocab_size", "--load_pretrain_checkpoint_path {fx}/v1000.ckpt",
         ["30000-token vocabulary", "vocab_size 1000"]),
     row(CLS, "checkpoint of another config", "--load_pretrain_checkpoint_path {fx}/wide.ckpt",
-        ["{fx}/wide.ckpt: shapes do not match the network", "(48, 48) vs network (32, 32)"], process=True,
-        xfail=UNNAMED),
+        ["{fx}/wide.ckpt: shapes do not match the network", "(48, 48) vs network (32, 32)"], process=True),
     row(CLS, "pretraining checkpoint to evaluate",
         "--do_train false --load_finetune_checkpoint_path {fx}/pre.ckpt",
         ["{fx}/pre.ckpt: 2 network parameters are not in the checkpoint", "classifier.weight"]),
@@ -486,8 +478,7 @@ def paths(fx: Path, tmp: Path, row: Row) -> Dict[str, str]:
             "assets": str(ASSETS), "spm": str(ASSETS / "tokenizer" / "albert_30k-clean.model"), "root": str(ROOT)}
 
 
-@pytest.mark.parametrize("row", [pytest.param(r, id=r.id, marks=[pytest.mark.xfail(reason=r.xfail)] if r.xfail else [])
-                                 for r in MATRIX])
+@pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in MATRIX])
 def test_bad_input(row: Row, fx: Path, tmp_path: Path, monkeypatch, capsys, request):
     names = paths(fx, tmp_path, row)
     if row.make:
