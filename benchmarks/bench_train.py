@@ -84,6 +84,7 @@ class OursTrain(common.MindSporeSide):
     def build(self) -> Dict[str, Any]:
         from mindspore import Tensor
 
+        from src import cpu_gemm
         from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertTrainOneStepCell
         from src.albert_model import AlbertConfig
         from src.optimization import build_optimizer
@@ -101,7 +102,7 @@ class OursTrain(common.MindSporeSide):
         self.inputs = [Tensor(column) for column in _batch(self.spec).values()]
         self.overflows = 0
         return {"parameters": sum(p.size for p in net.trainable_params()),
-                "masked_positions": int(self.inputs[4].shape[1])}
+                "masked_positions": int(self.inputs[4].shape[1]), "dense_products": cpu_gemm.status()}
 
     def _call(self) -> float:
         loss, overflow = self.cell(*self.inputs)[:2]

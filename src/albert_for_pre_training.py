@@ -31,11 +31,16 @@ class AlbertMLMHead(nn.Cell):
         self.LayerNorm = layer_norm(config.embedding_size, config)
         self.bias = Parameter(ops.zeros(config.vocab_size, ms.float32), name="bias")
         self.word_embeddings = word_embeddings  # the backbone's table: tied, not a second Parameter
+        self.decoder_matmul = ops.MatMul(transpose_b=True)
 
     def construct(self, hidden_states):
         transformed = self.LayerNorm(self.activation(self.dense(hidden_states)).astype(ms.float32))
-        logits = ops.matmul(transformed.astype(self.word_embeddings.dtype), self.word_embeddings.swapaxes(0, 1))
-        return logits + self.bias  # [B, P, V]
+        batch, positions, width = transformed.shape
+        # One 2-D product against the [V, E] table as stored: a 3-D ops.matmul would copy the table per batch row
+        # (and transpose it), which cost more than the product itself.
+        logits = self.decoder_matmul(transformed.reshape(batch * positions, width).astype(self.word_embeddings.dtype),
+                                     self.word_embeddings)
+        return logits.reshape(batch, positions, -1) + self.bias  # [B, P, V]
 
 
 class AlbertSOPHead(nn.Cell):

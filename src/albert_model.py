@@ -17,6 +17,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
 from model_utils.errors import UserError
+from src import cpu_gemm
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
 SHARE_TYPES = ("all", "attention", "ffn", "none")
@@ -163,9 +164,11 @@ PRESETS["albert_tiny"] = dict(_english(128, 4, 4, 0.0), embedding_size=64)
 
 
 def dense_layer(in_size: int, out_size: int, config: AlbertConfig, has_bias: bool = True) -> nn.Dense:
-    """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
-    layer = nn.Dense(in_size, out_size, weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros",
-                     has_bias=has_bias)
+    """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type; in float32
+    on CPU its product is oneDNN's sgemm when available (src/cpu_gemm.py)."""
+    use_gemm = config.compute_type == "float32" and cpu_gemm.active()
+    layer = cpu_gemm.Dense(in_size, out_size, use_gemm, weight_init=TruncatedNormal(config.initializer_range),
+                           bias_init="zeros", has_bias=has_bias)
     if config.compute_type != "float32":
         layer.to_float(COMPUTE_TYPES[config.compute_type])
     return layer
@@ -242,6 +245,9 @@ class AlbertAttention(nn.Cell):
         self.LayerNorm = layer_norm(config.hidden_size, config)
         self.attention_dropout = nn.Dropout(p=config.attention_probs_dropout_prob if is_training else 0.0)
         self.output_dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+        # Batched products on [B, N, ...] as they are (no broadcasting, key used untransposed).
+        self.scores_matmul = ops.BatchMatMul(transpose_b=True)
+        self.context_matmul = ops.BatchMatMul()
 
     def _split_heads(self, x, batch, seq):
         return x.reshape(batch, seq, self.num_heads, self.head_size).transpose(0, 2, 1, 3)  # [B, N, S, D]
@@ -252,10 +258,10 @@ class AlbertAttention(nn.Cell):
         query = self._split_heads(self.query(inputs), batch, seq)
         key = self._split_heads(self.key(inputs), batch, seq)
         value = self._split_heads(self.value(inputs), batch, seq)
-        scores = ops.matmul(query, key.swapaxes(-1, -2)).astype(ms.float32) * self.scale  # [B, N, S, S]
+        scores = self.scores_matmul(query, key).astype(ms.float32) * self.scale  # [B, N, S, S]
         probs = ops.softmax(scores + attention_bias, axis=-1)
         probs = self.attention_dropout(probs).astype(self.compute_type)
-        context = ops.matmul(probs, value).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)  # [B, S, H]
+        context = self.context_matmul(probs, value).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)  # [B, S, H]
         projected = self.output_dropout(self.dense(context)).astype(ms.float32)
         if self.preln:
             return hidden_states + projected

@@ -51,6 +51,7 @@ def run(task: FinetuneTask, argv: Sequence[str]) -> int:
     config = parse_cli(task.config_file, argv, task.description)
     jobs = _check_config(task, config)
 
+    from src import cpu_gemm
     from src.training import setup_device
 
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
@@ -63,7 +64,8 @@ def run(task: FinetuneTask, argv: Sequence[str]) -> int:
     output_dir = os.path.abspath(config.output_dir)
     save_dir = os.path.abspath(config.save_finetune_checkpoint_path or os.path.join(output_dir, "checkpoints"))
     actions = ["train"] * bool(config.do_train) + [action for action, _ in jobs]
-    log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}")
+    log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}; "
+        f"dense products: {cpu_gemm.status()}")
     trained, net = None, None
     if config.do_train:
         trained, net = _train(task, config, device, output_dir, save_dir, log)
