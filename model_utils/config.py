@@ -99,10 +99,12 @@ def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, st
     try:
         with open(path, encoding="utf-8") as handle:
             docs = [doc for doc in yaml.safe_load_all(handle)]
-    except yaml.YAMLError as err:
+    except (yaml.YAMLError, RecursionError) as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: malformed yaml ({getattr(err, 'problem', err)})") from err
+        raise ConfigError(f"{path}{where}: malformed yaml ({_yaml_problem(err)})") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
     docs = [doc if doc is not None else {} for doc in docs] or [{}]
     if len(docs) > 3:
         raise ConfigError(f"{path}: expected at most 3 yaml documents (values, help, choices), found {len(docs)}")
@@ -111,6 +113,21 @@ def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, st
             raise ConfigError(f"{path}: every yaml document must be a mapping of keys to values")
     docs += [{}] * (3 - len(docs))
     return docs[0], docs[1], docs[2]
+
+
+def _yaml_problem(err: Exception) -> str:
+    """What is wrong with some yaml, in one line."""
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    return getattr(err, "problem", None) or (str(err).splitlines() or [type(err).__name__])[0]
+
+
+def _yaml_value(text: str, key: str, source: str) -> Any:
+    """`text` read as a yaml value (a list typed on the command line); malformed yaml is a ConfigError."""
+    try:
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as err:
+        raise ConfigError(f"{source}: key '{key}' got malformed yaml {text!r} ({_yaml_problem(err)})") from None
 
 
 def _type_name(value: Any) -> str:
@@ -136,14 +153,12 @@ def coerce(key: str, value: Any, like: Any, source: str) -> Any:
             except ValueError:
                 pass
     elif isinstance(like, float):
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             try:  # yaml 1.1 reads 1e-4 (no dot) as a string
-                number = float(value.strip())
+                number = float(value.strip() if isinstance(value, str) else value)
                 if not math.isnan(number):
                     return number
-            except ValueError:
+            except (ValueError, OverflowError):  # OverflowError: an integer beyond the float range
                 pass
     elif isinstance(like, str):
         if isinstance(value, str):
@@ -151,12 +166,11 @@ def coerce(key: str, value: Any, like: Any, source: str) -> Any:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
     elif isinstance(like, list):
-        if isinstance(value, list):
-            return value
         if isinstance(value, str):
-            parsed = yaml.safe_load(value) if value.strip().startswith("[") else [v for v in value.split(",") if v]
-            if isinstance(parsed, list):
-                return [coerce(f"{key}[{i}]", v, like[0], source) if like else v for i, v in enumerate(parsed)]
+            value = (_yaml_value(value, key, source) if value.strip().startswith("[")
+                     else [v for v in value.split(",") if v])
+        if isinstance(value, list):  # items typed like the schema's first item
+            return [coerce(f"{key}[{i}]", v, like[0], source) if like else v for i, v in enumerate(value)]
     elif isinstance(like, dict):
         if isinstance(value, dict):
             return value
@@ -294,7 +308,7 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
     overrides = {k: v for k, v in vars(args).items() if k not in ("config_path", "verbose")}
     flat = flatten(values)
     for key, raw in overrides.items():
-        value = coerce(key, _from_cli(raw, flat[key]), flat[key], "command line")
+        value = coerce(key, _from_cli(key, raw, flat[key]), flat[key], "command line")
         _check_choice(key, value, choices, "command line")
         _set_dotted(values, key, value)
     for key, value in flatten(values).items():
@@ -302,9 +316,9 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
     return Config(values)
 
 
-def _from_cli(raw: str, like: Any) -> Any:
+def _from_cli(key: str, raw: str, like: Any) -> Any:
     """Strings typed on the command line; `null`/`none` clears a value that defaults to null."""
     if like is None:
-        return yaml.safe_load(raw) if raw.strip() else raw
+        return _yaml_value(raw, key, "command line") if raw.strip() else raw
     return raw
 

@@ -8,8 +8,9 @@
 Alignment: the context is split into whitespace words (SQuAD's `doc_tokens`); each word is tokenized alone,
 which gives the same pieces as tokenizing the whole context because SentencePiece never lets a piece cross a
 space. Every piece is then mapped to the characters of the original context it came from (through the
-tokenizer's normalisation: case, accents, "``" quotes), so an answer's character span selects exactly the pieces
-that cover it, and a predicted piece span maps back to an exact substring of the original context.
+tokenizer's normalisation: case, accents, "``" quotes, SentencePiece's NFKC), so an answer's character span
+selects exactly the pieces that cover it, and a predicted piece span maps back to an exact substring of the
+original context.
 
 Each feature is `[CLS] question [SEP] context window [SEP]`, windows `doc_stride` apart. Record schema
 (S = max_seq_length, all int32):
@@ -46,7 +47,6 @@ TRAIN_COLUMNS = ("input_ids", "input_mask", "segment_ids", "p_mask", "start_posi
 EVAL_COLUMNS = ("input_ids", "input_mask", "segment_ids", "p_mask", "unique_ids")
 FIRST_UNIQUE_ID = 1000000000
 _WORD = re.compile(r"\S+")
-_UNKNOWN = ("<unk>", "[UNK]")
 
 
 @dataclass
@@ -115,30 +115,30 @@ def _read_question(qa: Any, context: str, where: str, is_training: bool,
     if not answers:
         raise UserError(f"{where}: question {qas_id} has no answer (training needs one unless is_impossible)")
     start = require(answers[0], "answer_start", int, f"{where}.answers[0]")
-    if context[start:start + len(texts[0])] != texts[0]:
+    if not _answer_at(context, texts[0], start):
         return None
     example.answer_text, example.start_char = texts[0], start
     return example
 
 
-def _align_word(pieces: Sequence[str], texts: Sequence[str], normalized: str, origin: List[Tuple[int, int]],
-                word_start: int, word_end: int) -> List[Tuple[int, int]]:
-    """Character span of each piece of one word; pieces that cannot be matched get the rest of the word."""
+def _answer_at(context: str, text: str, start: int) -> bool:
+    """Whether `text` is a non-empty answer at character `start` of `context` (a negative start, which Python
+    would count from the end, is not)."""
+    return bool(text) and start >= 0 and context[start:start + len(text)] == text
+
+
+def _align_word(texts: Sequence[str], normalized: str, origin: List[Tuple[int, int]], word_start: int,
+                word_end: int) -> List[Tuple[int, int]]:
+    """Character span of each piece of one word, from the texts the pieces stand for; a piece that cannot be
+    matched gets the rest of the word."""
     spans: List[Tuple[int, int]] = []
     position = 0
-    for index, (piece, text) in enumerate(zip(pieces, texts)):
+    for text in texts:
         if not text:  # a bare word-boundary piece ("▁" before a user symbol) covers no characters
             at = word_start + origin[position][0] if position < len(origin) else word_end
             spans.append((at, at))
             continue
-        if piece in _UNKNOWN:
-            following = texts[index + 1] if index + 1 < len(texts) else ""
-            found = normalized.find(following, position + 1) if following else -1
-            end = found if found > position else len(normalized)
-        elif normalized.startswith(text, position):
-            end = position + len(text)
-        else:
-            end = len(normalized)
+        end = position + len(text) if normalized.startswith(text, position) else len(normalized)
         if position < len(origin) and end > position:
             spans.append((word_start + origin[position][0], word_start + origin[end - 1][1]))
         else:  # nothing left to match: an empty span at the word's end
@@ -153,12 +153,13 @@ def tokenize_context(tokenizer: FullTokenizer, context: str) -> TokenizedContext
     for word_index, match in enumerate(_WORD.finditer(context)):
         word = match.group()
         result.doc_tokens.append(word)
-        pieces = tokenizer.tokenize(word)
-        if not pieces:
+        tokens = tokenizer.tokenize_with_texts(word)
+        if not tokens:
             continue
-        texts = [tokenizer.piece_text(p) for p in pieces]
+        pieces = [piece for piece, _ in tokens]
         normalized, origin = tokenizer.normalize_with_offsets(word)
-        result.char_spans += _align_word(pieces, texts, normalized, origin, match.start(), match.end())
+        result.char_spans += _align_word([text for _, text in tokens], normalized, origin, match.start(),
+                                         match.end())
         result.tokens += pieces
         result.ids += tokenizer.convert_tokens_to_ids(pieces)
         result.word_index += [word_index] * len(pieces)

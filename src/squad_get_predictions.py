@@ -180,6 +180,14 @@ def _features_by_example(examples: Sequence[dict], features: Dict[int, dict],
     return grouped
 
 
+def _check_finite(unique_id: int, **values: Any) -> None:
+    """Model outputs must be numbers: NaN or infinity would make NaN probabilities and non-standard json."""
+    for name, value in values.items():
+        if not np.all(np.isfinite(value)):
+            raise UserError(f"result of feature {unique_id}: {name} has NaN or infinite values (a diverged or "
+                            f"broken model?)")
+
+
 def _check_length(unique_id: int, name: str, values: np.ndarray, expected: int, hint: str) -> None:
     if values.ndim != 1 or len(values) != expected:
         raise UserError(f"result of feature {unique_id}: {name} has shape {values.shape}, expected [{expected}] "
@@ -288,6 +296,7 @@ def _v1_candidates(feature: dict, unique_id: int, result: Any,
     if len(start_logits) < len(feature["tokens"]):
         raise UserError(f"result of feature {unique_id}: {len(start_logits)} logits for a feature of "
                         f"{len(feature['tokens'])} tokens: results of another data set?")
+    _check_finite(unique_id, start_logits=start_logits, end_logits=end_logits)
     top_starts = np.argsort(-start_logits, kind="stable")[:n_best_size]
     top_ends = np.argsort(-end_logits, kind="stable")[:n_best_size]
     starts = np.repeat(top_starts, len(top_ends))
@@ -335,6 +344,8 @@ def _v2_candidates(feature: dict, unique_id: int, result: Any, start_n_top: int,
         cls_logit = float(np.asarray(result["cls_logits"]).reshape(()))
     except (TypeError, ValueError):
         raise UserError(f"result of feature {unique_id}: cls_logits must be one number") from None
+    _check_finite(unique_id, start_top_log_probs=arrays["start_top_log_probs"],
+                  end_top_log_probs=arrays["end_top_log_probs"], cls_logits=cls_logit)
     starts = np.repeat(arrays["start_top_index"].astype(np.int64), end_n_top)
     start_scores = np.repeat(arrays["start_top_log_probs"].astype(np.float64), end_n_top)
     return (starts, arrays["end_top_index"].astype(np.int64), start_scores,

@@ -21,10 +21,15 @@ SPIECE_UNDERLINE = "\u2581"
 CONTROL_SYMBOLS = ("[CLS]", "[SEP]", "[MASK]")
 # Pieces treated as whole words on their own when grouping pieces for whole-word masking.
 _PUNCTUATION_PIECES = frozenset(string.punctuation)
+# Lone UTF-16 surrogates (a broken "\ud83d" escape in a json file) cannot be encoded for SentencePiece.
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 
 def preprocess_text(text: str, lower: bool = False, remove_space: bool = True, keep_accents: bool = False) -> str:
-    """ALBERT's normalisation before SentencePiece: collapse whitespace, TeX quotes to '"', NFKD accent stripping."""
+    """ALBERT's normalisation before SentencePiece: collapse whitespace, TeX quotes to '"', NFKD accent stripping;
+    lone surrogates become U+FFFD (SentencePiece cannot encode them)."""
+    if not text.isascii():
+        text = _SURROGATES.sub("\ufffd", text)
     if remove_space:
         text = " ".join(text.strip().split())
     text = text.replace("``", '"').replace("''", '"')
@@ -64,6 +69,8 @@ class SentencePieceTokenizer:
         self.keep_accents = keep_accents
         self.vocab = {self.sp_model.IdToPiece(i): i for i in range(self.sp_model.GetPieceSize())}
         self.inv_vocab = {i: piece for piece, i in self.vocab.items()}
+        printable = "".join(chr(i) for i in range(33, 127))  # kept as it is unless the model folds case
+        self._keeps_ascii = self.sp_model.Normalize(printable) == SPIECE_UNDERLINE + printable
 
     def _encode_pieces(self, text: str) -> List[str]:
         pieces: List[str] = []
@@ -88,6 +95,10 @@ class SentencePieceTokenizer:
                     preprocess_text(part, lower=self.do_lower_case, keep_accents=self.keep_accents)))
         return tokens
 
+    def tokenize_with_texts(self, text: str) -> List[Tuple[str, str]]:
+        """(piece, the normalised text it stands for)."""
+        return [(piece, self.piece_text(piece)) for piece in self.tokenize(text)]
+
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
         return [self.sp_model.PieceToId(token) for token in tokens]
 
@@ -108,11 +119,34 @@ class SentencePieceTokenizer:
         return "".join(tokens).replace(SPIECE_UNDERLINE, " ").strip()
 
     def normalize_text(self, text: str) -> str:
-        """The text as the tokenizer sees it, for comparing detokenized pieces with original strings."""
-        return preprocess_text(text, lower=self.do_lower_case, keep_accents=self.keep_accents)
+        """The text as the tokenizer sees it, for comparing detokenized pieces with original strings: ALBERT's
+        preprocessing, then SentencePiece's own normaliser (NFKC, control characters dropped)."""
+        text = preprocess_text(text, lower=self.do_lower_case, keep_accents=self.keep_accents)
+        if self._keeps_ascii and text.isascii() and text.isprintable():  # the common case, kept fast
+            return " ".join(text.split())  # NFKD may have made spaces ("¸" is " " and a combining cedilla)
+        return self.sp_model.Normalize(text).replace(SPIECE_UNDERLINE, " ").strip()
 
-    def normalize_char(self, char: str) -> str:
-        return preprocess_text(char, lower=self.do_lower_case, remove_space=False, keep_accents=self.keep_accents)
+    def normalize_with_offsets(self, text: str) -> Tuple[str, List[Tuple[int, int]]]:
+        """normalize_text without spaces, with the [start, end) in `text` behind each character: the
+        preprocessing per character, then SentencePiece's normaliser, whose offsets follow what it drops or
+        composes (Hangul jamo into syllables)."""
+        chars: List[str] = []
+        origin: List[Tuple[int, int]] = []
+        for unit, start, end in self.split_units(text):
+            norm = preprocess_text(unit, lower=self.do_lower_case, remove_space=False, keep_accents=self.keep_accents)
+            chars.append(norm)
+            origin += [(start, end)] * len(norm)
+        if not origin:
+            return "", []
+        normalized, offsets = self.sp_model.Normalize("".join(chars), with_offsets=True)
+        kept, spans = [], []
+        for i, char in enumerate(normalized):  # char i comes from the input characters offsets[i]..offsets[i + 1]
+            if char != SPIECE_UNDERLINE:
+                first = min(offsets[i], len(origin) - 1)
+                last = min(max(offsets[i + 1] - 1, first), len(origin) - 1)
+                kept.append(char)
+                spans.append((origin[first][0], origin[last][1]))
+        return "".join(kept), spans
 
     @staticmethod
     def split_units(word: str) -> List[Tuple[str, int, int]]:
@@ -149,7 +183,7 @@ def _is_whitespace(char: str) -> bool:
 
 
 def _is_control(char: str) -> bool:
-    return char not in "\t\n\r" and unicodedata.category(char) in ("Cc", "Cf")
+    return char not in "\t\n\r" and unicodedata.category(char).startswith("C")
 
 
 def _is_punctuation(char: str) -> bool:
@@ -254,13 +288,18 @@ class WordPieceVocabTokenizer:
         self.wordpiece = WordpieceTokenizer(self.vocab)
 
     def tokenize(self, text: str) -> List[str]:
-        tokens: List[str] = []
+        return [token for token, _ in self.tokenize_with_texts(text)]
+
+    def tokenize_with_texts(self, text: str) -> List[Tuple[str, str]]:
+        """(token, the normalised text it stands for): an [UNK] stands for a whole basic-tokenizer word."""
+        tokens: List[Tuple[str, str]] = []
         for part in _split_special(text, self._splitter):
             if part in self.SPECIAL:
-                tokens.append(part)
+                tokens.append((part, part))
                 continue
             for word in self.basic.tokenize(part):
-                tokens.extend(self.wordpiece.tokenize_word(word))
+                tokens += [(piece, word if piece == self.wordpiece.unk_token else self.piece_text(piece))
+                           for piece in self.wordpiece.tokenize_word(word)]
         return tokens
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
@@ -285,12 +324,15 @@ class WordPieceVocabTokenizer:
     def normalize_text(self, text: str) -> str:
         return " ".join(self.basic.tokenize(text))
 
-    def normalize_char(self, char: str) -> str:
-        return "".join(self.basic.tokenize(char))
-
-    @staticmethod
-    def split_units(word: str) -> List[Tuple[str, int, int]]:
-        return [(char, index, index + 1) for index, char in enumerate(word)]
+    def normalize_with_offsets(self, text: str) -> Tuple[str, List[Tuple[int, int]]]:
+        """normalize_text without spaces, character by character, with the [start, end) in `text` of each."""
+        chars: List[str] = []
+        origin: List[Tuple[int, int]] = []
+        for index, char in enumerate(text):
+            norm = "".join(self.basic.tokenize(char))
+            chars.append(norm)
+            origin += [(index, index + 1)] * len(norm)
+        return "".join(chars), origin
 
 
 class FullTokenizer:
@@ -330,6 +372,11 @@ class FullTokenizer:
     def tokenize(self, text: str) -> List[str]:
         return self.impl.tokenize(text)
 
+    def tokenize_with_texts(self, text: str) -> List[Tuple[str, str]]:
+        """(token, the text it stands for, normalised as in `normalize_with_offsets`), e.g. ("▁new", "new");
+        an unknown token stands for the text it replaced, so that its characters can be found."""
+        return self.impl.tokenize_with_texts(text)
+
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
         return self.impl.convert_tokens_to_ids(tokens)
 
@@ -357,17 +404,32 @@ class FullTokenizer:
 
     def normalize_with_offsets(self, word: str) -> Tuple[str, List[Tuple[int, int]]]:
         """`word` normalised as the tokenizer normalises it, with the [start, end) of the original characters
-        behind each normalised character; lets answer spans be mapped between pieces and original text."""
-        normalized = self.normalize_text(word).replace(" ", "")
-        if word.isascii() and len(normalized) == len(word) and "``" not in word and "''" not in word:
-            return normalized, [(i, i + 1) for i in range(len(word))]  # one-to-one: the common case, kept fast
+        behind each normalised character; lets answer spans be mapped between pieces and original text.
+        Literal special tokens ("[MASK]") stay as they are, as `tokenize` keeps them."""
+        parts = self.impl._splitter.split(word)
+        if len(parts) == 1:
+            return self._normalize_part(word)
         chars: List[str] = []
         origin: List[Tuple[int, int]] = []
-        for text, start, end in self.impl.split_units(word):
-            norm = self.impl.normalize_char(text).replace(" ", "")
+        offset = 0
+        for index, part in enumerate(parts):
+            if index % 2:  # re.split with one group: the odd parts are the special tokens
+                norm, spans = part, [(i, i + 1) for i in range(len(part))]
+            else:
+                norm, spans = self._normalize_part(part)
             chars.append(norm)
-            origin += [(start, end)] * len(norm)
+            origin += [(offset + start, offset + end) for start, end in spans]
+            offset += len(part)
         return "".join(chars), origin
+
+    def _normalize_part(self, text: str) -> Tuple[str, List[Tuple[int, int]]]:
+        """normalize_with_offsets of text without special tokens."""
+        normalized = self.normalize_text(text).replace(" ", "")
+        if text.isascii() and len(normalized) == len(text) and "``" not in text and "''" not in text:
+            return normalized, [(i, i + 1) for i in range(len(text))]  # one-to-one: the common case, kept fast
+        by_char, origin = self.impl.normalize_with_offsets(text)
+        # Context-dependent lowercasing (a final sigma becomes "ς") changes characters, not their number.
+        return (normalized if len(normalized) == len(by_char) else by_char), origin
 
     def describe(self) -> Dict[str, object]:
         """What a data sidecar records so that readers can check the data matches a model config."""
