@@ -469,45 +469,56 @@ def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]],
              extra_spec: Dict[str, Any],
              flops_for: Callable[[Dict[str, Any], int, int], Tuple[float, Dict[str, float]]],
              check_for: Callable[[Dict[str, Dict[str, Any]]], Dict[str, Any]],
-             before_ours: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None) -> List[Dict[str, Any]]:
+             before_ours: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
+             ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """One fresh pair of workers per (variant, seq_length, batch_size), so each row's peak RSS is its own.
-    Worker logs go to a temporary folder, kept (and named in the error) only when a worker fails."""
+
+    Returns (results, failures): a configuration whose worker fails (e.g. killed for memory at seq 512) becomes a
+    failure naming its worker log, kept in a temporary folder, and the sweep goes on with the next configuration.
+    """
     import shutil
 
     results: List[Dict[str, Any]] = []
+    failures: List[Dict[str, Any]] = []
     tmp = Path(tempfile.mkdtemp(prefix="albert-bench-"))
-    keep = False
-    try:
-        for label, config in configs:
-            hf_kwargs, same_weights = hf_config(config) if args.compare == "torch" else (None, False)
-            for seq in args.seq_length:
-                for batch in args.batch_size:
-                    run_dir = tmp / f"run{len(results)}"
-                    run_dir.mkdir()
-                    base = {"config": config, "hf_config": hf_kwargs, "batch_size": batch, "seq_length": seq,
-                            "threads": args.threads, "peak_size": args.peak_size, "seed": args.seed,
-                            "workdir": str(run_dir),
-                            "weights": str(run_dir / "hf_weights.npz") if same_weights else "", **extra_spec}
-                    specs = {"ours": {**base, "side": "ours"}}
-                    if args.compare == "torch":
-                        specs["torch"] = {**base, "side": "torch"}
-                    print(f"[{label}] batch {batch}, seq {seq}: {args.rounds} round(s) of {args.steps} {unit}(s) "
-                          f"per side, {args.threads} thread(s)", flush=True)
+    for label, config in configs:
+        hf_kwargs, same_weights = hf_config(config) if args.compare == "torch" else (None, False)
+        for seq in args.seq_length:
+            for batch in args.batch_size:
+                run_dir = tmp / f"run{len(results) + len(failures)}"
+                run_dir.mkdir()
+                base = {"config": config, "hf_config": hf_kwargs, "batch_size": batch, "seq_length": seq,
+                        "threads": args.threads, "peak_size": args.peak_size, "seed": args.seed,
+                        "workdir": str(run_dir),
+                        "weights": str(run_dir / "hf_weights.npz") if same_weights else "", **extra_spec}
+                specs = {"ours": {**base, "side": "ours"}}
+                if args.compare == "torch":
+                    specs["torch"] = {**base, "side": "torch"}
+                print(f"[{label}] batch {batch}, seq {seq}: {args.rounds} round(s) of {args.steps} {unit}(s) "
+                      f"per side, {args.threads} thread(s)", flush=True)
+                try:
                     raw = run_pair(script, specs, args.steps, args.rounds, run_dir, before_ours,
                                    progress=lambda line: print(line, flush=True))
-                    flops, executed = flops_for(config, batch, seq)
-                    results.append({"variant": label, "batch_size": batch, "seq_length": seq, "config": config,
-                                    "hf_config": hf_kwargs, "same_weights": same_weights,
-                                    f"flops_per_{unit}": flops,
-                                    **summarize(raw, batch, seq, flops, executed, unit), **check_for(raw)})
-                    shutil.rmtree(run_dir, ignore_errors=True)
-        return results
-    except WorkerError:
-        keep = True  # the error names the worker's log in there
-        raise
-    finally:
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+                except WorkerError as err:
+                    print(f"  failed: {err}", flush=True)
+                    failures.append({"variant": label, "batch_size": batch, "seq_length": seq, "error": str(err)})
+                    continue
+                flops, executed = flops_for(config, batch, seq)
+                results.append({"variant": label, "batch_size": batch, "seq_length": seq, "config": config,
+                                "hf_config": hf_kwargs, "same_weights": same_weights, f"flops_per_{unit}": flops,
+                                **summarize(raw, batch, seq, flops, executed, unit), **check_for(raw)})
+                shutil.rmtree(run_dir, ignore_errors=True)
+    if not failures:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return results, failures
+
+
+def report_failures(failures: List[Dict[str, Any]]) -> int:
+    """Print the configurations that could not be measured; the exit code of the benchmark (1 if any)."""
+    for failure in failures:
+        print(f"[{failure['variant']} b{failure['batch_size']} s{failure['seq_length']}] not measured: "
+              f"{failure['error']}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def environment(raw_results: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -521,6 +532,8 @@ def environment(raw_results: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 def print_table(results: List[Dict[str, Any]], unit: str) -> None:
     """One row per (variant, batch, seq, side)."""
+    if not results:
+        return
     header = ["variant", "batch", "seq", "side", f"ms/{unit} med", "min", "samples/s", "tokens/s", "TFLOP/s",
               "% peak", "first s", "RSS MB", "ratio"]
     rows = []

@@ -169,7 +169,7 @@ def main(argv: List[str]) -> int:
     if args.num_labels < 1:
         raise common.UserError(f"--num_labels must be >= 1, got {args.num_labels}")
     configs = common.resolve_configs(args)
-    results = common.run_grid(Path(__file__).resolve(), args, configs, "batch",
+    results, failures = common.run_grid(Path(__file__).resolve(), args, configs, "batch",
                               {"export": args.export, "num_labels": args.num_labels}, infer_flops(args.num_labels),
                               logits_check, before_ours=export_first)
     print()
@@ -187,9 +187,9 @@ def main(argv: List[str]) -> int:
                            "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
                            "compare": args.compare, "peak_size": args.peak_size, "seed": args.seed,
                            "export": args.export, "num_labels": args.num_labels},
-              "environment": common.environment(results), "results": results}
+              "environment": common.environment(results), "results": results, "failures": failures}
     common.write_json(args.output, report)
-    return 0
+    return common.report_failures(failures)
 
 
 if __name__ == "__main__":

@@ -224,7 +224,7 @@ def main(argv: List[str]) -> int:
                         f" and {min(args.seq_length)}")
     configs = common.resolve_configs(args)
     settings = train_settings(args)
-    results = common.run_grid(Path(__file__).resolve(), args, configs, "step", {"train": settings},
+    results, failures = common.run_grid(Path(__file__).resolve(), args, configs, "step", {"train": settings},
                               train_flops(args.max_predictions_per_seq), first_loss_check)
     print()
     common.print_table(results, "step")
@@ -243,9 +243,9 @@ def main(argv: List[str]) -> int:
                            "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
                            "compare": args.compare, "peak_size": args.peak_size, "seed": args.seed,
                            "max_predictions_per_seq": args.max_predictions_per_seq, "train": settings},
-              "environment": common.environment(results), "results": results}
+              "environment": common.environment(results), "results": results, "failures": failures}
     common.write_json(args.output, report)
-    return 0
+    return common.report_failures(failures)
 
 
 if __name__ == "__main__":

@@ -237,6 +237,7 @@ class AlbertAttention(nn.Cell):
         self.head_size = config.hidden_size // config.num_attention_heads
         self.scale = 1.0 / math.sqrt(self.head_size)
         self.compute_type = COMPUTE_TYPES[config.compute_type]
+        self.half_precision = config.compute_type != "float32"
         self.preln = config.ln_type == "preln"
         self.query = dense_layer(config.hidden_size, config.hidden_size, config)
         self.key = dense_layer(config.hidden_size, config.hidden_size, config)
@@ -255,12 +256,17 @@ class AlbertAttention(nn.Cell):
     def construct(self, hidden_states, attention_bias):
         batch, seq, hidden = hidden_states.shape
         inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states
-        query = self._split_heads(self.query(inputs), batch, seq)
+        # The scale goes on the query ([B, N, S, D]) rather than on the scores ([B, N, S, S]): one big tensor
+        # fewer per layer to compute and to keep for the backward pass.
+        query = self._split_heads(self.query(inputs), batch, seq) * self.scale
         key = self._split_heads(self.key(inputs), batch, seq)
         value = self._split_heads(self.value(inputs), batch, seq)
-        scores = self.scores_matmul(query, key).astype(ms.float32) * self.scale  # [B, N, S, S]
-        probs = ops.softmax(scores + attention_bias, axis=-1)
-        probs = self.attention_dropout(probs).astype(self.compute_type)
+        scores = self.scores_matmul(query, key)  # [B, N, S, S]
+        if self.half_precision:
+            scores = scores.astype(ms.float32)
+        probs = self.attention_dropout(ops.softmax(scores + attention_bias, axis=-1))
+        if self.half_precision:
+            probs = probs.astype(self.compute_type)
         context = self.context_matmul(probs, value).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)  # [B, S, H]
         projected = self.output_dropout(self.dense(context)).astype(ms.float32)
         if self.preln:

@@ -84,3 +84,27 @@ def test_bad_flag_is_one_line(script, args, message):
 def test_bad_config_key_is_one_line():
     done = bench("bench_train.py", "--set", "hidden_sise=8")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "hidden_sise" in done.stderr, done.stderr
+
+
+def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(monkeypatch, capsys):
+    """As when a worker is killed for memory at seq 512: the other configurations are still measured."""
+    calls = []
+
+    def run_pair(script, specs, steps, rounds, run_dir, before_ours, progress):
+        calls.append(specs["ours"]["seq_length"])
+        if specs["ours"]["seq_length"] == 512:
+            raise bench_common.WorkerError("the ours worker failed: exited with code -9")
+        return {"ours": {"seq": specs["ours"]["seq_length"]}}
+
+    monkeypatch.setattr(bench_common, "run_pair", run_pair)
+    monkeypatch.setattr(bench_common, "summarize", lambda raw, *args: {"sides": raw})
+    args = bench_common.argparse.Namespace(compare="none", seq_length=[128, 512, 256], batch_size=[8], threads=2,
+                                           peak_size=64, seed=0, rounds=1, steps=1)
+    results, failures = bench_common.run_grid(Path("bench.py"), args, [("base", {})], "step", {},
+                                              lambda config, batch, seq: (1.0, {}), lambda raw: {})
+    assert calls == [128, 512, 256]
+    assert [r["seq_length"] for r in results] == [128, 256]
+    assert failures == [{"variant": "base", "batch_size": 8, "seq_length": 512,
+                         "error": "the ours worker failed: exited with code -9"}]
+    assert bench_common.report_failures(failures) == 1
+    assert "[base b8 s512] not measured: the ours worker failed" in capsys.readouterr().err
