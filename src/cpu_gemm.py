@@ -62,6 +62,7 @@ def _build() -> Tuple[Optional[str], str]:
         return None, f"MS_CUSTOM_AOT_WHITE_LIST does not include {target.parent}"
     if target.is_file():
         return str(target), ""
+    partial = ""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, partial = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=target.parent)
@@ -70,12 +71,14 @@ def _build() -> Tuple[Optional[str], str]:
                    f"-L{dnnl.parent}", f"-l:{dnnl.name}", f"-Wl,-rpath,{dnnl.parent}"]
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         if result.returncode != 0:
-            os.remove(partial)
             lines = (result.stderr or result.stdout).strip().splitlines()
             return None, f"compiling {SOURCE.name} failed: {lines[0] if lines else result.returncode}"
         os.replace(partial, target)
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"compiling {SOURCE.name} failed: {err}"
+    finally:
+        if partial and os.path.exists(partial):  # a failed or timed-out build leaves nothing behind
+            os.remove(partial)
     return str(target), ""
 
 
