@@ -76,7 +76,7 @@ def int_list(text: str) -> List[int]:
 def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default: int) -> ArgumentParser:
     """The flags both benchmarks take; the caller adds its own."""
     parser = ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False,
-                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
+                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
     parser.add_argument("--network", default="albert_base", help="preset name (src/albert_model.py PRESETS)")
     parser.add_argument("--albert_config_file", default="", help="an AlbertConfig json instead of the preset")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

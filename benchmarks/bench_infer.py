@@ -170,8 +170,8 @@ def main(argv: List[str]) -> int:
         raise common.UserError(f"--num_labels must be >= 1, got {args.num_labels}")
     configs = common.resolve_configs(args)
     results, failures = common.run_grid(Path(__file__).resolve(), args, configs, "batch",
-                              {"export": args.export, "num_labels": args.num_labels}, infer_flops(args.num_labels),
-                              logits_check, before_ours=export_first)
+                                        {"export": args.export, "num_labels": args.num_labels},
+                                        infer_flops(args.num_labels), logits_check, before_ours=export_first)
     print()
     common.print_table(results, "batch")
     for result in results:

@@ -225,7 +225,7 @@ def main(argv: List[str]) -> int:
     configs = common.resolve_configs(args)
     settings = train_settings(args)
     results, failures = common.run_grid(Path(__file__).resolve(), args, configs, "step", {"train": settings},
-                              train_flops(args.max_predictions_per_seq), first_loss_check)
+                                        train_flops(args.max_predictions_per_seq), first_loss_check)
     print()
     common.print_table(results, "step")
     for result in results:

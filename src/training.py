@@ -454,9 +454,10 @@ def check_checkpoint_space(directory: str, cell: nn.Cell) -> None:
             if err.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 raise UserError(f"cannot write checkpoints to {directory}: {err.strerror} (one checkpoint needs "
                                 f"{size / 2 ** 20:.1f} MiB); free space or set save_checkpoint_path") from err
-            if shutil.disk_usage(directory).free < size:  # a file system without fallocate
+            free = shutil.disk_usage(directory).free  # a file system without fallocate
+            if free < size:
                 raise UserError(f"cannot write checkpoints to {directory}: one checkpoint needs "
-                                f"{size / 2 ** 20:.1f} MiB, {shutil.disk_usage(directory).free / 2 ** 20:.1f} free")
+                                f"{size / 2 ** 20:.1f} MiB, {free / 2 ** 20:.1f} free")
     finally:
         os.close(handle)
         os.remove(probe)
