@@ -207,9 +207,9 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
     writes <name>_graph.mindir + <name>_variables/ for models over 1 GB); returns the written paths."""
     import mindspore as ms
 
-    from src.cpu_gemm import use_native_products
+    from src.albert_model import prepare_for_export
 
-    use_native_products(model)  # the file must not depend on this machine's compiled kernel
+    prepare_for_export(model, file_format)
     suffix = "." + file_format.lower()
     base = file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name
     if not os.path.basename(base) or os.path.isdir(base):

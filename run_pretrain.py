@@ -25,7 +25,7 @@ def main(argv: List[str]) -> int:
         raise UserError("set --data_dir to the pretraining MindRecord (see src.create_pretraining_data)")
 
     from dataset import check_schema, count_rows, create_pretraining_dataset
-    from src import cpu_gemm
+    from src import cpu_kernels
     from src.albert_for_pre_training import AlbertNetworkWithLoss
     from src.training import (StepPlan, build_train_cell, check_data_fits, data_meta, make_callbacks, network_config,
                               remove_stale_temporaries, resume_or_init, setup_device, train, weights_digest)
@@ -42,7 +42,7 @@ def main(argv: List[str]) -> int:
             print(message, flush=True)
 
     log(f"device: {device.target} ({device.group_size} worker(s)); "
-        f"network: {config.albert_config_file or config.albert_network}; dense products: {cpu_gemm.status()}")
+        f"network: {config.albert_config_file or config.albert_network}; kernels: {cpu_kernels.status()}")
     plan = StepPlan.create(count_rows(config.data_dir), config.batch_size, config.train_steps, config.epoch_size,
                            device.group_size, device.rank, config.accumulation_steps, config.do_shuffle, config.seed)
     log(f"plan: {plan.describe()}")

@@ -16,6 +16,8 @@ which the parent keeps in a log file and shows the end of when a worker fails):
     worker -> parent   {"ready": true, "framework", "matmul_gflops", "build_s", "first_s", "check", ...}
     parent -> worker   {"cmd": "round", "steps": N}
     worker -> parent   {"times": [seconds per step], "rss_mb": ...}
+    parent -> worker   {"cmd": "profile", "steps": N}          (--profile N, after the timed rounds)
+    worker -> parent   {"profile": [{"op", "ms_per_step", "calls_per_step"}, ...]}
     parent -> worker   {"cmd": "quit"}
     worker -> parent   {"peak_rss_mb": ..., ...}   and exits
     (any failure)      {"error": "..."}
@@ -94,6 +96,9 @@ def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default
     parser.add_argument("--compare", choices=("none", "torch"), default="none",
                         help="torch: also run HF transformers on PyTorch eager")
     parser.add_argument("--peak_size", type=int, default=2048, help="n of the n^3 sgemm measuring the matmul peak")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="after the timed rounds, profile N more steps per side and report time per operation "
+                             "type (MindSpore's profiler, torch.profiler)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="", help="write the results as JSON here")
     return parser
@@ -102,7 +107,7 @@ def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default
 def check_common(args: argparse.Namespace) -> None:
     if args.sweep:
         args.seq_length = list(SWEEP_SEQ_LENGTHS)
-    for name, low in (("steps", 1), ("rounds", 1), ("threads", 0), ("peak_size", 16)):
+    for name, low in (("steps", 1), ("rounds", 1), ("threads", 0), ("peak_size", 16), ("profile", 0)):
         if getattr(args, name) < low:
             raise UserError(f"--{name} must be >= {low}, got {getattr(args, name)}")
     if args.compare == "torch":
@@ -257,6 +262,10 @@ class Side:
     def final(self) -> Dict[str, Any]:
         return {}
 
+    def profile(self, steps: int) -> List[Dict[str, Any]]:
+        """Time per operation type over `steps` more steps, most expensive first."""
+        raise NotImplementedError
+
 
 class MindSporeSide(Side):
     """GRAPH mode on CPU through the package's own setup_device (threads via op_tuning.threads_num)."""
@@ -282,6 +291,24 @@ class MindSporeSide(Side):
         a, b = (Tensor(rng.standard_normal((size, size), dtype=np.float32)) for _ in range(2))
         return _best_rate(lambda: cell(a, b).asnumpy(), 2.0 * size ** 3)
 
+    def profile(self, steps: int) -> List[Dict[str, Any]]:
+        """MindSpore's profiler over `steps` steps; its per-operator-type totals of the host (CPU) kernels."""
+        import csv
+
+        from mindspore import Profiler
+
+        folder = Path(self.spec["workdir"]) / "ms_profile"
+        profiler = Profiler(output_path=str(folder))
+        self.run(steps)
+        profiler.analyse()
+        rows = []
+        for path in folder.glob("**/FRAMEWORK/cpu_op_type_info_*.csv"):
+            with open(path, newline="", encoding="utf-8") as handle:
+                rows += [{"op": row["op_type"], "ms_per_step": float(row["total_compute_time"]) / steps,
+                          "calls_per_step": float(row["execution_frequency(per-step)"])}
+                         for row in csv.DictReader(handle)]
+        return sorted(rows, key=lambda row: -row["ms_per_step"])
+
 
 class TorchSide(Side):
     """PyTorch eager (torch.set_num_threads)."""
@@ -301,6 +328,16 @@ class TorchSide(Side):
         generator = torch.Generator().manual_seed(0)
         a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
         return _best_rate(lambda: torch.mm(a, b), 2.0 * size ** 3)
+
+    def profile(self, steps: int) -> List[Dict[str, Any]]:
+        """torch.profiler over `steps` steps; the self CPU time of each aten operator."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as recorded:
+            self.run(steps)
+        rows = [{"op": event.key, "ms_per_step": event.self_cpu_time_total / 1e3 / steps,
+                 "calls_per_step": event.count / steps} for event in recorded.key_averages()]
+        return sorted((row for row in rows if row["ms_per_step"] > 0), key=lambda row: -row["ms_per_step"])
 
 
 def hf_state_to_ours(path: str) -> Dict[str, Any]:
@@ -358,6 +395,8 @@ def worker_main(sides: Dict[str, Type[Side]]) -> int:
             message = json.loads(line)
             if message["cmd"] == "round":
                 say({"times": side.run(int(message["steps"])), "rss_mb": rss_mb()})
+            elif message["cmd"] == "profile":
+                say({"profile": side.profile(int(message["steps"]))})
             elif message["cmd"] == "quit":
                 say({"peak_rss_mb": rss_mb(), **side.final()})
                 return 0
@@ -417,9 +456,10 @@ class Worker:
 
 def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds: int, log_dir: Path,
              before_ours: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
-             progress: Callable[[str], None] = print) -> Dict[str, Dict[str, Any]]:
+             progress: Callable[[str], None] = print, profile_steps: int = 0) -> Dict[str, Dict[str, Any]]:
     """Start the workers (torch first: it writes the weights ours loads), run `rounds` alternating rounds of
-    `steps` steps, stop them; returns per side the ready facts, step times per round and the quit facts."""
+    `steps` steps, profile `profile_steps` more (if any), stop them; returns per side the ready facts, step times
+    per round, the profile and the quit facts."""
     workers: Dict[str, Worker] = {}
     try:
         for side in sorted(specs, key=lambda name: name != "torch"):
@@ -437,8 +477,10 @@ def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds:
                 rounds_times[side].append(times)
                 done.append(f"{side} {statistics.median(times) * 1e3:.1f} ms")
             progress(f"  round {index + 1}/{rounds}: " + ", ".join(done))
-        return {side: {"ready": workers[side].ready, "rounds": rounds_times[side], "quit": workers[side].quit()}
-                for side in order}
+        profiles = {side: workers[side].ask({"cmd": "profile", "steps": profile_steps})["profile"]
+                    for side in order if profile_steps}
+        return {side: {"ready": workers[side].ready, "rounds": rounds_times[side], "quit": workers[side].quit(),
+                       **({"profile": profiles[side]} if side in profiles else {})} for side in order}
     finally:
         for worker in workers.values():
             worker.kill()
@@ -458,7 +500,8 @@ def summarize(raw: Dict[str, Dict[str, Any]], batch: int, seq: int, flops: float
                        "peak_rss_mb": side["quit"]["peak_rss_mb"],
                        **{k: v for k, v in side["quit"].items() if k != "peak_rss_mb"},
                        "round_median_ms": [statistics.median(r) * 1e3 for r in side["rounds"]],
-                       "times_ms": [t * 1e3 for t in times]}
+                       "times_ms": [t * 1e3 for t in times],
+                       **({"op_profile": side["profile"]} if "profile" in side else {})}
     result = {"machine_peak_gflops": machine_peak, "sides": sides, "speed_ratio": None}
     if "torch" in sides:
         result["speed_ratio"] = sides["torch"]["median_ms"] / sides["ours"]["median_ms"]
@@ -498,7 +541,7 @@ def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]],
                       f"per side, {args.threads} thread(s)", flush=True)
                 try:
                     raw = run_pair(script, specs, args.steps, args.rounds, run_dir, before_ours,
-                                   progress=lambda line: print(line, flush=True))
+                                   progress=lambda line: print(line, flush=True), profile_steps=args.profile)
                 except WorkerError as err:
                     print(f"  failed: {err}", flush=True)
                     failures.append({"variant": label, "batch_size": batch, "seq_length": seq, "error": str(err)})
@@ -550,6 +593,24 @@ def print_table(results: List[Dict[str, Any]], unit: str) -> None:
     print("-+-".join("-" * w for w in widths))
     for row in rows:
         print(" | ".join(c.rjust(w) for c, w in zip(row, widths)))
+
+
+def print_profiles(results: List[Dict[str, Any]], top: int = 12) -> None:
+    """With --profile: the `top` operation types by time of each side, and what the rest add up to."""
+    for result in results:
+        for name, side in result["sides"].items():
+            if "op_profile" not in side:
+                continue
+            rows = side["op_profile"]
+            total = sum(row["ms_per_step"] for row in rows)
+            print(f"\n[{result['variant']} b{result['batch_size']} s{result['seq_length']}] {name}: time per operation "
+                  f"type, ms per step (sum {total:.1f} of a {side['median_ms']:.1f} ms median step)")
+            for row in rows[:top]:
+                print(f"  {row['op'][:40]:40s} {row['ms_per_step']:9.1f}  {100 * row['ms_per_step'] / total:5.1f}%  "
+                      f"{row['calls_per_step']:6.0f} calls")
+            rest = sum(row["ms_per_step"] for row in rows[top:])
+            print(f"  {'(' + str(max(len(rows) - top, 0)) + ' other types)':40s} {rest:9.1f}  "
+                  f"{100 * rest / max(total, 1e-9):5.1f}%")
 
 
 def write_json(path: str, report: Dict[str, Any]) -> None:

@@ -3,7 +3,7 @@ transformers' AlbertForSequenceClassification on PyTorch eager, in one run.
 
     python benchmarks/bench_infer.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 1,32] [--seq_length 128 | --sweep] [--variant KEY=VALUE ...] [--export static|dynamic]
-        [--steps 10] [--rounds 3] [--threads N] [--compare torch] [--output results.json]
+        [--steps 10] [--rounds 3] [--threads N] [--compare torch] [--profile N] [--output results.json]
 
 Ours is what a deployment runs: AlbertForSequenceClassification of the config (random weights) exported with
 export.py's export_atomically to MINDIR (one export per batch size, or --export dynamic: one with a dynamic batch
@@ -174,6 +174,7 @@ def main(argv: List[str]) -> int:
                                         infer_flops(args.num_labels), logits_check, before_ours=export_first)
     print()
     common.print_table(results, "batch")
+    common.print_profiles(results)
     for result in results:
         if result["logits_max_abs_diff"] is not None:
             print(f"[{result['variant']} b{result['batch_size']} s{result['seq_length']}] logits max abs diff "
@@ -185,7 +186,8 @@ def main(argv: List[str]) -> int:
               "settings": {"network": args.albert_config_file or args.network, "set": args.overrides,
                            "variants": args.variant, "batch_size": args.batch_size, "seq_length": args.seq_length,
                            "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
-                           "compare": args.compare, "peak_size": args.peak_size, "seed": args.seed,
+                           "compare": args.compare, "peak_size": args.peak_size, "profile": args.profile,
+                           "seed": args.seed,
                            "export": args.export, "num_labels": args.num_labels},
               "environment": common.environment(results), "results": results, "failures": failures}
     common.write_json(args.output, report)

@@ -3,7 +3,7 @@ on PyTorch eager doing the same work, in one run.
 
     python benchmarks/bench_train.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 8[,16]] [--seq_length 128[,256,512] | --sweep] [--variant share_type=none ...]
-        [--steps 5] [--rounds 3] [--threads N] [--compare torch] [--output results.json]
+        [--steps 5] [--rounds 3] [--threads N] [--compare torch] [--profile N] [--output results.json]
 
 One step is everything a pretraining step does. Ours: AlbertTrainOneStepCell around AlbertNetworkWithLoss (forward,
 masked-LM + sentence-order loss, backward, dynamic loss scaling with its overflow check, clipping to global norm
@@ -30,6 +30,9 @@ S positions: its `executed_tflops` uses P = S.
 
 --sweep measures seq_length 128, 256 and 512 (times every --batch_size); --variant KEY=VALUE[,KEY=VALUE] adds the
 config with those changes (e.g. --variant share_type=none --variant embedding_size=256) to the same run.
+--profile N shows where the time goes: after the timed rounds each side profiles N more steps (MindSpore's profiler:
+host kernel time per operator type; torch.profiler: self CPU time per aten operator), printed and in the JSON
+(`op_profile`).
 """
 import sys
 from pathlib import Path
@@ -84,7 +87,7 @@ class OursTrain(common.MindSporeSide):
     def build(self) -> Dict[str, Any]:
         from mindspore import Tensor
 
-        from src import cpu_gemm
+        from src import cpu_kernels
         from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertTrainOneStepCell
         from src.albert_model import AlbertConfig
         from src.optimization import build_optimizer
@@ -102,7 +105,7 @@ class OursTrain(common.MindSporeSide):
         self.inputs = [Tensor(column) for column in _batch(self.spec).values()]
         self.overflows = 0
         return {"parameters": sum(p.size for p in net.trainable_params()),
-                "masked_positions": int(self.inputs[4].shape[1]), "dense_products": cpu_gemm.status()}
+                "masked_positions": int(self.inputs[4].shape[1]), "kernels": cpu_kernels.status()}
 
     def _call(self) -> float:
         loss, overflow = self.cell(*self.inputs)[:2]
@@ -228,6 +231,7 @@ def main(argv: List[str]) -> int:
                                         train_flops(args.max_predictions_per_seq), first_loss_check)
     print()
     common.print_table(results, "step")
+    common.print_profiles(results)
     for result in results:
         if result["first_loss_abs_diff"] is not None:
             print(f"[{result['variant']} b{result['batch_size']} s{result['seq_length']}] first loss: ours "
@@ -241,7 +245,8 @@ def main(argv: List[str]) -> int:
               "settings": {"network": args.albert_config_file or args.network, "set": args.overrides,
                            "variants": args.variant, "batch_size": args.batch_size, "seq_length": args.seq_length,
                            "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
-                           "compare": args.compare, "peak_size": args.peak_size, "seed": args.seed,
+                           "compare": args.compare, "peak_size": args.peak_size, "profile": args.profile,
+                           "seed": args.seed,
                            "max_predictions_per_seq": args.max_predictions_per_seq, "train": settings},
               "environment": common.environment(results), "results": results, "failures": failures}
     common.write_json(args.output, report)

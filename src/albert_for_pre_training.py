@@ -9,7 +9,7 @@ from mindspore.context import ParallelMode
 
 from model_utils.errors import UserError
 from src.albert_model import (Activation, AlbertConfig, AlbertModel, dense_layer, layer_norm,
-                              name_parameters_by_path)
+                              name_parameters_by_path, uses_cpu_kernels)
 
 
 def gather_positions(sequence, positions):
@@ -27,7 +27,7 @@ class AlbertMLMHead(nn.Cell):
     def __init__(self, config: AlbertConfig, word_embeddings: Parameter):
         super().__init__()
         self.dense = dense_layer(config.hidden_size, config.embedding_size, config)
-        self.activation = Activation(config.hidden_act)
+        self.activation = Activation(config.hidden_act, uses_cpu_kernels(config))
         self.LayerNorm = layer_norm(config.embedding_size, config)
         self.bias = Parameter(ops.zeros(config.vocab_size, ms.float32), name="bias")
         self.word_embeddings = word_embeddings  # the backbone's table: tied, not a second Parameter
@@ -129,6 +129,12 @@ def _scaled(factor, grad):
     return grad * factor.astype(grad.dtype)
 
 
+def _unscaled(scale, grad):
+    """grad / scale: dividing, not multiplying by 1/scale, which is subnormal for scales above 8.5e37 and flushed to
+    zero by CPU kernels that run with denormals off (every gradient would become 0)."""
+    return grad / scale.astype(grad.dtype)
+
+
 class AlbertTrainOneStepCell(nn.Cell):
     """One optimizer call per `accumulation_steps` calls, with dynamic loss scaling, global-norm clipping and
     data-parallel gradient reduction: the one train-step cell for pretraining and fine-tuning.
@@ -191,7 +197,7 @@ class AlbertTrainOneStepCell(nn.Cell):
             sens = ops.ones_like(loss) * self.loss_scale.astype(loss.dtype)
         grads = self.grad(self.network, self.weights)(*inputs, sens)
         if self.use_loss_scale:
-            grads = self.hyper_map(ops.partial(_scaled, 1.0 / self.loss_scale), grads)
+            grads = self.hyper_map(ops.partial(_unscaled, self.loss_scale), grads)
         if self.accumulation_steps > 1:
             overflow = self._accumulate(grads)
         else:

@@ -17,7 +17,7 @@ from mindspore import nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
 from model_utils.errors import UserError
-from src import cpu_gemm
+from src import cpu_kernels
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
 SHARE_TYPES = ("all", "attention", "ffn", "none")
@@ -163,19 +163,23 @@ PRESETS["albert_zh_xlarge"] = _chinese(2048, 24, 32)
 PRESETS["albert_tiny"] = dict(_english(128, 4, 4, 0.0), embedding_size=64)
 
 
+def uses_cpu_kernels(config: AlbertConfig) -> bool:
+    """Whether cells built now for `config` run the compiled CPU kernels (float32 on CPU, src/cpu_kernels.py)."""
+    return config.compute_type == "float32" and cpu_kernels.active()
+
+
 def dense_layer(in_size: int, out_size: int, config: AlbertConfig, has_bias: bool = True) -> nn.Dense:
-    """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type; in float32
-    on CPU its product is oneDNN's sgemm when available (src/cpu_gemm.py)."""
-    use_gemm = config.compute_type == "float32" and cpu_gemm.active()
-    layer = cpu_gemm.Dense(in_size, out_size, use_gemm, weight_init=TruncatedNormal(config.initializer_range),
-                           bias_init="zeros", has_bias=has_bias)
+    """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
+    layer = cpu_kernels.Dense(in_size, out_size, uses_cpu_kernels(config),
+                              weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros",
+                              has_bias=has_bias)
     if config.compute_type != "float32":
         layer.to_float(COMPUTE_TYPES[config.compute_type])
     return layer
 
 
 def layer_norm(size: int, config: AlbertConfig) -> nn.LayerNorm:
-    return nn.LayerNorm((size,), epsilon=config.layer_norm_eps)
+    return cpu_kernels.LayerNorm(size, config.layer_norm_eps, uses_cpu_kernels(config))
 
 
 def _embedding(count: int, size: int, config: AlbertConfig) -> nn.Embedding:
@@ -188,20 +192,25 @@ GELU_TANH_SCALE = 2.0 * math.sqrt(2.0 / math.pi)
 class Activation(nn.Cell):
     """hidden_act by name; `gelu` is Google's tanh approximation, `gelu_exact` the erf form.
 
-    The tanh approximation is written as x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)), the same function
-    (0.5 * (1 + tanh(z)) = sigmoid(2z)): on CPU these element-wise ops and their gradients run about 3x faster
-    than MindSpore's fused GeLU/GeLUGrad kernels, which took a sixth of an ALBERT-base train step.
+    The tanh approximation is x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)), the same function
+    (0.5 * (1 + tanh(z)) = sigmoid(2z)): one compiled kernel with `use_kernels`, otherwise these element-wise ops,
+    which with their gradients run on CPU about 3x faster than MindSpore's fused GeLU/GeLUGrad kernels.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, use_kernels: bool = False):
         super().__init__()
         self.name = name
+        self.use_kernels = use_kernels and name in ("gelu", "gelu_new")
+        if self.use_kernels:
+            self.gelu_kernel = cpu_kernels.gelu_tanh()
 
     def construct(self, x):
         if self.name == "relu":
             return ops.relu(x)
         if self.name == "gelu_exact":
             return ops.gelu(x, approximate="none")
+        if self.use_kernels:
+            return self.gelu_kernel(x)
         return x * ops.sigmoid(GELU_TANH_SCALE * (x + 0.044715 * x * x * x))
 
 
@@ -249,25 +258,47 @@ class AlbertAttention(nn.Cell):
         # Batched products on [B, N, ...] as they are (no broadcasting, key used untransposed).
         self.scores_matmul = ops.BatchMatMul(transpose_b=True)
         self.context_matmul = ops.BatchMatMul()
+        # Heads move between [B, S, H] and [B, N, S, D] by transposes, except on CPU: there MindSpore's Transpose
+        # kernels each keep about twice their output's size allocated for the whole run (~100 MB per layer at
+        # batch 32) and are slower than a split and a stack (which MindSpore's ONNX export cannot convert:
+        # prepare_for_export switches ONNX back to transposes).
+        self.transpose_heads = ms.get_context("device_target") != "CPU"
+        self.use_kernels = uses_cpu_kernels(config)
+        if self.use_kernels:
+            self.softmax_kernel = cpu_kernels.masked_softmax()
 
-    def _split_heads(self, x, batch, seq):
-        return x.reshape(batch, seq, self.num_heads, self.head_size).transpose(0, 2, 1, 3)  # [B, N, S, D]
+    def _split_heads(self, x):
+        """[B, S, H] -> [B, N, S, D]."""
+        if self.transpose_heads:
+            batch, seq, _ = x.shape
+            return x.reshape(batch, seq, self.num_heads, self.head_size).transpose(0, 2, 1, 3)
+        return ops.stack(ops.split(x, self.head_size, -1), 1)
+
+    def _merge_heads(self, x):
+        """[B, N, S, D] -> [B, S, H]."""
+        if self.transpose_heads:
+            batch, _, seq, _ = x.shape
+            return x.transpose(0, 2, 1, 3).reshape(batch, seq, -1)
+        return ops.concat(ops.unstack(x, 1), -1)
 
     def construct(self, hidden_states, attention_bias):
-        batch, seq, hidden = hidden_states.shape
         inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states
         # The scale goes on the query ([B, N, S, D]) rather than on the scores ([B, N, S, S]): one big tensor
         # fewer per layer to compute and to keep for the backward pass.
-        query = self._split_heads(self.query(inputs), batch, seq) * self.scale
-        key = self._split_heads(self.key(inputs), batch, seq)
-        value = self._split_heads(self.value(inputs), batch, seq)
+        query = self._split_heads(self.query(inputs)) * self.scale
+        key = self._split_heads(self.key(inputs))
+        value = self._split_heads(self.value(inputs))
         scores = self.scores_matmul(query, key)  # [B, N, S, S]
         if self.half_precision:
             scores = scores.astype(ms.float32)
-        probs = self.attention_dropout(ops.softmax(scores + attention_bias, axis=-1))
+        if self.use_kernels:
+            probs = self.softmax_kernel(scores, attention_bias)
+        else:
+            probs = ops.softmax(scores + attention_bias, axis=-1)
+        probs = self.attention_dropout(probs)
         if self.half_precision:
             probs = probs.astype(self.compute_type)
-        context = self.context_matmul(probs, value).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)  # [B, S, H]
+        context = self._merge_heads(self.context_matmul(probs, value))  # [B, S, H]
         projected = self.output_dropout(self.dense(context)).astype(ms.float32)
         if self.preln:
             return hidden_states + projected
@@ -289,7 +320,7 @@ class AlbertLayer(nn.Cell):
         self.ffn = dense_layer(config.hidden_size, config.intermediate_size, config)
         self.ffn_output = dense_layer(config.intermediate_size, config.hidden_size, config)
         self.full_layer_layer_norm = layer_norm(config.hidden_size, config)
-        self.activation = Activation(config.hidden_act)
+        self.activation = Activation(config.hidden_act, uses_cpu_kernels(config))
         self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
 
     def construct(self, hidden_states, attention_bias):
@@ -381,14 +412,32 @@ class AlbertModel(nn.Cell):
         self.embeddings = AlbertEmbeddings(config, is_training)
         self.encoder = AlbertTransformer(config, is_training)
         self.pooler = dense_layer(config.hidden_size, config.hidden_size, config)
+        # On CPU the mask is broadcast once to the scores' shape [B, N, S, S]: a broadcasting Add in every layer
+        # would keep its own broadcast copies there (~100 MB per layer at batch 32), and the compiled softmax takes
+        # operands of one shape. Elsewhere [B, 1, 1, S] is added as it is.
+        self.broadcast_mask = ms.get_context("device_target") == "CPU"
+        self.num_heads = config.num_attention_heads
         name_parameters_by_path(self)
 
     def construct(self, input_ids, token_type_ids, input_mask):
         # Additive mask [B, 1, 1, S]: 0 where attended, -10000 (as Google) on padding.
-        attention_bias = ((1.0 - input_mask.astype(ms.float32)) * -10000.0).reshape(input_mask.shape[0], 1, 1, -1)
+        batch, seq = input_mask.shape
+        attention_bias = ((1.0 - input_mask.astype(ms.float32)) * -10000.0).reshape(batch, 1, 1, seq)
+        if self.broadcast_mask:
+            attention_bias = ops.broadcast_to(attention_bias, (batch, self.num_heads, seq, seq))
+        attention_bias = ops.stop_gradient(attention_bias)  # a function of the input mask: nothing to learn
         sequence_output = self.encoder(self.embeddings(input_ids, token_type_ids), attention_bias)
         pooled_output = ops.tanh(self.pooler(sequence_output[:, 0]).astype(ms.float32))
         return sequence_output, pooled_output
+
+
+def prepare_for_export(network: nn.Cell, file_format: str) -> None:
+    """Before ms.export: MindSpore's own operations only (the file must not need this machine's compiled kernels),
+    and for ONNX the attention heads moved by transposes (MindSpore's ONNX export has no Unstack converter)."""
+    cpu_kernels.use_native_ops(network)
+    for _, cell in network.cells_and_names():
+        if isinstance(cell, AlbertAttention):
+            cell.transpose_heads = cell.transpose_heads or file_format == "ONNX"
 
 
 def count_parameters(cell: nn.Cell) -> int:

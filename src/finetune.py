@@ -51,7 +51,7 @@ def run(task: FinetuneTask, argv: Sequence[str]) -> int:
     config = parse_cli(task.config_file, argv, task.description)
     jobs = _check_config(task, config)
 
-    from src import cpu_gemm
+    from src import cpu_kernels
     from src.training import setup_device
 
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
@@ -65,7 +65,7 @@ def run(task: FinetuneTask, argv: Sequence[str]) -> int:
     save_dir = os.path.abspath(config.save_finetune_checkpoint_path or os.path.join(output_dir, "checkpoints"))
     actions = ["train"] * bool(config.do_train) + [action for action, _ in jobs]
     log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}; "
-        f"dense products: {cpu_gemm.status()}")
+        f"kernels: {cpu_kernels.status()}")
     trained, net = None, None
     if config.do_train:
         trained, net = _train(task, config, device, output_dir, save_dir, log)

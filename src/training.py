@@ -35,7 +35,7 @@ from mindspore.train import Callback, Model
 from dataset import check_data_meta, load_data_meta
 from model_utils.config import Config
 from model_utils.errors import UserError
-from src import cpu_gemm
+from src import cpu_kernels
 from src.albert_model import AlbertConfig
 from src.utils import load_weights, read_checkpoint, save_checkpoint_atomic, save_text_atomic
 
@@ -112,7 +112,7 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
             ms.set_device(target, device_id)
         rank, group_size = 0, 1
     if target == "CPU":
-        cpu_gemm.set_threads(cpu_threads)
+        cpu_kernels.set_threads(cpu_threads)
     if seed is not None:
         ms.set_seed(seed)
     return Device(target=target, rank=rank, group_size=group_size)

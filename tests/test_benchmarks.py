@@ -49,12 +49,20 @@ def check_report(path: Path, benchmark: str, unit: str) -> dict:
 def test_bench_train_against_torch(tmp_path):
     pytest.importorskip("transformers")
     out = tmp_path / "train.json"
-    done = bench("bench_train.py", *TINY, "--compare", "torch", "--output", str(out))
+    done = bench("bench_train.py", *TINY, "--compare", "torch", "--profile", "2", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     result = check_report(out, "train", "step")
     assert result["first_loss_abs_diff"] < 1e-4  # same weights, same batch: the same loss before any update
     assert result["sides"]["ours"]["masked_positions"] == 15  # 20 asked, at most seq/2 - 1 fit
     assert "ms/step" in done.stdout and "ratio" in done.stdout
+    # --profile: time per operation type of each side; the products are there under their framework's names.
+    for side, products in (("ours", {"Custom", "MatMul", "BatchMatMul"}), ("torch", {"aten::addmm", "aten::mm"})):
+        profile = result["sides"][side]["op_profile"]
+        assert profile and all(row["ms_per_step"] > 0 and row["calls_per_step"] > 0 for row in profile)
+        assert [row["ms_per_step"] for row in profile] == sorted((row["ms_per_step"] for row in profile),
+                                                                reverse=True)
+        assert products & {row["op"] for row in profile}, (side, [row["op"] for row in profile])
+    assert "time per operation type" in done.stdout
 
 
 def test_bench_infer_against_torch(tmp_path):
@@ -90,7 +98,7 @@ def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(monkeypatch, 
     """As when a worker is killed for memory at seq 512: the other configurations are still measured."""
     calls = []
 
-    def run_pair(script, specs, steps, rounds, run_dir, before_ours, progress):
+    def run_pair(script, specs, steps, rounds, run_dir, before_ours, progress, profile_steps):
         calls.append(specs["ours"]["seq_length"])
         if specs["ours"]["seq_length"] == 512:
             raise bench_common.WorkerError("the ours worker failed: exited with code -9")
@@ -99,7 +107,7 @@ def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(monkeypatch, 
     monkeypatch.setattr(bench_common, "run_pair", run_pair)
     monkeypatch.setattr(bench_common, "summarize", lambda raw, *args: {"sides": raw})
     args = bench_common.argparse.Namespace(compare="none", seq_length=[128, 512, 256], batch_size=[8], threads=2,
-                                           peak_size=64, seed=0, rounds=1, steps=1)
+                                           peak_size=64, seed=0, rounds=1, steps=1, profile=0)
     results, failures = bench_common.run_grid(Path("bench.py"), args, [("base", {})], "step", {},
                                               lambda config, batch, seq: (1.0, {}), lambda raw: {})
     assert calls == [128, 512, 256]

@@ -90,15 +90,19 @@ def expected_scales(initial: float, factor: float, window: int, overflows: List[
 
 
 def test_overflow_skips_updates_and_lowers_the_scale_then_training_proceeds():
-    """2**127 overflows the float32 gradients; the scale halves until it fits, grows back after 2 good steps
+    """2**127 overflows the float32 gradients; the scale falls by 4x until it fits, grows back after 2 good steps
     (window 2), overflows again: an update happens exactly on the steps without overflow."""
     net = network()
+    # A gain of 64 in the MLM head's LayerNorm makes the largest gradient ~44 (2**5.5): scaled by 2**123 and more
+    # it exceeds float32's range in exact arithmetic, not only in some kernel's intermediate values.
+    gamma = net.albert_pretraining.predictions.LayerNorm.gamma
+    gamma.set_data(Tensor(np.full(gamma.shape, 64.0, np.float32)))
     optimizer = build_optimizer("Lamb", net.trainable_params(), dict(
         learning_rate=1e-3, end_learning_rate=0.0, power=1.0, warmup_steps=0, weight_decay=0.01), 100)
-    cell = AlbertTrainOneStepCell(net, optimizer, loss_scale=2.0 ** 127, scale_factor=2.0, scale_window=2)
+    cell = AlbertTrainOneStepCell(net, optimizer, loss_scale=2.0 ** 127, scale_factor=4.0, scale_window=2)
     batch = pretraining_batch(2)
     overflows, scales, losses = [], [], []
-    for _ in range(10):
+    for _ in range(12):
         before = snapshot(net)
         loss, overflow, scale, _, _ = cell(*batch)
         overflows.append(bool(overflow.asnumpy()))
@@ -107,7 +111,7 @@ def test_overflow_skips_updates_and_lowers_the_scale_then_training_proceeds():
         changed = [name for name, value in snapshot(net).items() if not np.array_equal(value, before[name])]
         assert not changed if overflows[-1] else changed
     assert overflows[0] and not all(overflows)
-    assert scales == expected_scales(2.0 ** 127, 2.0, 2, overflows)
+    assert scales == expected_scales(2.0 ** 127, 4.0, 2, overflows)
     assert optimizer.global_step.asnumpy().item() == overflows.count(False)
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
 
@@ -168,6 +172,26 @@ def test_clipping_applies_the_clipped_gradient():
     for param, grad in zip(weights, grads):
         expected = initial[param.name] - 0.5 * grad * 1e-3 / norm
         np.testing.assert_allclose(after[param.name], expected, rtol=1e-5, atol=1e-9, err_msg=param.name)
+
+
+def test_a_loss_scale_near_float32_max_unscales_exactly():
+    """Scaled by 1e38 the gradient (0.5) still fits float32, but 1/1e38 is subnormal and CPU kernels running with
+    denormals off flush it to zero: unscaling must divide by the scale. The SGD update is the unscaled one."""
+
+    class Linear(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.weight = ms.Parameter(Tensor(np.ones(4, np.float32)), name="weight")
+
+        def construct(self, x):
+            return (self.weight * x).sum()
+
+    net = Linear()
+    cell = AlbertTrainOneStepCell(net, nn.SGD(net.trainable_params(), learning_rate=0.5), loss_scale=1e38,
+                                  clip_norm=None)
+    overflow = cell(Tensor(np.full(4, 0.5, np.float32)))[1]
+    assert not overflow.asnumpy()
+    np.testing.assert_allclose(net.weight.asnumpy(), 1.0 - 0.5 * 0.5, rtol=1e-6)
 
 
 def test_train_state_names_and_bad_options():

@@ -1,0 +1,228 @@
+// Fused element-wise and row-wise kernels for MindSpore's Custom op (func_type "aot") on CPU: LayerNorm, the tanh
+// GELU, softmax of (scores + mask bias), and column sums (bias gradients), each with its backward. MindSpore 2.10
+// runs these as chains of single-purpose CPU kernels (GELU's backward alone is ~15 passes over a [B*S, I] tensor)
+// or, for LayerNormGrad and BiasAddGrad, at a small fraction of memory speed. Every function below reads its
+// inputs once or twice and writes each output once; rows are split over albert::Threads() threads.
+// Inputs come first in `params`, then outputs (MindSpore's AOT calling convention). See src/cpu_kernels.py.
+#include <cmath>
+
+#include "parallel.h"
+
+namespace {
+
+const int64_t kMinRowsPerThread = 16;
+const int64_t kMinElementsPerThread = 1 << 14;
+
+// e^x for float32, written so that GCC vectorizes the loops that call it: 2^n by exponent bits, e^r for
+// |r| <= ln2/2 by its Taylor polynomial to r^7 (relative error below 3e-8, under float32's rounding).
+// Out-of-range x is clamped (e^-87.3 is still a normal float); NaN stays NaN.
+inline float Exp(float x) {
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.7f ? 88.7f : x;
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  // n in [-126, 128]: split the scale in two so that n = 128 and n = -126 stay representable.
+  const int32_t half = static_cast<int32_t>(n) >> 1;
+  int32_t bits_a = (half + 127) << 23, bits_b = (static_cast<int32_t>(n) - half + 127) << 23;
+  float scale_a, scale_b;
+  std::memcpy(&scale_a, &bits_a, sizeof(float));
+  std::memcpy(&scale_b, &bits_b, sizeof(float));
+  return p * scale_a * scale_b;
+}
+
+// Google's GELU, tanh form: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (= 0.5 x (1 + tanh(...))).
+const float kGeluScale = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
+const float kGeluCubic = 0.044715f;
+
+inline float Sigmoid(float z) { return 1.0f / (1.0f + Exp(-z)); }
+
+}  // namespace
+
+extern "C" {
+
+// x -> gelu(x), any shape.
+int GeluTanh(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (!albert::AllFloat32(2, dtypes)) return 2;
+  const float *x = static_cast<const float *>(params[0]);
+  float *y = static_cast<float *>(params[1]);
+  albert::ParallelFor(albert::Size(0, ndims, shapes), kMinElementsPerThread, [&](int64_t, int64_t begin,
+                                                                                  int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = x[i];
+      y[i] = v * Sigmoid(kGeluScale * (v + kGeluCubic * v * v * v));
+    }
+  });
+  return 0;
+}
+
+// (x, dy) -> dx = dy * gelu'(x); gelu'(x) = s + x s (1 - s) k (1 + 3 c x^2), s = sigmoid(k (x + c x^3)).
+int GeluTanhGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (!albert::AllFloat32(3, dtypes)) return 2;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *dy = static_cast<const float *>(params[1]);
+  float *dx = static_cast<float *>(params[2]);
+  albert::ParallelFor(albert::Size(0, ndims, shapes), kMinElementsPerThread, [&](int64_t, int64_t begin,
+                                                                                  int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float v = x[i];
+      const float s = Sigmoid(kGeluScale * (v + kGeluCubic * v * v * v));
+      dx[i] = dy[i] * (s + v * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v));
+    }
+  });
+  return 0;
+}
+
+// (x [M, C], gamma [C], beta [C], eps [1]) -> (y [M, C], mean [M], rstd [M]):
+// y = (x - mean) * rstd * gamma + beta per row, rstd = 1 / sqrt(var + eps); mean and rstd are kept for the backward.
+int LayerNorm(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (ndims[0] != 2 || !albert::AllFloat32(7, dtypes)) return 2;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *gamma = static_cast<const float *>(params[1]);
+  const float *beta = static_cast<const float *>(params[2]);
+  const float eps = *static_cast<const float *>(params[3]);
+  float *y = static_cast<float *>(params[4]);
+  float *mean_out = static_cast<float *>(params[5]);
+  float *rstd_out = static_cast<float *>(params[6]);
+  const int64_t rows = shapes[0][0], cols = shapes[0][1];
+  albert::ParallelFor(rows, kMinRowsPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *xr = x + r * cols;
+      double sum = 0.0;
+      for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+      const float mean = static_cast<float>(sum / cols);
+      double squares = 0.0;
+      for (int64_t c = 0; c < cols; ++c) squares += static_cast<double>(xr[c] - mean) * (xr[c] - mean);
+      const float rstd = static_cast<float>(1.0 / std::sqrt(squares / cols + eps));
+      float *yr = y + r * cols;
+      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * rstd * gamma[c] + beta[c];
+      mean_out[r] = mean;
+      rstd_out[r] = rstd;
+    }
+  });
+  return 0;
+}
+
+// (x [M, C], dy [M, C], mean [M], rstd [M], gamma [C]) -> (dx [M, C], dgamma [C], dbeta [C]):
+// with xhat = (x - mean) rstd and g = dy gamma, dx = rstd (g - mean(g) - xhat mean(g xhat)) per row;
+// dgamma = sum over rows of dy xhat, dbeta = sum over rows of dy (per-thread partial sums, added at the end).
+int LayerNormGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (ndims[0] != 2 || !albert::AllFloat32(8, dtypes)) return 2;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *dy = static_cast<const float *>(params[1]);
+  const float *mean = static_cast<const float *>(params[2]);
+  const float *rstd = static_cast<const float *>(params[3]);
+  const float *gamma = static_cast<const float *>(params[4]);
+  float *dx = static_cast<float *>(params[5]);
+  float *dgamma = static_cast<float *>(params[6]);
+  float *dbeta = static_cast<float *>(params[7]);
+  const int64_t rows = shapes[0][0], cols = shapes[0][1];
+  std::vector<float> partial(2 * cols * albert::Threads(), 0.0f);
+  const int64_t parts = albert::ParallelFor(rows, kMinRowsPerThread, [&](int64_t part, int64_t begin,
+                                                                         int64_t end) {
+    float *__restrict__ part_dgamma = partial.data() + 2 * cols * part;
+    float *__restrict__ part_dbeta = part_dgamma + cols;
+    std::vector<float> xhat_row(cols), g_row(cols);
+    float *__restrict__ xhat = xhat_row.data();
+    float *__restrict__ g = g_row.data();
+    for (int64_t r = begin; r < end; ++r) {
+      const float *__restrict__ xr = x + r * cols;
+      const float *__restrict__ dyr = dy + r * cols;
+      const float row_mean = mean[r], row_rstd = rstd[r];
+      float g_sum = 0.0f, gx_sum = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        xhat[c] = (xr[c] - row_mean) * row_rstd;
+        g[c] = dyr[c] * gamma[c];
+        g_sum += g[c];
+        gx_sum += g[c] * xhat[c];
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        part_dgamma[c] += dyr[c] * xhat[c];
+        part_dbeta[c] += dyr[c];
+      }
+      const float g_mean = g_sum / cols, gx_mean = gx_sum / cols;
+      float *__restrict__ dxr = dx + r * cols;
+      for (int64_t c = 0; c < cols; ++c) dxr[c] = row_rstd * (g[c] - g_mean - xhat[c] * gx_mean);
+    }
+  });
+  for (int64_t c = 0; c < cols; ++c) {
+    float sum_gamma = 0.0f, sum_beta = 0.0f;
+    for (int64_t p = 0; p < parts; ++p) {
+      sum_gamma += partial[2 * cols * p + c];
+      sum_beta += partial[2 * cols * p + cols + c];
+    }
+    dgamma[c] = sum_gamma;
+    dbeta[c] = sum_beta;
+  }
+  return 0;
+}
+
+// (scores [..., S], bias [..., S]) -> softmax(scores + bias) along the last axis.
+int MaskedSoftmax(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (!albert::AllFloat32(3, dtypes)) return 2;
+  const float *scores = static_cast<const float *>(params[0]);
+  const float *bias = static_cast<const float *>(params[1]);
+  float *probs = static_cast<float *>(params[2]);
+  const int64_t cols = shapes[0][ndims[0] - 1], rows = albert::Size(0, ndims, shapes) / cols;
+  albert::ParallelFor(rows, kMinRowsPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *sr = scores + r * cols, *br = bias + r * cols;
+      float *pr = probs + r * cols;
+      float top = sr[0] + br[0];
+      for (int64_t c = 1; c < cols; ++c) top = std::max(top, sr[c] + br[c]);
+      float total = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) {
+        pr[c] = Exp(sr[c] + br[c] - top);
+        total += pr[c];
+      }
+      const float inverse = 1.0f / total;
+      for (int64_t c = 0; c < cols; ++c) pr[c] *= inverse;
+    }
+  });
+  return 0;
+}
+
+// (probs [..., S], dprobs [..., S]) -> dscores = probs * (dprobs - sum(dprobs * probs)) along the last axis.
+int MaskedSoftmaxGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (!albert::AllFloat32(3, dtypes)) return 2;
+  const float *probs = static_cast<const float *>(params[0]);
+  const float *dprobs = static_cast<const float *>(params[1]);
+  float *dscores = static_cast<float *>(params[2]);
+  const int64_t cols = shapes[0][ndims[0] - 1], rows = albert::Size(0, ndims, shapes) / cols;
+  albert::ParallelFor(rows, kMinRowsPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *pr = probs + r * cols, *dpr = dprobs + r * cols;
+      float dot = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) dot += dpr[c] * pr[c];
+      float *dsr = dscores + r * cols;
+      for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dpr[c] - dot);
+    }
+  });
+  return 0;
+}
+
+// dy [M, N] -> sum over rows [N]: the bias gradient of a dense layer. Columns are split over the threads.
+int ColumnSum(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (ndims[0] != 2 || !albert::AllFloat32(2, dtypes)) return 2;
+  const float *dy = static_cast<const float *>(params[0]);
+  float *sums = static_cast<float *>(params[1]);
+  const int64_t rows = shapes[0][0], cols = shapes[0][1];
+  albert::ParallelFor(cols, 64, [&](int64_t, int64_t begin, int64_t end) {
+    float *out = sums + begin;
+    std::fill(out, out + (end - begin), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *row = dy + r * cols + begin;
+      for (int64_t c = 0; c < end - begin; ++c) out[c] += row[c];
+    }
+  });
+  return 0;
+}
+
+}  // extern "C"

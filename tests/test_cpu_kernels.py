@@ -1,0 +1,227 @@
+"""src/cpu_kernels.py: the compiled CPU kernels (oneDNN sgemm products, LayerNorm, GELU, masked softmax, column
+sums), each forward and gradient checked against an independent reference (numpy in float64, PyTorch autograd in
+float64, MindSpore's own cells), and their fallbacks (switched off, no compiler, a failing build, white list)."""
+import numpy as np
+import pytest
+
+ms = pytest.importorskip("mindspore")
+torch = pytest.importorskip("torch")
+from mindspore import Tensor, nn, ops  # noqa: E402
+
+from src import cpu_kernels  # noqa: E402
+
+needs_kernels = pytest.mark.skipif(not cpu_kernels.active(), reason=f"unavailable: {cpu_kernels.status()}")
+
+
+@pytest.fixture(autouse=True)
+def graph_mode():
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield
+    ms.set_context(mode=previous)
+
+
+@pytest.fixture(params=[1, 2, 3], ids=lambda n: f"threads{n}")
+def threads(request):
+    """Work is split over threads once there are enough rows (or elements) per thread: results must not change."""
+    cpu_kernels.set_threads(request.param)
+    yield request.param
+    cpu_kernels.set_threads(0)
+
+
+class Call(nn.Cell):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+
+    def construct(self, *inputs):
+        return self.op(*inputs)
+
+
+def forward_and_input_grads(op, inputs, sens):
+    """op(*inputs) and d(sum(op * sens))/d(inputs), through MindSpore's autodiff (so through the op's bprop)."""
+    cell = Call(op)
+    tensors = [Tensor(value) for value in inputs]
+    grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, Tensor(sens))
+    return cell(*tensors), [grad.asnumpy() for grad in grads]
+
+
+def torch_reference(function, inputs, sens):
+    """function(*inputs) and the gradients of sum(function * sens) by PyTorch autograd in float64."""
+    leaves = [torch.tensor(value, dtype=torch.float64, requires_grad=True) for value in inputs]
+    output = function(*leaves)
+    output.backward(torch.tensor(sens, dtype=torch.float64))
+    return output.detach().numpy(), [leaf.grad.numpy() for leaf in leaves]
+
+
+def assert_close(got, want, tolerance=1e-5):
+    scale = max(1.0, float(np.abs(want).max()))
+    assert np.abs(got - want).max() <= tolerance * scale, f"max abs diff {np.abs(got - want).max()}"
+
+
+@needs_kernels
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (63, 17, 9), (200, 70, 130), (257, 33, 64)])
+def test_products_equal_numpy_in_float64(m, k, n, threads):
+    rng = np.random.default_rng(m + k + n)
+    x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
+    x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
+    # The gradients are the NN and TN products and the column sums: dx = dy w, dw = dy^T x, db = sum of dy's rows.
+    y, (dx, dw) = forward_and_input_grads(cpu_kernels.matmul_nt(), (x, w), dy)
+    assert_close(y.asnumpy(), x64 @ w64.T)
+    assert_close(dx, dy64 @ w64)
+    assert_close(dw, dy64.T @ x64)
+    y, (dx, dw, db) = forward_and_input_grads(cpu_kernels.matmul_nt_bias(), (x, w, b), dy)
+    assert_close(y.asnumpy(), x64 @ w64.T + b)
+    assert_close(dx, dy64 @ w64)
+    assert_close(dw, dy64.T @ x64)
+    assert_close(db, dy64.sum(0))
+
+
+def _gelu_tanh(x):
+    """Google's formula as written in its code: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1.0 + torch.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+
+
+@needs_kernels
+def test_gelu_equals_the_tanh_formula_values_and_gradient(threads):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((70, 1000)) * 3).astype(np.float32)  # split over threads from 16384 elements each
+    x[0, :8] = [0.0, -1e-6, 1e-6, -20.0, 20.0, -100.0, 100.0, -3.0]
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    want, (want_dx,) = torch_reference(_gelu_tanh, (x,), dy)
+    got, (got_dx,) = forward_and_input_grads(cpu_kernels.gelu_tanh(), (x,), dy)
+    assert_close(got.asnumpy(), want)
+    assert_close(got_dx, want_dx)
+
+
+@needs_kernels
+def test_gelu_keeps_nan_and_inf_visible():
+    """The train step's overflow check looks for inf/nan in the gradients: the kernels must not hide them."""
+    x = np.array([np.nan, np.inf, -np.inf, 1.0], np.float32)
+    dy = np.array([1.0, 1.0, 1.0, np.nan], np.float32)
+    y, (dx,) = forward_and_input_grads(cpu_kernels.gelu_tanh(), (x,), dy)
+    y = y.asnumpy()
+    assert np.isnan(y[0]) and y[1] == np.inf and not np.isfinite(y[2]) and np.isfinite(y[3])
+    assert np.isnan(dx[0]) and np.isnan(dx[3])
+
+
+@needs_kernels
+@pytest.mark.parametrize("shape", [(2, 3, 17, 33), (4, 2, 64, 64)])
+def test_masked_softmax_equals_torch_values_and_gradient(shape, threads):
+    rng = np.random.default_rng(sum(shape))
+    scores = (rng.standard_normal(shape) * 4).astype(np.float32)
+    padding = rng.random((shape[0], 1, 1, shape[-1])) < 0.3
+    padding[..., 0] = False  # every row attends to something, as with real data ([CLS] is never padding)
+    bias = np.broadcast_to(np.where(padding, -10000.0, 0.0), shape).astype(np.float32)
+    dprobs = rng.standard_normal(shape).astype(np.float32)
+    want, (want_dscores, _) = torch_reference(lambda s, b: torch.softmax(s + b, -1), (scores, bias), dprobs)
+    got, (got_dscores, got_dbias) = forward_and_input_grads(cpu_kernels.masked_softmax(), (scores, bias), dprobs)
+    assert_close(got.asnumpy(), want)
+    assert_close(got_dscores, want_dscores)
+    np.testing.assert_array_equal(got_dbias, got_dscores)  # d(scores + bias)/d(bias) is the same gradient
+
+
+class WithGrads(nn.Cell):
+    """cell(x) and the gradients of sum(cell(x) * sens) with respect to x and the cell's parameters."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.cell, self.weights = cell, cell.trainable_params()
+        self.grad = ops.GradOperation(get_all=True, get_by_list=True, sens_param=True)
+
+    def construct(self, x, sens):
+        return self.cell(x), self.grad(self.cell, self.weights)(x, sens)
+
+
+@needs_kernels
+@pytest.mark.parametrize("rows, size, eps", [(130, 48, 1e-12), (7, 768, 1e-5), (1, 5, 1e-3)])
+def test_layer_norm_equals_torch_values_and_gradients(rows, size, eps, threads):
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((2, rows, size)) * 2 + 1).astype(np.float32)
+    gamma, beta = (rng.standard_normal(size).astype(np.float32) for _ in range(2))
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    cell = cpu_kernels.LayerNorm(size, eps, use_kernels=True)
+    cell.gamma.set_data(Tensor(gamma))
+    cell.beta.set_data(Tensor(beta))
+    y, ((dx,), (dgamma, dbeta)) = WithGrads(cell)(Tensor(x), Tensor(dy))
+    want, (want_dx, want_dgamma, want_dbeta) = torch_reference(
+        lambda v, g, b: torch.nn.functional.layer_norm(v, (size,), g, b, eps), (x, gamma, beta), dy)
+    for got, expected in ((y, want), (dx, want_dx), (dgamma, want_dgamma), (dbeta, want_dbeta)):
+        assert_close(got.asnumpy(), expected, tolerance=2e-5)
+
+
+@needs_kernels
+def test_dense_equals_mindspore_dense_values_and_gradients():
+    rng = np.random.default_rng(0)
+    fast, native = cpu_kernels.Dense(96, 200, True), nn.Dense(96, 200)
+    native.weight.set_data(fast.weight.data)
+    native.bias.set_data(Tensor(rng.standard_normal(200).astype(np.float32)))
+    fast.bias.set_data(native.bias.data)
+    assert [p.name for p in fast.get_parameters()] == [p.name for p in native.get_parameters()]
+    x = Tensor(rng.standard_normal((4, 50, 96)).astype(np.float32))
+    sens = Tensor(rng.standard_normal((4, 50, 200)).astype(np.float32))
+    (y_fast, (inputs_fast, weights_fast)), (y_native, (inputs_native, weights_native)) = (
+        WithGrads(fast)(x, sens), WithGrads(native)(x, sens))
+    np.testing.assert_allclose(y_fast.asnumpy(), y_native.asnumpy(), rtol=1e-5, atol=1e-5)
+    for got, want in zip(inputs_fast + weights_fast, inputs_native + weights_native):
+        np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-5, atol=1e-4)
+
+
+def _kernel_flags(model):
+    return [cell.use_kernels for _, cell in model.cells_and_names() if hasattr(cell, "use_kernels")]
+
+
+@needs_kernels
+def test_float32_networks_use_them_and_exports_do_not():
+    from src.albert_model import AlbertConfig, AlbertModel
+
+    config = AlbertConfig.from_preset("albert_tiny", vocab_size=100, hidden_size=32, embedding_size=16,
+                                      num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    model = AlbertModel(config, is_training=False)
+    kinds = {type(cell).__name__ for _, cell in model.cells_and_names() if getattr(cell, "use_kernels", False)}
+    assert kinds == {"Dense", "LayerNorm", "Activation", "AlbertAttention"}
+    cpu_kernels.use_native_ops(model)
+    assert not any(_kernel_flags(model))
+    half = AlbertConfig.from_dict({**config.to_dict(), "compute_type": "float16"})
+    assert not any(_kernel_flags(AlbertModel(half, False)))
+
+
+@pytest.fixture
+def fresh_build(monkeypatch, tmp_path):
+    """An empty kernel cache and a forgotten build result; the real one is restored afterwards."""
+    monkeypatch.setenv("ALBERT_CACHE_DIR", str(tmp_path / "cache"))
+    cpu_kernels._build.cache_clear()
+    yield tmp_path
+    monkeypatch.undo()
+    cpu_kernels._build.cache_clear()
+
+
+def test_switched_off_they_fall_back_and_say_why(fresh_build, monkeypatch):
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
+    assert not cpu_kernels.active()
+    assert cpu_kernels.status() == "MindSpore operations (ALBERT_CPU_KERNELS=0)"
+    from src.albert_model import AlbertConfig, AlbertModel
+
+    config = AlbertConfig(vocab_size=10, hidden_size=8, embedding_size=4, num_hidden_layers=1,
+                          num_attention_heads=2, intermediate_size=16)
+    assert not any(_kernel_flags(AlbertModel(config)))
+
+
+def test_without_a_compiler_they_fall_back(fresh_build, monkeypatch):
+    monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
+    assert not cpu_kernels.active() and "no C++ compiler" in cpu_kernels.status()
+
+
+def test_a_failing_build_falls_back_and_leaves_no_partial_library(fresh_build, monkeypatch):
+    if cpu_kernels.shutil.which("g++") is None and cpu_kernels.shutil.which("c++") is None:
+        pytest.skip("no C++ compiler")
+    broken = fresh_build / "broken.cc"
+    broken.write_text("this is not C++\n")
+    monkeypatch.setattr(cpu_kernels, "SOURCES", cpu_kernels.SOURCES + (broken,))
+    assert not cpu_kernels.active() and "failed" in cpu_kernels.status() and "broken.cc" in cpu_kernels.status()
+    assert list((fresh_build / "cache").iterdir()) == []
+
+
+def test_a_white_list_without_the_cache_falls_back(fresh_build, monkeypatch):
+    monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", str(fresh_build / "elsewhere"))
+    assert not cpu_kernels.active() and "MS_CUSTOM_AOT_WHITE_LIST" in cpu_kernels.status()
