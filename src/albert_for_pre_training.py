@@ -8,6 +8,7 @@ from mindspore.communication import get_group_size
 from mindspore.context import ParallelMode
 
 from model_utils.errors import UserError
+from src import cpu_kernels
 from src.albert_model import (Activation, AlbertConfig, AlbertModel, dense_layer, layer_norm,
                               name_parameters_by_path, uses_cpu_kernels)
 
@@ -125,16 +126,6 @@ def _all_finite(grads) -> Tensor:
     return ops.stack([ops.isfinite(grad).all() for grad in grads]).all()
 
 
-def _scaled(factor, grad):
-    return grad * factor.astype(grad.dtype)
-
-
-def _unscaled(scale, grad):
-    """grad / scale: dividing, not multiplying by 1/scale, which is subnormal for scales above 8.5e37 and flushed to
-    zero by CPU kernels that run with denormals off (every gradient would become 0)."""
-    return grad / scale.astype(grad.dtype)
-
-
 class AlbertTrainOneStepCell(nn.Cell):
     """One optimizer call per `accumulation_steps` calls, with dynamic loss scaling, global-norm clipping and
     data-parallel gradient reduction: the one train-step cell for pretraining and fine-tuning.
@@ -145,13 +136,17 @@ class AlbertTrainOneStepCell(nn.Cell):
     - Loss scaling (`loss_scale` = its initial value; None = off): the loss is multiplied by the scale before the
       backward pass and the gradients divided by it; the scale follows nn.DynamicLossScaleUpdateCell (divided by
       `scale_factor` on overflow, never below 1; multiplied by it after `scale_window` updates without overflow).
-    - Overflow: inf/nan in any gradient (with or without loss scaling) skips the optimizer update; under data
-      parallel the 0/1 flag is all-reduced (a sum > 0 is the max; CPU AllReduce only sums), so every rank skips
-      together and weights stay identical.
+    - Overflow: inf/nan in any gradient (with or without loss scaling; seen as a non-finite global norm) skips the
+      optimizer update; under data parallel the gradients are reduced first and the 0/1 flag of accumulation
+      windows is all-reduced (a sum > 0 is the max; CPU AllReduce only sums), so every rank skips together and
+      weights stay identical.
     - Accumulation: gradients of `accumulation_steps` micro-batches are averaged in Parameters ("accu_grads.*") and
       applied on every `accumulation_steps`-th call; the call counter ("accumulation_step") is a Parameter, so a
       checkpoint resumes mid-window.
     - Clipping: the averaged, unscaled gradients are clipped to global norm `clip_norm` (None or 0 = off).
+      Unscaling, averaging and clipping are one division of each gradient by one number, after one read of all of
+      them for the global norm (which is also the overflow check): an ALBERT with 90M parameters kept three
+      extra copies of its gradients otherwise.
 
     Returns (loss, overflow, loss_scale, *extra network outputs). `overflow` is True when this call's optimizer
     update was skipped because of inf/nan gradients; calls that only accumulate report False.
@@ -185,6 +180,9 @@ class AlbertTrainOneStepCell(nn.Cell):
             self.grad_reducer = nn.DistributedGradReducer(self.weights, ms.get_auto_parallel_context("gradients_mean"),
                                                           get_group_size())
             self.overflow_all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+        self.use_kernels = cpu_kernels.active() and all(weight.dtype == ms.float32 for weight in self.weights)
+        if self.use_kernels:
+            self.norm_kernel, self.divide_kernel = cpu_kernels.scaled_squared_norm(), cpu_kernels.divide_by_scalar()
 
     def construct(self, *inputs):
         outputs = self.network(*inputs)
@@ -195,19 +193,17 @@ class AlbertTrainOneStepCell(nn.Cell):
         else:
             loss = outputs
             sens = ops.ones_like(loss) * self.loss_scale.astype(loss.dtype)
-        grads = self.grad(self.network, self.weights)(*inputs, sens)
-        if self.use_loss_scale:
-            grads = self.hyper_map(ops.partial(_unscaled, self.loss_scale), grads)
+        grads = self.grad(self.network, self.weights)(*inputs, sens)  # loss_scale x the gradients
         if self.accumulation_steps > 1:
-            overflow = self._accumulate(grads)
+            overflow = self._accumulate(self._divide(grads, self.loss_scale))
         else:
-            overflow = self._apply(grads, ops.logical_not(_all_finite(grads)))
+            overflow = self._apply(grads, Tensor(False, ms.bool_), self.loss_scale)
         if isinstance(outputs, tuple):
             return (loss, overflow, self.loss_scale) + outputs[1:]
         return loss, overflow, self.loss_scale
 
     def _accumulate(self, grads):
-        """Add this micro-batch's gradients; on the last one of a window apply their mean and reset."""
+        """Add this micro-batch's (unscaled) gradients; on the last one of a window apply their mean and reset."""
         self.hyper_map(ops.assign_add, self.accu_grads, grads)
         seen_overflow = ops.logical_or(self.accu_overflow, ops.logical_not(_all_finite(grads)))
         ops.assign(self.accu_overflow, seen_overflow)
@@ -215,25 +211,42 @@ class AlbertTrainOneStepCell(nn.Cell):
         ops.assign(self.micro_step, step)
         overflow = Tensor(False, ms.bool_)
         if step % self.accumulation_steps == 0:
-            mean_grads = self.hyper_map(ops.partial(_scaled, Tensor(1.0 / self.accumulation_steps, ms.float32)),
-                                        self.accu_grads)
-            overflow = self._apply(mean_grads, seen_overflow)
+            overflow = self._apply(self.accu_grads, seen_overflow, Tensor(self.accumulation_steps, ms.float32))
             self.hyper_map(ops.assign, self.accu_grads, self.hyper_map(ops.zeros_like, self.accu_grads))
             ops.assign(self.accu_overflow, Tensor(False, ms.bool_))
         return overflow
 
-    def _apply(self, grads, overflow):
-        """Reduce across ranks, update the loss scale, clip, and call the optimizer unless some rank overflowed."""
+    def _apply(self, grads, overflow, grad_scale):
+        """`grads` are `grad_scale` times the gradients to apply: reduce them across ranks, check them, divide them
+        by grad_scale (and by the clipping factor), update the loss scale, and call the optimizer unless some rank
+        overflowed."""
         if self.data_parallel:
             grads = self.grad_reducer(grads)
             overflow = self.overflow_all_reduce(overflow.astype(ms.float32)) > 0
+        squared_norm = ops.addn([self._squared_norm(grad, grad_scale) for grad in grads])
+        overflow = ops.logical_or(overflow, ops.logical_not(ops.isfinite(squared_norm).all()))
+        divisor = grad_scale
+        if self.clip_norm > 0:  # as ops.clip_by_global_norm: times clip_norm / max(norm, clip_norm)
+            divisor = grad_scale * ops.maximum(ops.sqrt(squared_norm) / self.clip_norm, 1.0)
+        grads = self._divide(grads, divisor)
         if self.use_loss_scale:
             overflow = self.scale_update(self.loss_scale, overflow)
-        if self.clip_norm > 0:
-            grads = ops.clip_by_global_norm(grads, self.clip_norm)
         if not overflow:
             overflow = ops.depend(overflow, self.optimizer(grads))
         return overflow
+
+    def _squared_norm(self, grad, scale):
+        """sum((grad / scale)^2) as [1]."""
+        if self.use_kernels:
+            return self.norm_kernel(grad, scale)
+        return ops.reduce_sum(ops.square(grad / scale)).reshape(1)
+
+    def _divide(self, grads, divisor):
+        """Each gradient divided by `divisor`: a division, not a product with 1/divisor, which is subnormal for
+        divisors above 8.5e37 and flushed to zero by CPU kernels running with denormals off."""
+        if self.use_kernels:
+            return tuple([self.divide_kernel(grad, divisor) for grad in grads])
+        return tuple([grad / divisor for grad in grads])
 
 
 def _check_train_options(loss_scale: Optional[float], scale_factor: float, scale_window: int,

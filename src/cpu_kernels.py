@@ -6,7 +6,8 @@ products, and some products too:
   layer); here dense layers call oneDNN's sgemm from the libdnnl inside the MindSpore wheel, bias added in the call,
   gradients as products reading their operands transposed in place (`src/kernels/dnnl_matmul.cc`);
 - LayerNormGrad and BiasAddGrad ran at ~8 and ~2 ms per call on [1024, 768] (17% of a train step), GELU and softmax
-  are chains of element-wise kernels forward and backward; here each is one pass (`src/kernels/row_ops.cc`).
+  are chains of element-wise kernels forward and backward, and the overflow check and clipping of the train step
+  made three copies of every gradient; here each is one pass (`src/kernels/row_ops.cc`).
 
 Nothing new is installed: the sources are compiled once with the system C++ compiler (for this CPU) into a per-user
 cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`) and loaded as Custom ops of type "aot", each with
@@ -189,6 +190,18 @@ def layer_norm() -> ops.Custom:
         dx, dgamma, dbeta = grad(x, dout[0], out[1], out[2], gamma)
         return dx, dgamma, dbeta, ops.zeros_like(eps)
     return _kernel("LayerNorm", lambda x, g, b, e: (x, x[:1], x[:1]), lambda x, g, b, e: (x, x, x), bprop)
+
+
+@lru_cache(maxsize=None)
+def scaled_squared_norm() -> ops.Custom:
+    """(x, scale []) -> [1]: sum((x / scale)^2), accumulated in double; not differentiable (used on gradients)."""
+    return _kernel("ScaledSquaredNorm", lambda x, s: (1,))
+
+
+@lru_cache(maxsize=None)
+def divide_by_scalar() -> ops.Custom:
+    """(x, divisor []) -> x / divisor; not differentiable (used on gradients)."""
+    return _kernel("DivideByScalar", lambda x, d: x)
 
 
 class Dense(nn.Dense):

@@ -121,6 +121,22 @@ def test_masked_softmax_equals_torch_values_and_gradient(shape, threads):
     np.testing.assert_array_equal(got_dbias, got_dscores)  # d(scores + bias)/d(bias) is the same gradient
 
 
+@needs_kernels
+def test_scaled_squared_norm_equals_numpy_and_sees_inf_and_nan(threads):
+    rng = np.random.default_rng(3)
+    grad = (rng.standard_normal((300, 700)) * 1e30).astype(np.float32)  # squares beyond float32: summed in double
+    norm = Call(cpu_kernels.scaled_squared_norm())
+    for scale in (1e30, 1e38):
+        want = ((grad.astype(np.float64) / scale) ** 2).sum()
+        got = norm(Tensor(grad), Tensor(scale, ms.float32)).asnumpy()
+        assert got.shape == (1,) and abs(got[0] - want) <= 1e-6 * want
+    assert norm(Tensor(grad), Tensor(1.0, ms.float32)).asnumpy()[0] == np.inf  # 2e65: beyond float32's range
+    for bad in (np.inf, -np.inf, np.nan):
+        spoiled = grad.copy()
+        spoiled[123, 45] = bad
+        assert not np.isfinite(norm(Tensor(spoiled), Tensor(1e30, ms.float32)).asnumpy()).any()
+
+
 class WithGrads(nn.Cell):
     """cell(x) and the gradients of sum(cell(x) * sens) with respect to x and the cell's parameters."""
 

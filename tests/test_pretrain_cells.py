@@ -174,24 +174,31 @@ def test_clipping_applies_the_clipped_gradient():
         np.testing.assert_allclose(after[param.name], expected, rtol=1e-5, atol=1e-9, err_msg=param.name)
 
 
-def test_a_loss_scale_near_float32_max_unscales_exactly():
-    """Scaled by 1e38 the gradient (0.5) still fits float32, but 1/1e38 is subnormal and CPU kernels running with
-    denormals off flush it to zero: unscaling must divide by the scale. The SGD update is the unscaled one."""
+class Linear(nn.Cell):
+    """sum(weight * x): the gradient is x, so SGD's update is known exactly."""
 
-    class Linear(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.weight = ms.Parameter(Tensor(np.ones(4, np.float32)), name="weight")
+    def __init__(self):
+        super().__init__()
+        self.weight = ms.Parameter(Tensor(np.ones(4, np.float32)), name="weight")
 
-        def construct(self, x):
-            return (self.weight * x).sum()
+    def construct(self, x):
+        return (self.weight * x).sum()
 
+
+@pytest.mark.parametrize("loss_scale, scale_window", [(1e38, 1000), (1024.0, 1)])
+def test_each_step_is_unscaled_by_its_own_loss_scale(loss_scale, scale_window):
+    """1e38: the scaled gradient (0.5e38) fits float32 but 1/1e38 is subnormal, and CPU kernels running with
+    denormals off flush it to zero, so unscaling must divide. Window 1: the scale doubles after every step, and each
+    step is still divided by the scale it was computed with. Either way SGD's update is exactly lr * 0.5."""
     net = Linear()
-    cell = AlbertTrainOneStepCell(net, nn.SGD(net.trainable_params(), learning_rate=0.5), loss_scale=1e38,
-                                  clip_norm=None)
-    overflow = cell(Tensor(np.full(4, 0.5, np.float32)))[1]
-    assert not overflow.asnumpy()
-    np.testing.assert_allclose(net.weight.asnumpy(), 1.0 - 0.5 * 0.5, rtol=1e-6)
+    cell = AlbertTrainOneStepCell(net, nn.SGD(net.trainable_params(), learning_rate=0.5), loss_scale=loss_scale,
+                                  scale_window=scale_window, clip_norm=None)
+    for step in range(1, 4):
+        _, overflow, scale = cell(Tensor(np.full(4, 0.5, np.float32)))
+        assert not overflow.asnumpy()
+        np.testing.assert_allclose(net.weight.asnumpy(), 1.0 - step * 0.5 * 0.5, rtol=1e-6)
+        if scale_window == 1:
+            assert float(scale.asnumpy()) == loss_scale * 2 ** step
 
 
 def test_train_state_names_and_bad_options():

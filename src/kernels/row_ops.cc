@@ -1,5 +1,6 @@
 // Fused element-wise and row-wise kernels for MindSpore's Custom op (func_type "aot") on CPU: LayerNorm, the tanh
-// GELU, softmax of (scores + mask bias), and column sums (bias gradients), each with its backward. MindSpore 2.10
+// GELU, softmax of (scores + mask bias), each with its backward, column sums (bias gradients), and for the train
+// step the squared norm of a gradient (overflow check and clipping in one read) and its division by one number. MindSpore 2.10
 // runs these as chains of single-purpose CPU kernels (GELU's backward alone is ~15 passes over a [B*S, I] tensor)
 // or, for LayerNormGrad and BiasAddGrad, at a small fraction of memory speed. Every function below reads its
 // inputs once or twice and writes each output once; rows are split over albert::Threads() threads.
@@ -222,6 +223,43 @@ int ColumnSum(int, void **params, int *ndims, int64_t **shapes, const char **dty
       for (int64_t c = 0; c < end - begin; ++c) out[c] += row[c];
     }
   });
+  return 0;
+}
+
+// (x [any shape], divisor [] or [1]) -> x / divisor (a true division: 1/divisor may be subnormal). MindSpore's CPU
+// Div by a one-element tensor keeps about four times its output's size allocated for the whole run.
+int DivideByScalar(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (!albert::AllFloat32(3, dtypes)) return 2;
+  const float *x = static_cast<const float *>(params[0]);
+  const float divisor = *static_cast<const float *>(params[1]);
+  float *y = static_cast<float *>(params[2]);
+  albert::ParallelFor(albert::Size(0, ndims, shapes), 4 * kMinElementsPerThread, [&](int64_t, int64_t begin,
+                                                                                      int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = x[i] / divisor;
+  });
+  return 0;
+}
+
+// (x [any shape], scale [] or [1]) -> [1]: the sum of (x / scale)^2, accumulated in double (no overflow or
+// underflow on the way; inf/nan in x, or a total beyond float32's range, gives a non-finite result).
+int ScaledSquaredNorm(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (!albert::AllFloat32(3, dtypes)) return 2;
+  const float *x = static_cast<const float *>(params[0]);
+  const double inverse = 1.0 / *static_cast<const float *>(params[1]);
+  float *out = static_cast<float *>(params[2]);
+  std::vector<double> partial(albert::Threads(), 0.0);
+  const int64_t parts = albert::ParallelFor(albert::Size(0, ndims, shapes), 4 * kMinElementsPerThread,
+                                            [&](int64_t part, int64_t begin, int64_t end) {
+    double sum = 0.0;
+    for (int64_t i = begin; i < end; ++i) {
+      const double v = x[i] * inverse;
+      sum += v * v;
+    }
+    partial[part] = sum;
+  });
+  double total = 0.0;
+  for (int64_t p = 0; p < parts; ++p) total += partial[p];
+  out[0] = static_cast<float>(total);
   return 0;
 }
 
