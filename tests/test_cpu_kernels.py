@@ -204,8 +204,10 @@ def test_float32_networks_use_them_and_exports_do_not():
 
 @pytest.fixture
 def fresh_build(monkeypatch, tmp_path):
-    """An empty kernel cache and a forgotten build result; the real one is restored afterwards."""
+    """An empty kernel cache and a forgotten build result (kernels not switched off); the real one is restored
+    afterwards."""
     monkeypatch.setenv("ALBERT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("ALBERT_CPU_KERNELS", raising=False)
     cpu_kernels._build.cache_clear()
     yield tmp_path
     monkeypatch.undo()
