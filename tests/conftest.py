@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from ci_skips import pytest_addoption, pytest_report_header, pytest_runtest_makereport  # noqa: F401
+
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT.parent / "shared" / "assets"
 
@@ -13,7 +15,7 @@ if str(ROOT) not in sys.path:
 
 @pytest.fixture(scope="session")
 def assets() -> Path:
-    """Folder of real third-party test data; tests that need it skip when it is absent."""
+    """Folder of real third-party test data; tests that need it skip when it is absent (fail in CI: ci_skips.py)."""
     if not ASSETS.is_dir():
         pytest.skip(f"test assets not found at {ASSETS} (they live in ../shared/assets beside the project)")
     return ASSETS
