@@ -1,7 +1,10 @@
 """MindDataset pipelines for every task, reading the MindRecord files written by `src/create_*`.
 
-Each function takes `data`: a MindRecord file, the `--output_file` given to a data creator (its shards are found
-through `<output_file>.meta.json`), a folder (every MindRecord file in it), or a list of these. It returns a
+Each function takes `data`: a MindRecord file, the `--output_file` given to a data creator (its files are found
+through `<output_file>.meta.json`), a folder, or a list of these. A folder means the files its .meta.json files
+list: one data set, or the parts of one made by `src.create_pretraining_data --num_shards N` on several
+processes or machines (read as their union; mixed settings or a missing part are refused, naming the files); a
+folder without any .meta.json (data from other tools) means every MindRecord file in it. It returns a
 batched dataset whose columns come in the order stated in the function's docstring: the order the task networks
 take their inputs. Integer columns are cast to int32 and real-valued ones to float32, so data written by other
 tools (e.g. int64 records from TF-converted data) works too.
@@ -15,6 +18,7 @@ number of batches, which collective evaluation needs.
 tokenizer) and `check_data_meta(meta, vocab_size, max_seq_length)` stops a run whose data does not fit the model.
 """
 import contextlib
+import json
 import os
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -42,8 +46,6 @@ def _is_mindrecord(path: Path) -> bool:
 
 def resolve_mindrecord_files(data: DataSource) -> List[str]:
     """The MindRecord files behind `data` (see the module docstring), in a stable order."""
-    import json
-
     items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
     if not items:
         raise UserError("no data files given")
@@ -52,17 +54,14 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
         path = Path(item).expanduser()
         meta = Path(str(path) + ".meta.json")
         if path.is_dir():
-            found = sorted(str(p) for p in path.iterdir() if p.is_file() and _is_mindrecord(p))
-            if not found:
-                raise UserError(f"no .mindrecord files in {path}")
-            files += found
+            files += _folder_files(path)
         elif meta.is_file():
-            files += [str(path.with_name(name)) for name in json.loads(meta.read_text(encoding="utf-8"))["files"]]
+            files += [str(path.with_name(name)) for name in _read_meta(meta)["files"]]
         elif path.is_file():
             files.append(str(path))
-        elif path.with_name(path.name + "0").is_file():
-            raise UserError(f"{path} was not completely written ({path.name}0 exists, {meta.name} does not: an "
-                            f"interrupted src.create_* run?); make the data again with --overwrite true")
+        elif path.with_name(path.name + "0").is_file() or path.with_name(path.name + "00000").is_file():
+            raise UserError(f"{path} was not completely written ({meta.name} does not exist: an interrupted "
+                            f"src.create_* run?); make the data again with --overwrite true")
         else:
             raise UserError(f"data not found: {path}")
     missing = [f for f in files if not Path(f).is_file()]
@@ -71,29 +70,116 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     return files
 
 
+def _read_meta(path: Path) -> Dict[str, object]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: not a readable .meta.json ({err})") from None
+
+
+def _folder_metas(folder: Path) -> Dict[Path, Dict[str, object]]:
+    return {path: _read_meta(path) for path in sorted(folder.glob("*.meta.json"))}
+
+
+def _folder_files(folder: Path) -> List[str]:
+    """A folder's data: the files its .meta.json files list, when there are any (several only as parts of one
+    data set, see check_parts); otherwise, data from other tools, every MindRecord file in it."""
+    found = sorted(str(p) for p in folder.iterdir() if p.is_file() and _is_mindrecord(p))
+    metas = _folder_metas(folder)
+    if not metas:
+        if not found:
+            raise UserError(f"no .mindrecord files in {folder}")
+        return found
+    check_parts(metas)
+    listed = [str(folder / name) for meta in metas.values() for name in meta["files"]]
+    stray = sorted(set(found) - set(listed))
+    if stray:
+        raise UserError(f"{stray[0]} belongs to no data set in {folder} (no .meta.json lists it: left by an "
+                        f"interrupted run?); remove it or make its data again")
+    return listed
+
+
+def _settings(meta: Dict[str, object]) -> Dict[str, object]:
+    """What must agree for records of two data sets to train as one."""
+    tokenizer = {k: v for k, v in dict(meta.get("tokenizer") or {}).items() if k != "model_file"}
+    options = {k: v for k, v in dict(meta.get("options") or {}).items() if k not in ("dupe_factor", "random_seed")}
+    return {"kind": meta.get("kind"), "max_seq_length": meta.get("max_seq_length"),
+            "max_predictions_per_seq": meta.get("max_predictions_per_seq"), "tokenizer": tokenizer,
+            **{f"options.{k}": v for k, v in options.items()}, "schema": meta.get("schema")}
+
+
+def _first_difference(a: Dict[str, object], b: Dict[str, object]) -> str:
+    for key in [*a, *(k for k in b if k not in a)]:
+        if a.get(key) != b.get(key):
+            return f"{key} {a.get(key)} vs {b.get(key)}"
+    return ""
+
+
+def check_parts(metas: Dict[Path, Dict[str, object]]) -> None:
+    """Several data sets in one folder train as one only when they are pretraining data made with the same
+    settings (sequence length, tokenizer, masking); the parts of one sharded data set must also agree on seed,
+    dupe_factor and input list, and all be there, each once."""
+    (first_path, first), *others = metas.items()
+    for path, meta in others:
+        if "pretraining" != meta.get("kind") or "pretraining" != first.get("kind"):
+            raise UserError(f"{first_path.parent} holds several data sets ({first_path.name}, {path.name}); "
+                            f"pass one output_file")
+        difference = _first_difference(_settings(first), _settings(meta))
+        if difference:
+            raise UserError(f"{first_path} and {path} were made with different settings ({difference}); "
+                            f"keep them in separate folders")
+    groups: Dict[Tuple[str, int], Dict[int, Path]] = {}
+    for path, meta in metas.items():
+        part = dict(meta.get("part") or {})
+        if part.get("count", 1) > 1:
+            group = groups.setdefault((str(part["of"]), int(part["count"])), {})
+            if part["index"] in group:
+                raise UserError(f"{group[part['index']]} and {path} are both part {part['index']} of {part['of']}")
+            for other in group.values():
+                difference = _first_difference(_part_identity(metas[other]), _part_identity(meta))
+                if difference:
+                    raise UserError(f"{other} and {path} are parts of {part['of']} made differently ({difference})")
+            group[int(part["index"])] = path
+    for (name, count), group in groups.items():
+        missing = [k for k in range(count) if k not in group]
+        if missing:
+            raise UserError(f"{first_path.parent}: part {missing[0]} of {count} of {name} is missing (found parts "
+                            f"{sorted(group)}); wait until every part is made, or copy it here")
+
+
+def _part_identity(meta: Dict[str, object]) -> Dict[str, object]:
+    options = dict(meta.get("options") or {})
+    return {"random_seed": options.get("random_seed"), "dupe_factor": options.get("dupe_factor"),
+            "input": meta.get("input")}
+
+
 def load_data_meta(data: DataSource) -> Dict[str, object]:
     """The `.meta.json` the data creator wrote beside `data` (columns, num_records, max_seq_length, tokenizer).
 
-    `data` is an output_file, one of its shards, a folder holding one data set, or a list of these that all
-    belong to one data set. Runners use it with `check_data_meta` before building a model.
+    `data` is an output_file, one of its files, a folder holding one data set (or the parts of one, then the
+    meta describes their union), or a list of these that all belong to one data set. Runners use it with
+    `check_data_meta` before building a model.
     """
-    import json
-
     items = [data] if isinstance(data, (str, os.PathLike)) else list(data)
-    metas = {}
+    metas: Dict[Path, Dict[str, object]] = {}
     for item in items:
         path = Path(item).expanduser()
         if path.is_dir():
             found = sorted(path.glob("*.meta.json"))
-        else:  # the output_file itself, or one of its numbered shards
+        else:  # the output_file itself, or one of its numbered files
             found = [c for c in (Path(f"{path}.meta.json"), Path(str(path).rstrip("0123456789") + ".meta.json"))
                      if c.is_file()][:1]
         if not found:
             raise UserError(f"no .meta.json found for {path}: was it written by src/create_*.py?")
-        metas.update((str(f), json.loads(f.read_text(encoding="utf-8"))) for f in found)
-    if len(metas) > 1:
-        raise UserError(f"{data} holds several data sets ({', '.join(metas)}); pass one output_file")
-    return next(iter(metas.values()))
+        metas.update((f, _read_meta(f)) for f in found)
+    if len(metas) == 1:
+        return next(iter(metas.values()))
+    check_parts(metas)
+    first = next(iter(metas.values()))
+    union = {k: v for k, v in first.items() if k not in ("files", "num_records", "stats", "part", "input")}
+    return dict(union, files=[name for meta in metas.values() for name in meta["files"]],
+                num_records=sum(int(meta["num_records"]) for meta in metas.values()),
+                data_sets=[str(path) for path in metas])
 
 
 def check_data_meta(meta: Dict[str, object], vocab_size: Optional[int] = None,
@@ -116,6 +202,10 @@ def _reading(files: List[str]) -> Iterator[None]:
     empty = [f for f in files if os.path.getsize(f) == 0]
     if empty:
         raise UserError(f"{empty[0]}: empty file, not MindRecord data; make the data again")
+    unindexed = [f for f in files if not os.path.isfile(f + ".db")]
+    if unindexed:
+        raise UserError(f"{unindexed[0]}: its index file {os.path.basename(unindexed[0])}.db is missing (not "
+                        f"completely written or copied: an interrupted src.create_* run?)")
     try:
         yield
     except RuntimeError as err:

@@ -1,9 +1,12 @@
-"""Text corpus -> ALBERT pretraining MindRecord (sentence-order prediction, n-gram whole-word masking).
+"""Text corpus -> ALBERT pretraining MindRecord (sentence-order prediction, n-gram whole-word masking), streamed
+in bounded memory so that corpora of tens of GB can be prepared on one machine or split across several.
 
-Input: one sentence per line, a blank line between documents; many files or globs (comma-separated).
+Input: plain text (one sentence per line, a blank line between documents) or JSON lines (one document per line,
+`{"text": ...}`), optionally gzip/bz2-compressed; many files or globs (comma-separated); see src/corpus.py.
 
-    python -m src.create_pretraining_data --input_file "corpus/*.txt" --output_file data/pretrain.mindrecord \
-        --spm_model_file 30k-clean.model --max_seq_length 128 --dupe_factor 10 --num_workers 2
+    python -m src.create_pretraining_data --input_file "corpus/*.txt.gz" --output_file data/pretrain.mindrecord \
+        --spm_model_file 30k-clean.model --max_seq_length 512 --max_predictions_per_seq 76 --dupe_factor 10 \
+        --num_workers 8
 
 Per document and per duplication round (`dupe_factor`), sentences are accumulated into chunks of about
 `max_seq_length - 3` tokens (with probability `short_seq_prob` a shorter random target is drawn). A chunk of
@@ -15,9 +18,17 @@ with "##") in n-grams of n <= `ngram` words with p(n) proportional to 1/n, up to
 min(max_predictions_per_seq, round(len * masked_lm_prob)) tokens; each chosen token becomes [MASK] with p=0.8,
 stays itself with p=0.1, becomes a random non-special token with p=0.1.
 
+Streaming: documents are read one at a time, handed to `num_workers` processes in small tasks (at most a few
+tasks in flight per worker) and their instances written as soon as they come back, in input order: file,
+document, round, pair. There is no global shuffle (Google's tool shuffles everything in memory): training draws
+its own permutation of all rows every epoch. Memory therefore depends on the task size and the largest document,
+not on the corpus size or `dupe_factor`.
+
 Reproducibility: every (file, document, round) draws from its own RNG seeded by (random_seed, file, document,
-round), and the final instance order is a permutation drawn from `random_seed`; so the records are identical for
-any `num_workers`.
+round), so the records are identical for any `num_workers`, and `--num_shards N --shard_index K` makes part K of
+N (document d of file f belongs to part (f + d) mod N) under `<name>-0000K-of-0000N.mindrecord`: N processes or
+machines make disjoint parts of one data set from the same input list, and a folder holding the N parts trains
+as their union, the same records as one run with `--num_shards 1`.
 
 Record schema (one MindRecord row per instance; S = max_seq_length, P = max_predictions_per_seq):
     input_ids             int32 [S]   [CLS] A [SEP] B [SEP], padded with the pad id (0)
@@ -27,28 +38,33 @@ Record schema (one MindRecord row per instance; S = max_seq_length, P = max_pred
     masked_lm_positions   int32 [P]   positions of the predicted tokens, ascending, padded with 0
     masked_lm_ids         int32 [P]   original ids at those positions, padded with 0
     masked_lm_weights     float32 [P] 1.0 for real predictions, 0.0 for padding
-Beside the shards, `<output_file>.meta.json` records counts, lengths and the tokenizer.
+Files of `records_per_file` rows each (`<output_file>00000`, ...; default about 256 MB a file) and one
+`<output_file>.meta.json` that lists them and records counts, lengths, options and the tokenizer.
 """
 import bisect
+import collections
+import hashlib
 import multiprocessing
 import random
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from model_utils.errors import UserError, run_cli
-from src.data_utils import (Progress, check_max_seq_length, not_utf8, parse_tool_config, resolve_input_files,
+from src.corpus import Corpus, Document
+from src.data_utils import (Progress, check_max_seq_length, parse_tool_config, resolve_input_files,
                             tokenizer_from_config)
-from src.mindrecord_io import ColumnTable, check_output_free, write_records
+from src.mindrecord_io import ColumnTable, RecordWriter, check_output_free
 from src.tokenization import FullTokenizer
 
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
            "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-DOCS_PER_TASK = 32
+TASK_BYTES = 8 << 20  # aim for tasks whose instances take about this much memory
+FILE_BYTES = 256 << 20  # default size of an output file
 
 
 @dataclass(frozen=True)
@@ -69,39 +85,6 @@ class MaskingOptions:
             raise UserError(f"max_predictions_per_seq must be >= 1, got {self.max_predictions_per_seq}")
         if self.ngram < 1:
             raise UserError(f"ngram must be >= 1, got {self.ngram}")
-
-
-@dataclass
-class Document:
-    """Raw sentences of one document and where it starts (for error messages and the RNG key)."""
-    file_index: int
-    doc_index: int
-    path: str
-    first_line: int
-    sentences: List[str]
-
-
-def read_documents(paths: Sequence[Path]) -> List[Document]:
-    """Split files into documents at blank lines; empty documents vanish."""
-    documents: List[Document] = []
-    for file_index, path in enumerate(paths):
-        try:
-            text = path.read_text(encoding="utf-8-sig")
-        except UnicodeDecodeError as err:
-            raise not_utf8(path, err) from err
-        doc_index, sentences, first = 0, [], 0
-        for line_no, line in enumerate(text.splitlines(), start=1):
-            line = line.strip()
-            if line:
-                if not sentences:
-                    first = line_no
-                sentences.append(line)
-            elif sentences:
-                documents.append(Document(file_index, doc_index, str(path), first, sentences))
-                doc_index, sentences = doc_index + 1, []
-        if sentences:
-            documents.append(Document(file_index, doc_index, str(path), first, sentences))
-    return documents
 
 
 class InstanceMaker:
@@ -277,10 +260,9 @@ def _init_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed:
     _WORKER_MAKER = InstanceMaker(tokenizer, options, random_seed)
 
 
-def _process_batch(args: Tuple[List[Document], int]) -> Tuple[List[Dict[str, np.ndarray]], List[int]]:
+def _process_task(args: Tuple[List[Document], int]) -> List[Tuple[Dict[str, np.ndarray], int]]:
     documents, dupe_factor = args
-    results = [_WORKER_MAKER.document_instances(doc, dupe_factor) for doc in documents]
-    return [arrays for arrays, _ in results], [tokens for _, tokens in results]
+    return [_WORKER_MAKER.document_instances(doc, dupe_factor) for doc in documents]
 
 
 def _pool_context():
@@ -290,46 +272,89 @@ def _pool_context():
     return multiprocessing.get_context("fork" if fork else "spawn")
 
 
-def make_instances(documents: List[Document], tokenizer: FullTokenizer, options: MaskingOptions,
-                   dupe_factor: int, random_seed: int, num_workers: int = 1,
-                   progress: bool = False) -> Tuple[Dict[str, np.ndarray], Dict[str, int]]:
-    """Instances of all documents, in the seed's shuffled order, and counts for the summary.
+def task_bytes(options: MaskingOptions, dupe_factor: int) -> int:
+    """Characters of text per task such that the task's instances take about TASK_BYTES (a character is about
+    a quarter of a token; each round turns a document's tokens into rows of max_seq_length - 3 tokens)."""
+    rows_per_char = dupe_factor / (4.0 * (options.max_seq_length - 3))
+    return max(1024, int(TASK_BYTES / (rows_per_char * row_bytes(options))))
 
-    Documents are handed to workers in fixed batches and results are collected in document order, so the
-    outcome does not depend on `num_workers`.
+
+def document_tasks(documents: Iterable[Document], size: int) -> Iterator[List[Document]]:
+    """Consecutive documents grouped into tasks of about `size` characters (a longer document is a task alone)."""
+    task, chars = [], 0
+    for document in documents:
+        task.append(document)
+        chars += sum(len(sentence) for sentence in document.sentences)
+        if chars >= size:
+            yield task
+            task, chars = [], 0
+    if task:
+        yield task
+
+
+def instance_stream(tasks: Iterable[List[Document]], tokenizer: FullTokenizer, options: MaskingOptions,
+                    dupe_factor: int, random_seed: int,
+                    num_workers: int = 1) -> Iterator[Tuple[Document, Dict[str, np.ndarray], int]]:
+    """(document, its instances as stacked arrays, its token count) for every document, in input order.
+
+    With several workers at most two tasks per worker are in flight, so memory stays bounded however many tasks
+    there are; results come back in task order, so the outcome does not depend on `num_workers`.
     """
-    # Small enough batches that every worker gets several; the results do not depend on the batching.
-    size = max(1, min(DOCS_PER_TASK, len(documents) // (8 * max(1, num_workers))))
-    batches = [(documents[i:i + size], dupe_factor) for i in range(0, len(documents), size)]
-    bar = Progress(len(documents), "documents", enabled=progress)
-    per_document: List[Dict[str, np.ndarray]] = []
-    token_counts: List[int] = []
     if num_workers <= 1:
         _init_worker(tokenizer, options, random_seed)
-        results = map(_process_batch, batches)
-        for arrays, tokens in results:
-            per_document += arrays
-            token_counts += tokens
-            bar.update(len(tokens))
-    else:
-        with _pool_context().Pool(num_workers, _init_worker, (tokenizer, options, random_seed)) as pool:
-            for arrays, tokens in pool.imap(_process_batch, batches):
-                per_document += arrays
-                token_counts += tokens
-                bar.update(len(tokens))
-    bar.close()
-    instances = {name: np.concatenate([a[name] for a in per_document]) for name in COLUMNS}
-    order = np.random.default_rng(random_seed).permutation(len(instances["input_ids"]))
-    instances = {name: array[order] for name, array in instances.items()}
-    used = [doc for doc, arrays in zip(documents, per_document) if len(arrays["input_ids"])]
-    stats = {"documents": len(documents), "documents_used": len(used),
-             "documents_skipped": len(documents) - len(used), "tokens": int(sum(token_counts)),
-             "instances": int(len(order))}
-    if not used:
-        first = documents[0]
-        raise UserError(f"no document can make a sentence pair (each needs at least two non-empty sentences), "
-                        f"e.g. {first.path} line {first.first_line}")
-    return instances, stats
+        for task in tasks:
+            yield from _paired(task, _process_task((task, dupe_factor)))
+        return
+    with _pool_context().Pool(num_workers, _init_worker, (tokenizer, options, random_seed)) as pool:
+        pending: collections.deque = collections.deque()
+        for task in tasks:
+            pending.append((task, pool.apply_async(_process_task, ((task, dupe_factor),))))
+            if len(pending) >= 2 * num_workers:
+                done, result = pending.popleft()
+                yield from _paired(done, result.get())
+        while pending:
+            done, result = pending.popleft()
+            yield from _paired(done, result.get())
+
+
+def _paired(task: List[Document], results: List[Tuple[Dict[str, np.ndarray], int]]
+            ) -> Iterator[Tuple[Document, Dict[str, np.ndarray], int]]:
+    for document, (arrays, tokens) in zip(task, results):
+        yield document, arrays, tokens
+
+
+class Summary:
+    """Counts for the summary line and the meta file, gathered as instances stream past."""
+
+    def __init__(self):
+        self.documents = self.documents_used = self.tokens = self.instances = 0
+        self.masked = self.real = self.swapped = 0
+        self.first: Optional[Document] = None
+
+    def add(self, document: Document, arrays: Dict[str, np.ndarray], tokens: int) -> None:
+        self.first = self.first or document
+        rows = len(arrays["input_ids"])
+        self.documents += 1
+        self.documents_used += int(rows > 0)
+        self.tokens += tokens
+        self.instances += rows
+        self.masked += int(arrays["masked_lm_weights"].sum())
+        self.real += int(arrays["input_mask"].sum())
+        self.swapped += int(arrays["next_sentence_labels"].sum())
+
+    def check(self, corpus: Corpus, part: str) -> None:
+        if not self.documents:
+            raise UserError(f"empty corpus{part}: no text in {', '.join(map(str, corpus.paths))}")
+        if not self.instances:
+            raise UserError(f"no document{part} can make a sentence pair (each needs at least two non-empty "
+                            f"sentences), e.g. {self.first.path} line {self.first.first_line}")
+
+    def as_dict(self) -> Dict[str, object]:
+        return {"documents": self.documents, "documents_used": self.documents_used,
+                "documents_skipped": self.documents - self.documents_used, "tokens": self.tokens,
+                "instances": self.instances, "masked_tokens": self.masked,
+                "masked_fraction": round(self.masked / max(self.real, 1), 4),
+                "sop_swapped_fraction": round(self.swapped / max(self.instances, 1), 4)}
 
 
 def schema(options: MaskingOptions) -> Dict[str, Dict[str, object]]:
@@ -341,35 +366,75 @@ def schema(options: MaskingOptions) -> Dict[str, Dict[str, object]]:
             "masked_lm_weights": {"type": "float32", "shape": [preds]}}
 
 
+def row_bytes(options: MaskingOptions) -> int:
+    """Bytes of one record's values (every column is 4 bytes an element)."""
+    return 4 * (3 * options.max_seq_length + 1 + 3 * options.max_predictions_per_seq)
+
+
+def part_output_file(output_file: str, shard_index: int, num_shards: int) -> Path:
+    """`DIR/wiki.mindrecord` for one part; `DIR/wiki-00001-of-00004.mindrecord` for part 1 of 4."""
+    path = Path(output_file)
+    if num_shards == 1:
+        return path
+    tag = f"-{shard_index:05d}-of-{num_shards:05d}"
+    stem, dot, suffix = path.name.rpartition(".mindrecord")
+    return path.with_name(f"{stem}{tag}{dot}{suffix}" if dot else path.name + tag)
+
+
+def check_sharding(num_shards: int, shard_index: int) -> None:
+    if num_shards < 1:
+        raise UserError(f"num_shards must be >= 1, got {num_shards}")
+    if not 0 <= shard_index < num_shards:
+        raise UserError(f"shard_index must be in [0, num_shards), got shard_index={shard_index} with "
+                        f"num_shards={num_shards}")
+
+
+def inputs_digest(paths: Sequence[Path]) -> str:
+    """Identifies the input list, so that parts made from different lists are not mixed up."""
+    return hashlib.sha256("\n".join(p.name for p in paths).encode("utf-8")).hexdigest()[:16]
+
+
 def create_pretraining_data(config) -> Dict[str, object]:
-    """The whole tool: read, tokenize, make instances, write shards and meta; returns the summary."""
+    """The whole tool: read, tokenize, make instances, write files and meta, all streamed; returns the summary."""
     started = time.time()
     options = MaskingOptions(config.max_seq_length, config.max_predictions_per_seq, config.masked_lm_prob,
                              config.short_seq_prob, config.ngram)
     options.check()
     if config.dupe_factor < 1:
         raise UserError(f"dupe_factor must be >= 1, got {config.dupe_factor}")
-    check_output_free(config.output_file, config.partition_number, config.overwrite)
+    check_sharding(config.num_shards, config.shard_index)
+    output_file = part_output_file(config.output_file, config.shard_index, config.num_shards)
+    check_output_free(output_file, 1, config.overwrite)
     paths = resolve_input_files(config.input_file)
+    corpus = Corpus(paths, config.input_format, config.text_key, config.shard_index, config.num_shards)
     tokenizer = tokenizer_from_config(config)
-    documents = read_documents(paths)
-    if not documents:
-        raise UserError(f"empty corpus: no text in {', '.join(map(str, paths))}")
-    instances, stats = make_instances(documents, tokenizer, options, config.dupe_factor, config.random_seed,
-                                      config.num_workers, progress=config.progress)
-    masked = instances["masked_lm_weights"].sum()
-    real = instances["input_mask"].sum()
-    stats.update(input_files=len(paths), input_bytes=sum(p.stat().st_size for p in paths),
-                 masked_tokens=int(masked), masked_fraction=round(float(masked / real), 4),
-                 sop_swapped_fraction=round(float(instances["next_sentence_labels"].mean()), 4))
-    meta = {"kind": "pretraining", "columns": list(COLUMNS), "max_seq_length": options.max_seq_length,
-            "max_predictions_per_seq": options.max_predictions_per_seq, "tokenizer": tokenizer.describe(),
-            "options": {"masked_lm_prob": options.masked_lm_prob, "short_seq_prob": options.short_seq_prob,
-                        "ngram": options.ngram, "dupe_factor": config.dupe_factor,
-                        "random_seed": config.random_seed}, "stats": stats}
-    meta = write_records(config.output_file, schema(options), ColumnTable(instances), meta,
-                         config.partition_number, config.overwrite, description="albert pretraining",
-                         num_workers=config.num_workers)
+    per_file = config.records_per_file or max(1, FILE_BYTES // row_bytes(options))
+    part = f" (part {config.shard_index} of {config.num_shards})" if config.num_shards > 1 else ""
+    summary = Summary()
+    bar = Progress(corpus.total_bytes, "MB of input", enabled=config.progress, scale=1e6)
+    tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor))
+    with RecordWriter(output_file, schema(options), "albert pretraining", records_per_file=per_file,
+                      overwrite=config.overwrite) as out:
+        for document, arrays, tokens in instance_stream(tasks, tokenizer, options, config.dupe_factor,
+                                                        config.random_seed, config.num_workers):
+            summary.add(document, arrays, tokens)
+            out.write(ColumnTable(arrays))
+            bar.update(corpus.bytes_read - bar.done)
+        bar.close()
+        summary.check(corpus, part)
+        stats = dict(summary.as_dict(), input_files=len(paths), input_bytes=corpus.total_bytes)
+        meta = {"kind": "pretraining", "columns": list(COLUMNS), "max_seq_length": options.max_seq_length,
+                "max_predictions_per_seq": options.max_predictions_per_seq, "tokenizer": tokenizer.describe(),
+                "options": {"masked_lm_prob": options.masked_lm_prob, "short_seq_prob": options.short_seq_prob,
+                            "ngram": options.ngram, "dupe_factor": config.dupe_factor,
+                            "random_seed": config.random_seed},
+                "input": {"files": len(paths), "digest": inputs_digest(paths), "format": config.input_format,
+                          "text_key": config.text_key},
+                "part": {"index": config.shard_index, "count": config.num_shards,
+                         "of": Path(config.output_file).name},
+                "order": "input order (file, document, round, pair); training shuffles the rows itself",
+                "stats": stats}
+        meta = out.publish(meta)
     stats["seconds"] = round(time.time() - started, 2)
     stats["output_files"] = meta["files"]
     return stats

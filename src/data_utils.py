@@ -151,8 +151,8 @@ class Progress:
     """A progress bar on stderr: redrawn in place every 0.5 s on a terminal; in a log file (not a terminal), one
     line every 30 s so logs stay readable. Silent when disabled."""
 
-    def __init__(self, total: int, unit: str, enabled: bool = True, stream: Any = None):
-        self.total, self.unit, self.enabled = total, unit, enabled
+    def __init__(self, total: int, unit: str, enabled: bool = True, stream: Any = None, scale: float = 1.0):
+        self.total, self.unit, self.enabled, self.scale = total, unit, enabled, scale
         self.stream = stream or sys.stderr
         self.interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
         self.done = 0
@@ -171,7 +171,9 @@ class Progress:
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else 0.0
         bar = "#" * int(30 * fraction)
-        line = f"[{bar:<30}] {self.done}/{self.total} {self.unit} {rate:.1f}/s eta {eta:.0f}s"
+        digits = 0 if self.scale == 1 else 1
+        done, total = (f"{count / self.scale:.{digits}f}" for count in (self.done, self.total))
+        line = f"[{bar:<30}] {done}/{total} {self.unit} {rate / self.scale:.1f}/s eta {eta:.0f}s"
         self.stream.write(f"\r{line}" if self.interactive else f"{line}\n")
         self.stream.flush()
 

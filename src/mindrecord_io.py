@@ -1,23 +1,27 @@
-"""Writing MindRecord outputs so that an interrupted run leaves nothing that looks complete.
+"""Writing MindRecord outputs as a stream, so that memory does not grow with the data and an interrupted run
+leaves nothing that looks complete.
 
-Every data creator writes through `write_records`: the shards, their `.db` index files and any sidecar files
-(e.g. SQuAD's feature map) are written into a hidden temporary folder beside the output, moved into place only
-after `FileWriter.commit()`, and `<output_file>.meta.json` is written last. A reader that finds the meta file
-therefore finds complete data, and the meta file says what the data is (columns, counts, sequence length,
-tokenizer), so training scripts can check it against their model config.
+Every data creator writes through a `RecordWriter` (or `write_records`, its one-call form): records go into
+MindRecord files, their `.db` index files and any sidecar files (e.g. SQuAD's feature map) in a hidden staging
+folder beside the output, are moved into place only after every `FileWriter.commit()`, and
+`<output_file>.meta.json` is written last. A reader that finds the meta file therefore finds complete data, and
+the meta file says what the data is (files, columns, counts, sequence length, tokenizer), so training scripts can
+check it against their model config.
 
-Output naming: `--output_file DIR/train.mindrecord` with `partition_number` 1 writes `DIR/train.mindrecord`;
-with N > 1 it writes `DIR/train.mindrecord0` .. `DIR/train.mindrecord{N-1}` (MindSpore's naming), each a
-self-contained MindRecord file holding every N-th record, so that data-parallel ranks can read disjoint files.
+Two layouts:
+- `partition_number` N (the default layout, N = 1): `--output_file DIR/train.mindrecord` writes
+  `DIR/train.mindrecord` (N = 1) or `DIR/train.mindrecord0` .. `DIR/train.mindrecord{N-1}` (MindSpore's naming),
+  each a self-contained MindRecord file holding every N-th record;
+- `records_per_file` R > 0: files `DIR/train.mindrecord00000`, `DIR/train.mindrecord00001`, ... of R records each
+  (the last one shorter), as many as the data needs; for corpora whose size is not known in advance.
 """
 import json
-import multiprocessing
 import os
+import re
 import shutil
-import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Union
 
 import numpy as np
 
@@ -28,24 +32,22 @@ META_SUFFIX = ".meta.json"
 WRITE_BATCH = 2048
 
 
-def shard_paths(output_file: os.PathLike, partition_number: int) -> List[Path]:
-    """The MindRecord files FileWriter creates for `output_file` (without their `.db` indexes)."""
-    output_file = Path(output_file)
-    if partition_number == 1:
-        return [output_file]
-    return [output_file.with_name(f"{output_file.name}{i}") for i in range(partition_number)]
-
-
 def meta_path(output_file: os.PathLike) -> Path:
     return Path(str(output_file) + META_SUFFIX)
 
 
-def _all_outputs(output_file: Path, partition_number: int, sidecars: Iterable[str]) -> List[Path]:
-    paths = []
-    for shard in shard_paths(output_file, partition_number):
-        paths += [shard, Path(str(shard) + ".db")]
-    paths += [Path(str(output_file) + suffix) for suffix in sidecars]
-    return paths + [meta_path(output_file)]
+def data_file_pattern(name: str) -> "re.Pattern[str]":
+    """File names of the MindRecord files (and their .db indexes) of the data set named `name`, any layout."""
+    return re.compile(re.escape(name) + r"\d*(\.db)?")
+
+
+def _existing_outputs(output_file: Path, sidecars: Iterable[str]) -> List[Path]:
+    """Data files, sidecars and the meta of `output_file` that exist now, the meta last when present."""
+    pattern = data_file_pattern(output_file.name)
+    found = sorted(p for p in output_file.parent.iterdir() if pattern.fullmatch(p.name)) \
+        if output_file.parent.is_dir() else []
+    found += [p for p in (Path(str(output_file) + suffix) for suffix in sidecars) if p.exists()]
+    return found + [p for p in (meta_path(output_file),) if p.exists()]
 
 
 def check_output_free(output_file: os.PathLike, partition_number: int = 1, overwrite: bool = False,
@@ -59,16 +61,15 @@ def check_output_free(output_file: os.PathLike, partition_number: int = 1, overw
     if output_file.is_dir():
         raise UserError(f"output_file {output_file} is a directory; name a file inside it, "
                         f"e.g. {output_file / 'train.mindrecord'}")
-    outputs = _all_outputs(output_file, partition_number, sidecars)
-    if not overwrite and not outputs[-1].exists() and any(path.exists() for path in outputs):
-        found = next(path for path in outputs if path.exists())
-        raise UserError(f"{found} was left by an interrupted run (there is no {outputs[-1].name}); pass --overwrite "
-                        f"true to write the data again")
-    refuse_existing(outputs, overwrite)
+    outputs = _existing_outputs(output_file, sidecars)
+    if not overwrite and outputs and not meta_path(output_file).exists():
+        raise UserError(f"{outputs[0]} was left by an interrupted run (there is no {meta_path(output_file).name}); "
+                        f"pass --overwrite true to write the data again")
+    refuse_existing(outputs[:1], overwrite)
 
 
 class ColumnTable:
-    """Rows kept as one array per column: cheap to slice into shards and to hand to writer processes."""
+    """Rows kept as one array per column: how instance makers hand over many rows at once."""
 
     def __init__(self, columns: Dict[str, np.ndarray]):
         self.columns = columns
@@ -76,110 +77,150 @@ class ColumnTable:
     def __len__(self) -> int:
         return len(next(iter(self.columns.values())))
 
-    def __getitem__(self, index: slice) -> "ColumnTable":
-        return ColumnTable({name: array[index] for name, array in self.columns.items()})
-
     def __iter__(self) -> Iterator[Dict[str, np.ndarray]]:
         for i in range(len(self)):
             yield {name: array[i] for name, array in self.columns.items()}
 
 
+class RecordWriter:
+    """One data set being written: records are streamed to files in a staging folder; `publish` moves them into
+    place with the meta file last. Leaving the `with` block without publishing (an error) removes everything.
+
+        with RecordWriter(output_file, schema, "albert squad", sidecars=[".features.jsonl"]) as out:
+            out.write(records)
+            write_jsonl(out.sidecar(".features.jsonl"), rows)
+            meta = out.publish({"kind": "squad", ...})
+    """
+
+    def __init__(self, output_file: os.PathLike, schema: Dict[str, Dict[str, Any]], description: str = "",
+                 partition_number: int = 1, records_per_file: int = 0, overwrite: bool = False,
+                 sidecars: Iterable[str] = ()):
+        if records_per_file < 0:
+            raise UserError(f"records_per_file must be >= 0 (0: partition_number files), got {records_per_file}")
+        self.output_file = Path(output_file).absolute()
+        self.sidecars = list(sidecars)
+        check_output_free(self.output_file, partition_number, overwrite, self.sidecars)
+        self.schema, self.description = schema, description or self.output_file.stem
+        self.partition_number, self.records_per_file, self.overwrite = partition_number, records_per_file, overwrite
+        self.count = 0
+        self.files: List[str] = []
+        self._writers: List[Any] = []
+        self._batches: List[List[Mapping[str, Any]]] = []
+        self._created = [d for d in [self.output_file.parent, *self.output_file.parent.parents] if not d.exists()]
+        self.output_file.parent.mkdir(parents=True, exist_ok=True)
+        self.published = False
+        for stale in self.output_file.parent.glob(f".{self.output_file.name}.tmp-*"):  # left by a killed run
+            shutil.rmtree(stale, ignore_errors=True)
+        self.staging = Path(tempfile.mkdtemp(prefix=f".{self.output_file.name}.tmp-", dir=self.output_file.parent))
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        """Remove the staging folder and, when nothing was published, the folders this writer created."""
+        shutil.rmtree(self.staging, ignore_errors=True)
+        if not self.published:
+            for folder in self._created:  # deepest first
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+
+    def sidecar(self, suffix: str) -> Path:
+        """Where to write the sidecar file `suffix` (published with the data)."""
+        if suffix not in self.sidecars:
+            raise ValueError(f"sidecar {suffix} was not declared")
+        return self.staging / (self.output_file.name + suffix)
+
+    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
+        """Append records (dicts of column -> value, or a ColumnTable)."""
+        for record in records:
+            if self.records_per_file:
+                if self.count % self.records_per_file == 0:
+                    self._roll_over()
+                target = 0
+            else:
+                if not self._writers:
+                    self._open_partitions()
+                target = self.count % self.partition_number
+            batch = self._batches[target]
+            batch.append(record)
+            self.count += 1
+            if len(batch) == WRITE_BATCH:
+                self._writers[target].write_raw_data(batch)
+                batch.clear()
+
+    def _new_writer(self, name: str) -> None:
+        from mindspore.mindrecord import FileWriter  # deferred: importing MindSpore costs seconds
+
+        writer = FileWriter(str(self.staging / name), shard_num=1)
+        writer.add_schema(self.schema, self.description)
+        _cache_schema_lookups(writer)
+        self._writers.append(writer)
+        self._batches.append([])
+        self.files.append(name)
+
+    def _open_partitions(self) -> None:
+        """FileWriter(shard_num=N) spreads records over its shards in an order that varies from run to run, so
+        partitions are written as independent files to keep every file's content reproducible."""
+        name = self.output_file.name
+        for k in range(self.partition_number):
+            self._new_writer(name if self.partition_number == 1 else f"{name}{k}")
+
+    def _roll_over(self) -> None:
+        """Close the current file (its index is built now, so memory stays bounded) and start the next."""
+        self._commit_open()
+        self._writers, self._batches = [], []
+        self._new_writer(f"{self.output_file.name}{len(self.files):05d}")
+
+    def _commit_open(self) -> None:
+        for writer, batch in zip(self._writers, self._batches):
+            if batch:
+                writer.write_raw_data(batch)
+                batch.clear()
+            writer.commit()
+
+    def publish(self, meta: Dict[str, Any]) -> Dict[str, Any]:
+        """Commit the files and move everything into place; returns `meta` completed with the file names, the
+        number of records and the schema, as written to `<output_file>.meta.json`."""
+        if self.count == 0:
+            raise UserError(f"no records to write to {self.output_file}")
+        self._commit_open()
+        self._writers, self._batches = [], []
+        meta = dict(meta, files=list(self.files), num_records=self.count, schema=self.schema)
+        final_meta = meta_path(self.output_file)
+        if self.overwrite:
+            for path in _existing_outputs(self.output_file, self.sidecars):
+                path.unlink()
+        mode = default_file_mode()
+        staged = [name for file in self.files for name in (file, file + ".db")]
+        staged += [self.output_file.name + suffix for suffix in self.sidecars]
+        for name in staged:
+            os.chmod(self.staging / name, mode)  # FileWriter creates 0600 files
+            os.replace(self.staging / name, self.output_file.with_name(name))
+        tmp_meta = self.staging / final_meta.name
+        tmp_meta.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.chmod(tmp_meta, mode)
+        os.replace(tmp_meta, final_meta)
+        self.published = True
+        return meta
+
+
 def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]],
                   records: Union[Iterable[Mapping[str, Any]], ColumnTable], meta: Dict[str, Any],
                   partition_number: int = 1, overwrite: bool = False,
-                  sidecars: Optional[Dict[str, Callable[[Path], None]]] = None, description: str = "",
-                  num_workers: int = 1) -> Dict[str, Any]:
-    """Write `records` as MindRecord shards plus sidecars, atomically; returns the meta dict written.
+                  sidecars: Optional[Dict[str, Callable[[Path], None]]] = None, description: str = "") -> Dict[str, Any]:
+    """Write `records` (streamed) as MindRecord files plus sidecars, atomically; returns the meta dict written.
 
-    `sidecars` maps a file suffix (".features.jsonl") to a function that writes that file at the given path.
-    `meta` is completed with the file names, the number of records and the schema. A ColumnTable written to
-    several shards with `num_workers` > 1 is written by that many processes at once (the files are the same).
+    `sidecars` maps a file suffix (".features.jsonl") to a function that writes that file at the given path,
+    called after every record was consumed.
     """
     sidecars = sidecars or {}
-    output_file = Path(output_file).absolute()
-    check_output_free(output_file, partition_number, overwrite, sidecars)
-    output_file.parent.mkdir(parents=True, exist_ok=True)
-    for stale in output_file.parent.glob(f".{output_file.name}.tmp-*"):  # left by a killed run
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_file.name}.tmp-", dir=output_file.parent))
-    try:
-        paths = [staging / p.name for p in shard_paths(output_file, partition_number)]
-        description = description or output_file.stem
-        if isinstance(records, ColumnTable) and num_workers > 1 and partition_number > 1 and _can_fork():
-            count = _write_shards_in_processes(paths, schema, records, description, num_workers)
-        else:
-            count = _write_shards(paths, schema, records, description)
-        if count == 0:
-            raise UserError(f"no records to write to {output_file}")
+    with RecordWriter(output_file, schema, description, partition_number, 0, overwrite, sidecars) as out:
+        out.write(records)
         for suffix, write in sidecars.items():
-            write(staging / (output_file.name + suffix))
-        meta = dict(meta, files=[p.name for p in shard_paths(output_file, partition_number)],
-                    num_records=count, schema=schema)
-        _publish(staging, output_file, partition_number, list(sidecars), meta, overwrite)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return meta
-
-
-def _can_fork() -> bool:
-    """Writer processes are forked (they inherit the rows without copying); a process that has loaded MindSpore
-    (and its threads) must not fork, so it writes the shards itself."""
-    return sys.platform.startswith("linux") and "mindspore" not in sys.modules
-
-
-# The table the forked writer processes read their shards from (set just before the pool forks).
-_SHARED_TABLE: Optional[ColumnTable] = None
-
-
-def _write_shard_of_shared_table(args: Tuple[int, int, Path, Dict[str, Dict[str, Any]], str]) -> int:
-    shard, num_shards, path, schema, description = args
-    return _write_shards([path], schema, _SHARED_TABLE[shard::num_shards], description)
-
-
-def _write_shards_in_processes(paths: List[Path], schema: Dict[str, Dict[str, Any]], table: ColumnTable,
-                               description: str, num_workers: int) -> int:
-    """Shard k holds rows k, k+N, ... exactly as `_write_shards` deals them, written by a pool of processes."""
-    global _SHARED_TABLE
-    _SHARED_TABLE = table
-    try:
-        jobs = [(k, len(paths), path, schema, description) for k, path in enumerate(paths)]
-        with multiprocessing.get_context("fork").Pool(min(num_workers, len(paths))) as pool:
-            return sum(pool.map(_write_shard_of_shared_table, jobs))
-    finally:
-        _SHARED_TABLE = None
-
-
-def _write_shards(paths: List[Path], schema: Dict[str, Dict[str, Any]], records: Iterable[Mapping[str, Any]],
-                  description: str) -> int:
-    """Deal records round-robin to one single-file writer per shard; returns the number written.
-
-    FileWriter(shard_num=N) spreads records over its shards in an order that varies from run to run, so
-    shards are written as independent files here to keep every file's content reproducible.
-    """
-    from mindspore.mindrecord import FileWriter  # deferred: importing MindSpore costs seconds
-
-    writers = []
-    for path in paths:
-        writer = FileWriter(str(path), shard_num=1)
-        writer.add_schema(schema, description)
-        _cache_schema_lookups(writer)
-        writers.append(writer)
-    batches: List[List[Mapping[str, Any]]] = [[] for _ in paths]
-    count = 0
-    for record in records:
-        batch = batches[count % len(paths)]
-        batch.append(record)
-        count += 1
-        if len(batch) == WRITE_BATCH:
-            writers[(count - 1) % len(paths)].write_raw_data(batch)
-            batch.clear()
-    if count == 0:
-        return 0  # nothing committed; the caller reports the empty output
-    for writer, batch in zip(writers, batches):
-        if batch:
-            writer.write_raw_data(batch)
-        writer.commit()
-    return count
+            write(out.sidecar(suffix))
+        return out.publish(meta)
 
 
 def _cache_schema_lookups(writer: Any) -> None:
@@ -197,24 +238,6 @@ def _cache_schema_lookups(writer: Any) -> None:
     schema, blob_fields = header.schema, header.blob_fields
     header.__class__ = type("SchemaCachedHeader", (header_class,), {
         "schema": property(lambda self: schema), "blob_fields": property(lambda self: blob_fields)})
-
-
-def _publish(staging: Path, output_file: Path, partition_number: int, sidecars: List[str],
-             meta: Dict[str, Any], overwrite: bool) -> None:
-    """Move the staged files into place; the meta file goes last, so its presence means the data is complete."""
-    final_meta = meta_path(output_file)
-    if overwrite:
-        for path in [final_meta] + _all_outputs(output_file, partition_number, sidecars):
-            if path.exists():
-                path.unlink()
-    mode = default_file_mode()
-    for path in _all_outputs(output_file, partition_number, sidecars)[:-1]:
-        os.chmod(staging / path.name, mode)  # FileWriter creates 0600 files
-        os.replace(staging / path.name, path)
-    tmp_meta = staging / final_meta.name
-    tmp_meta.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.chmod(tmp_meta, mode)
-    os.replace(tmp_meta, final_meta)
 
 
 def write_jsonl(path: Path, rows: Iterable[Any]) -> None:

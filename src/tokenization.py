@@ -9,6 +9,7 @@ Everything that depends on the kind of vocabulary (special token names, which pi
 join back into text) lives here, so the data-creation modules never branch on the tokenizer type.
 """
 import collections
+import hashlib
 import re
 import string
 import unicodedata
@@ -432,7 +433,10 @@ class FullTokenizer:
         return (normalized if len(normalized) == len(by_char) else by_char), origin
 
     def describe(self) -> Dict[str, object]:
-        """What a data sidecar records so that readers can check the data matches a model config."""
-        return {"kind": self.kind, "model_file": self.model_file, "vocab_size": self.vocab_size,
+        """What a data sidecar records so that readers can check the data matches a model config (and that parts
+        of one data set made on different machines used the same vocabulary: the file's digest)."""
+        with open(self.model_file, "rb") as handle:
+            digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+        return {"kind": self.kind, "model_file": self.model_file, "model_sha256": digest, "vocab_size": self.vocab_size,
                 "do_lower_case": self.do_lower_case, "pad_id": self.pad_id, "cls_id": self.cls_id,
                 "sep_id": self.sep_id, "mask_id": self.mask_id}

@@ -43,6 +43,24 @@ def raw(content: bytes) -> Maker:
     return lambda bad, fx: bad.write_bytes(content)
 
 
+def gzip_cut(content: str) -> Maker:
+    """`content` gzip-compressed, then cut in the middle of the stream (a download that stopped)."""
+    import gzip
+    return lambda bad, fx: bad.write_bytes(gzip.compress(content.encode("utf-8"))[:-40])
+
+
+def parts(*runs: Sequence[str]) -> Maker:
+    """A folder {bad} holding the pretraining data sets (parts) made by running the creator with each `runs` argv."""
+    def make(bad: Path, fx: Path) -> None:
+        from src import create_pretraining_data
+        for extra in runs:
+            argv = ["--input_file", str(ASSETS / "pretrain" / "bert_sample_text.txt"), "--output_file",
+                    str(bad / "pt.mindrecord"), "--spm_model_file", str(ASSETS / "tokenizer" / "albert_30k-clean.model"),
+                    "--dupe_factor", "1", "--max_predictions_per_seq", "5", "--progress", "false", *extra]
+            assert create_pretraining_data.main(argv) == 0
+    return make
+
+
 def copy_of(name: str, truncate: int = 0, drop: str = "") -> Maker:
     """The fixture data set `name` (with its .db, meta and sidecars) copied as {bad}: the data file cut to
     `truncate` bytes, the sidecar ending in `drop` left out."""
@@ -51,7 +69,7 @@ def copy_of(name: str, truncate: int = 0, drop: str = "") -> Maker:
             if not drop or not source.name.endswith(drop):
                 shutil.copy(source, bad.parent / source.name)
         if truncate:
-            bad.write_bytes((fx / name).read_bytes()[:truncate])
+            bad.write_bytes((fx / bad.name).read_bytes()[:truncate])
     return make
 
 
@@ -112,8 +130,8 @@ MATRIX: List[Row] = [
         ["data not found: {tmp}/missing.mindrecord"], process=True),
     row(PRE, "empty data file", "--data_dir {bad}", ["{bad}: empty file, not MindRecord data"], raw(b""),
         bad="bad.mindrecord"),
-    row(PRE, "truncated data file", "--data_dir {bad}", ["{bad}: not readable MindRecord data"],
-        copy_of("pt.mindrecord", truncate=3000), bad="pt.mindrecord"),
+    row(PRE, "truncated data file", "--data_dir {tmp}/pt.mindrecord", ["{bad}: not readable MindRecord data"],
+        copy_of("pt.mindrecord", truncate=3000), bad="pt.mindrecord00000"),
     row(PRE, "data of another task", "--data_dir {fx}/mrpc_train.mindrecord",
         ["{fx}/mrpc_train.mindrecord: columns", "missing", "written for this task?"]),
     row(PRE, "malformed yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("batch_size: [8\n"),
@@ -244,8 +262,22 @@ MATRIX: List[Row] = [
     row(MAKE_PT, "one-sentence documents", "--input_file {bad}",
         ["no document can make a sentence pair", "{bad} line 1"], text("One sentence.\n\nAnother one.\n"),
         bad="bad.txt"),
-    row(MAKE_PT, "not UTF-8", "--input_file {bad}", ["{bad}: not UTF-8 text"], raw(b"\xff\xfe\x00text\n"),
+    row(MAKE_PT, "not UTF-8", "--input_file {bad}", ["{bad} line 1: not UTF-8 text"], raw(b"\xff\xfe\x00text\n"),
         bad="bad.txt", process=True),
+    row(MAKE_PT, "malformed JSON line", "--input_file {bad}", ["{bad} line 2: malformed json"],
+        text('{"text": "One. Two."}\n{"text": \n'), bad="bad.jsonl"),
+    row(MAKE_PT, "JSON line without the text field", "--input_file {bad}",
+        ["{bad} line 1: no 'text' field (keys: body)", "--text_key"], text('{"body": "One. Two."}\n'), bad="bad.jsonl"),
+    row(MAKE_PT, "JSON text not a string", "--input_file {bad}",
+        ["{bad} line 1: field 'text' should be a string, got list"], text('{"text": ["One."]}\n'), bad="bad.jsonl"),
+    row(MAKE_PT, "truncated gzip", "--input_file {bad}", ["{bad} line", "damaged or truncated compressed data"],
+        gzip_cut("First sentence here.\nSecond sentence here.\n" * 400), bad="bad.txt.gz"),
+    row(MAKE_PT, "damaged bz2", "--input_file {bad}", ["{bad} line 1: damaged or truncated compressed data"],
+        raw(b"BZh9" + b"not bzip2 data" * 8), bad="bad.txt.bz2"),
+    row(MAKE_PT, "not UTF-8 inside gzip", "--input_file {bad}", ["{bad} line 2: not UTF-8 text"],
+        lambda bad, fx: bad.write_bytes(__import__("gzip").compress(b"fine.\n\xff bad\n")), bad="bad.txt.gz"),
+    row(MAKE_PT, "shard_index >= num_shards", "--num_shards 2 --shard_index 2",
+        ["shard_index must be in [0, num_shards), got shard_index=2 with num_shards=2"]),
     row(MAKE_PT, "missing SentencePiece model", "--spm_model_file {tmp}/missing.model",
         ["SentencePiece model not found: {tmp}/missing.model"]),
     row(MAKE_PT, "not a SentencePiece model", "--spm_model_file {bad}", ["{bad}: not a SentencePiece model"],
@@ -260,6 +292,14 @@ MATRIX: List[Row] = [
     row(MAKE_PT, "max_seq_length 4", "--max_seq_length 4", ["max_seq_length must be at least 8, got 4"]),
     row(MAKE_PT, "existing output", "--output_file {bad}", ["output already exists: {bad}", "--overwrite true"],
         copy_of("pt.mindrecord"), bad="pt.mindrecord"),
+    # ------------------------------------------------------------------------- run_pretrain on a folder of parts
+    row(PRE, "parts of different settings in one folder", "--data_dir {bad}",
+        ["{bad}/pt-00000-of-00002.mindrecord.meta.json and {bad}/pt-00001-of-00002.mindrecord.meta.json were made with "
+         "different settings (max_seq_length 32 vs 48", "separate folders"],
+        parts(("--num_shards", "2", "--shard_index", "0", "--max_seq_length", "32"),
+              ("--num_shards", "2", "--shard_index", "1", "--max_seq_length", "48")), bad="parts"),
+    row(PRE, "a part missing", "--data_dir {bad}", ["{bad}: part 1 of 2 of pt.mindrecord is missing (found parts [0])"],
+        parts(("--num_shards", "2", "--shard_index", "0", "--max_seq_length", "32"),), bad="parts"),
     # ---------------------------------------------------------------------------------------------- create_finetune
     row(MAKE_FT, "missing input", "--input_file {tmp}/missing.tsv", ["input file not found: {tmp}/missing.tsv"]),
     row(MAKE_FT, "empty tsv", "--input_file {bad}", ["{bad}: no examples"], text(""), bad="bad.tsv"),

@@ -109,11 +109,11 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(data, tmp_path):
 
 
 CREATE = ["-m", "src.create_pretraining_data", "--max_seq_length", "32", "--max_predictions_per_seq", "5",
-          "--dupe_factor", "1", "--random_seed", "1", "--progress", "false", "--partition_number", "2"]
+          "--dupe_factor", "1", "--random_seed", "1", "--progress", "false", "--records_per_file", "40"]
 
 
 def test_data_creation_killed_leaves_nothing_that_passes_for_data(data, tmp_path):
-    from dataset import read_column
+    from dataset import count_rows, load_data_meta, read_column
 
     def create(output: Path, *extra: str) -> List[str]:
         return CREATE + ["--input_file", str(data["folder"] / "corpus.txt"), "--output_file", str(output),
@@ -121,23 +121,39 @@ def test_data_creation_killed_leaves_nothing_that_passes_for_data(data, tmp_path
 
     ok(run(create(tmp_path / "clean" / "train.mindrecord")))
     expected = read_column(tmp_path / "clean" / "train.mindrecord", "input_ids")
+    assert len(load_data_meta(tmp_path / "clean" / "train.mindrecord")["files"]) >= 3
 
-    # Killed while a shard is being written: nothing under the output's names, so a plain rerun just works.
+    # Killed while the second file is being written (the first one is complete): nothing under the output's
+    # names, so a plain rerun just works.
     cut = tmp_path / "cut" / "train.mindrecord"
-    killed_at("mindrecord_write", 1, create(cut))
+    killed_at("mindrecord_write", 2, create(cut))
     assert not list(cut.parent.glob("train.mindrecord*"))
     ok(run(create(cut)))
     np.testing.assert_array_equal(read_column(cut, "input_ids"), expected)
     assert [p.name for p in cut.parent.iterdir() if p.name.startswith(".")] == [], "stale staging folder left"
 
-    # Killed after the first shard was moved into place: without the meta file it is refused everywhere.
+    # Killed after the first file was moved into place: without the meta file it is refused everywhere.
     half = tmp_path / "half" / "train.mindrecord"
     killed_at("mindrecord_publish", 1, create(half))
-    assert (half.parent / "train.mindrecord0").exists() and not (half.parent / "train.mindrecord.meta.json").exists()
+    assert (half.parent / "train.mindrecord00000").exists() and not (half.parent / "train.mindrecord.meta.json").exists()
     one_line_error(run(pretrain({"train": half}, tmp_path / "out", "--train_steps", "1")), "not completely written")
+    one_line_error(run(pretrain({"train": half.parent}, tmp_path / "out", "--train_steps", "1")),
+                   "train.mindrecord00000: its index file train.mindrecord00000.db is missing", "interrupted")
     one_line_error(run(create(half)), "interrupted", "--overwrite")
     ok(run(create(half, "--overwrite", "true")))
     np.testing.assert_array_equal(read_column(half, "input_ids"), expected)
+
+    # Part 1 of 2 killed mid-publish beside a complete part 0: the folder does not pass for the data set, and the
+    # rerun of part 1 alone completes it to the union of the parts, every record of the unsharded run once.
+    parts = tmp_path / "parts" / "train.mindrecord"
+    ok(run(create(parts, "--num_shards", "2", "--shard_index", "0")))
+    killed_at("mindrecord_publish", 1, create(parts, "--num_shards", "2", "--shard_index", "1"))
+    one_line_error(run(pretrain({"train": parts.parent}, tmp_path / "out", "--train_steps", "1")),
+                   "part 1 of 2 of train.mindrecord is missing")
+    ok(run(create(parts, "--num_shards", "2", "--shard_index", "1", "--overwrite", "true")))
+    assert count_rows(parts.parent) == len(expected)
+    union = read_column(parts.parent, "input_ids")
+    assert sorted(map(bytes, union)) == sorted(map(bytes, expected))
 
 
 @pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")

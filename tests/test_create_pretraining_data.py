@@ -10,24 +10,32 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import dataset
 from model_utils.errors import UserError, run_cli
 from src import create_pretraining_data as cpd
+from src.corpus import read_documents
 from src.tokenization import FullTokenizer
 
 SEQ = 128
 
 
+def make_instances(documents, tokenizer, options, dupe_factor, random_seed, num_workers=1):
+    """Every instance of `documents`, concatenated in the order the tool writes them."""
+    tasks = cpd.document_tasks(documents, cpd.task_bytes(options, dupe_factor))
+    per_document = [arrays for _, arrays, _ in cpd.instance_stream(tasks, tokenizer, options, dupe_factor,
+                                                                   random_seed, num_workers)]
+    return {name: np.concatenate([a[name] for a in per_document]) for name in cpd.COLUMNS}
+
+
 @pytest.fixture(scope="module")
 def documents(assets):
-    docs = cpd.read_documents([assets / "derived" / "squad_v1.1_dev_contexts_corpus.txt"])
-    return docs[:150]
+    return list(read_documents([assets / "derived" / "squad_v1.1_dev_contexts_corpus.txt"]))[:150]
 
 
 @pytest.fixture(scope="module")
 def instances(documents, tokenizer):
     options = cpd.MaskingOptions(max_seq_length=SEQ, max_predictions_per_seq=40)
-    arrays, stats = cpd.make_instances(documents, tokenizer, options, dupe_factor=2, random_seed=7)
-    return arrays, stats
+    return make_instances(documents, tokenizer, options, dupe_factor=2, random_seed=7)
 
 
 def _restore(arrays, i):
@@ -50,7 +58,7 @@ def _find_all(haystack: bytes, needle: bytes):
 def test_documents_split_at_blank_lines(tmp_path):
     corpus = tmp_path / "c.txt"
     corpus.write_text("a b.\nc d.\n\n\n e f. \n\ng.\n", encoding="utf-8")
-    docs = cpd.read_documents([corpus])
+    docs = list(read_documents([corpus]))
     assert [d.sentences for d in docs] == [["a b.", "c d."], ["e f."], ["g."]]
     assert [d.first_line for d in docs] == [1, 5, 7]
 
@@ -60,9 +68,9 @@ def test_segments_are_text_in_order_and_sop_balanced(instances, documents, spm_p
     hf = transformers.AlbertTokenizer(vocab_file=spm_path, do_lower_case=True, keep_accents=False)
     streams = [np.array([t for s in d.sentences for t in hf.encode(s, add_special_tokens=False)], np.int32).tobytes()
                for d in documents]
-    arrays, stats = instances
+    arrays = instances
     labels = arrays["next_sentence_labels"]
-    assert stats["instances"] == len(labels) > 500
+    assert len(labels) > 500
     assert abs(labels.mean() - 0.5) < 0.05  # binomial sd at n>500 is < 0.023
     checked = 0
     for i in range(0, len(labels), 3):
@@ -89,7 +97,7 @@ def test_segments_are_text_in_order_and_sop_balanced(instances, documents, spm_p
 
 
 def test_masking_rate_and_80_10_10(instances, tokenizer):
-    arrays, _ = instances
+    arrays = instances
     lengths = arrays["input_mask"].sum(1)
     predicted = arrays["masked_lm_weights"].sum(1)
     budget = np.maximum(1, np.round(lengths * 0.15))
@@ -164,42 +172,45 @@ def _config_args(spm_path, inputs, output, *extra):
             "--max_seq_length", str(SEQ), "--dupe_factor", "2", "--progress", "false", *extra]
 
 
-def _read_records(*paths):
-    """Rows in file order (MindDataset without shuffle is ordered; FileReader interleaves shards)."""
+def _read_records(data):
+    """Rows in the data set's file order (MindDataset without shuffle is ordered)."""
     import mindspore.dataset as ds
-    data = ds.MindDataset([str(p) for p in paths], shuffle=False)
-    return list(data.create_dict_iterator(output_numpy=True))
+    files = dataset.resolve_mindrecord_files(data)
+    return list(ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True))
 
 
 def _row_key(row):
     return b"".join(np.asarray(row[name]).tobytes() for name in cpd.COLUMNS)
 
 
-def test_same_records_for_any_worker_count(tmp_path, spm_path, assets, capsys):
+def test_same_records_for_any_worker_count_and_file_size(tmp_path, spm_path, assets, capsys):
     inputs = f"{assets}/pretrain/bert_sample_text.txt,{assets}/derived/squad_v1.1_dev_contexts_corpus.txt"
-    one, two, single = tmp_path / "one.mindrecord", tmp_path / "two.mindrecord", tmp_path / "single.mindrecord"
-    common = ["--dupe_factor", "1", "--partition_number", "2"]
-    assert cpd.main(_config_args(spm_path, inputs, one, *common, "--num_workers", "1")) == 0
+    one, two, small = tmp_path / "one.mindrecord", tmp_path / "two.mindrecord", tmp_path / "small.mindrecord"
+    assert cpd.main(_config_args(spm_path, inputs, one, "--dupe_factor", "1", "--num_workers", "1")) == 0
     assert "summary: documents=" in capsys.readouterr().out
-    assert cpd.main(_config_args(spm_path, inputs, two, *common, "--num_workers", "2")) == 0
-    rows_one = _read_records(str(one) + "0", str(one) + "1")
-    rows_two = _read_records(str(two) + "0", str(two) + "1")
+    assert cpd.main(_config_args(spm_path, inputs, two, "--dupe_factor", "1", "--num_workers", "2")) == 0
+    rows_one, rows_two = _read_records(one), _read_records(two)
     assert len(rows_one) == len(rows_two) > 1000
     assert [_row_key(r) for r in rows_one] == [_row_key(r) for r in rows_two]
-    # One file instead of two shards: the same records (shards only distribute them).
-    assert cpd.main(_config_args(spm_path, inputs, single, "--dupe_factor", "1", "--num_workers", "2")) == 0
-    assert sorted(map(_row_key, _read_records(single))) == sorted(map(_row_key, rows_one))
+    # Files of 400 records instead of one: the same records in the same order, only cut into files.
+    assert cpd.main(_config_args(spm_path, inputs, small, "--dupe_factor", "1", "--num_workers", "2",
+                                 "--records_per_file", "400")) == 0
+    assert [_row_key(r) for r in _read_records(small)] == [_row_key(r) for r in rows_one]
+    meta = dataset.load_data_meta(small)
+    count = -(-len(rows_one) // 400)
+    assert meta["files"] == [f"small.mindrecord{i:05d}" for i in range(count)]
+    assert [dataset.count_rows(tmp_path / name) for name in meta["files"]] == [400] * (count - 1) + [
+        len(rows_one) - 400 * (count - 1)]
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"one.mindrecord0", "one.mindrecord0.db", "one.mindrecord1", "one.mindrecord1.db",
-            "one.mindrecord.meta.json", "single.mindrecord", "single.mindrecord.db"} <= names
+    assert {"one.mindrecord00000", "one.mindrecord00000.db", "one.mindrecord.meta.json"} <= names
     assert not [n for n in names if "tmp" in n]
 
 
 def test_seed_changes_records(documents, tokenizer):
     options = cpd.MaskingOptions(max_seq_length=SEQ)
-    first, _ = cpd.make_instances(documents[:20], tokenizer, options, 1, random_seed=1)
-    again, _ = cpd.make_instances(documents[:20], tokenizer, options, 1, random_seed=1)
-    other, _ = cpd.make_instances(documents[:20], tokenizer, options, 1, random_seed=2)
+    first = make_instances(documents[:20], tokenizer, options, 1, random_seed=1)
+    again = make_instances(documents[:20], tokenizer, options, 1, random_seed=1)
+    other = make_instances(documents[:20], tokenizer, options, 1, random_seed=2)
     np.testing.assert_array_equal(first["input_ids"], again["input_ids"])
     assert not np.array_equal(first["masked_lm_positions"], other["masked_lm_positions"])
 
@@ -241,10 +252,11 @@ def test_existing_output_and_interrupted_write(tmp_path, spm_path, assets, monke
     corpus = str(assets / "pretrain" / "bert_sample_text.txt")
     out = tmp_path / "o.mindrecord"
     assert cpd.main(_config_args(spm_path, corpus, out)) == 0
-    before = out.read_bytes()
+    written = tmp_path / "o.mindrecord00000"
+    before = written.read_bytes()
     with pytest.raises(UserError, match="already exists.*--overwrite"):
         cpd.main(_config_args(spm_path, corpus, out))
-    assert out.read_bytes() == before
+    assert written.read_bytes() == before
 
     from mindspore import mindrecord
 
@@ -254,8 +266,8 @@ def test_existing_output_and_interrupted_write(tmp_path, spm_path, assets, monke
     monkeypatch.setattr(mindrecord.FileWriter, "commit", fail)
     with pytest.raises(KeyboardInterrupt):
         cpd.main(_config_args(spm_path, corpus, tmp_path / "new.mindrecord"))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.mindrecord", "o.mindrecord.db",
-                                                          "o.mindrecord.meta.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.mindrecord.meta.json", "o.mindrecord00000",
+                                                          "o.mindrecord00000.db"]
     monkeypatch.undo()
     assert cpd.main(_config_args(spm_path, corpus, out, "--overwrite", "true", "--random_seed", "3")) == 0
     assert len(_read_records(out)) > 0

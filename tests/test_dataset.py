@@ -16,7 +16,7 @@ def data(tmp_path_factory, assets):
     spm = str(assets / "tokenizer" / "albert_30k-clean.model")
     common = ["--spm_model_file", spm, "--max_seq_length", "64"]
     cpd.main(common + ["--input_file", str(assets / "pretrain" / "bert_sample_text.txt"), "--output_file",
-                       str(root / "pretrain" / "pt.mindrecord"), "--dupe_factor", "3", "--partition_number", "2",
+                       str(root / "pretrain" / "pt.mindrecord"), "--dupe_factor", "3", "--records_per_file", "30",
                        "--max_predictions_per_seq", "10", "--progress", "false"])
     cfd.main(common + ["--task_name", "mrpc", "--data_dir", str(assets / "glue" / "MRPC"), "--split", "dev",
                        "--output_file", str(root / "mrpc_dev.mindrecord")])
@@ -49,7 +49,7 @@ def test_pretraining_columns_and_types(data):
 def test_folder_output_file_and_list_resolve_to_the_same_files(data):
     by_dir = dataset.resolve_mindrecord_files(data / "pretrain")
     by_name = dataset.resolve_mindrecord_files(data / "pretrain" / "pt.mindrecord")
-    assert by_dir == by_name == [str(data / "pretrain" / "pt.mindrecord0"), str(data / "pretrain" / "pt.mindrecord1")]
+    assert by_dir == by_name == [str(data / "pretrain" / f"pt.mindrecord{i:05d}") for i in range(2)]
     assert dataset.resolve_mindrecord_files(by_dir) == by_dir
 
 
@@ -118,7 +118,7 @@ def test_errors(data, tmp_path):
 
 def test_data_meta_checks(data):
     meta = dataset.load_data_meta(data / "pretrain")
-    assert meta == dataset.load_data_meta(data / "pretrain" / "pt.mindrecord1")
+    assert meta == dataset.load_data_meta(data / "pretrain" / "pt.mindrecord00001")
     assert meta["kind"] == "pretraining" and meta["max_seq_length"] == 64 and meta["tokenizer"]["vocab_size"] == 30000
     dataset.check_data_meta(meta, vocab_size=30000, max_seq_length=64)
     with pytest.raises(UserError, match="30000-token vocabulary"):
