@@ -1,11 +1,14 @@
 """Every fine-tuning task end to end on the real assets with a tiny model: create data -> train -> eval/predict ->
-metrics and predictions files; loss falls; scores equal the SQuAD scoring CLI; checkpoints reload; bad input."""
+metrics and predictions files; loss falls; checkpoints reload; bad input. The scores in eval_results.json are
+recomputed independently: classification and RACE by scikit-learn, STS-B by scipy.stats, from predictions.tsv and
+the true labels read from the source files (never from the MindRecord); SQuAD by the scoring CLI."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_race, make_squad
+from finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_glue_like, make_race, make_squad
 from pretrain_helpers import ok, run
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
@@ -32,6 +35,44 @@ def tsv_rows(path) -> list:
     return [line.split("\t") for line in lines[1:]]
 
 
+def source_labels(tsv: Path, column: int, header: bool) -> list:
+    """The label column of a GLUE tsv as written (the file the MindRecord was made from)."""
+    lines = tsv.read_text(encoding="utf-8-sig").splitlines()[int(header):]
+    return [line.split("\t")[column].strip() for line in lines]
+
+
+def race_answers(split: str) -> list:
+    """RACE answers in the official layout's order: <split>/{high,middle}/*.txt sorted, questions in file order."""
+    files = sorted((ASSETS / "race" / "RACE" / split).glob("*/*.txt"))
+    return [answer for path in files for answer in json.loads(path.read_text(encoding="utf-8"))["answers"]]
+
+
+def check_classification_scores(folder: Path, labels: list, label_names: list) -> dict:
+    """eval_results.json against scikit-learn on predictions.tsv and the true labels: accuracy, macro F1, Matthews
+    correlation and, with two classes, F1 of the second label (GLUE's positive class). Also: one row per example
+    in order, the task's label names, and each predicted label the most probable one. Returns the results."""
+    from sklearn import metrics
+
+    results = json.loads((folder / "eval_results.json").read_text())
+    header, *rows = [line.split("\t") for line in (folder / "predictions.tsv").read_text().splitlines()]
+    assert header == ["row", "prediction"] + [f"p_{name}" for name in label_names], header
+    assert [int(row[0]) for row in rows] == list(range(len(labels)))
+    predicted = [row[1] for row in rows]
+    probabilities = np.array([[float(p) for p in row[2:]] for row in rows])
+    assert np.allclose(probabilities.sum(1), 1.0, atol=1e-5)
+    assert all(p[label_names.index(label)] == p.max() for p, label in zip(probabilities, predicted))
+    expected = {"accuracy": metrics.accuracy_score(labels, predicted),
+                "macro_f1": metrics.f1_score(labels, predicted, average="macro"),
+                "mcc": metrics.matthews_corrcoef(labels, predicted)}
+    if len(label_names) == 2:
+        expected["f1"] = metrics.f1_score(labels, predicted, pos_label=label_names[1])
+    assert results["examples"] == len(labels) and set(expected) <= set(results), results
+    for name, value in expected.items():
+        assert results[name] == pytest.approx(value, abs=1e-9), (name, results, expected)
+    assert results["score"] == results[results["assessment_method"]]
+    return results
+
+
 def test_classifier_overfits_200_real_cola_rows(data, tmp_path):
     cola = data["cola"]
     result = ok(finetune("run_classifier.py", tmp_path, "--train_data_file_path", str(cola["train"]),
@@ -43,8 +84,8 @@ def test_classifier_overfits_200_real_cola_rows(data, tmp_path):
     assert results["score"] == results["mcc"] and results["accuracy"] >= 0.9, result.stdout[-2000:]
     curve = losses(tmp_path)
     assert curve[-1] < 0.5 * curve[0], curve
-    rows = tsv_rows(tmp_path / "eval" / "predictions.tsv")
-    assert len(rows) == 200 and {row[1] for row in rows} <= {"0", "1"}
+    labels = source_labels(cola["train"].with_suffix(".tsv"), 1, header=False)
+    check_classification_scores(tmp_path / "eval", labels, ["0", "1"])
 
 
 def test_classifier_train_eval_predict_and_reload(data, tmp_path):
@@ -54,10 +95,9 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
                         "--predict_data_file_path", str(mrpc["dev"]), "--train_batch_size", "8", "--train_steps", "6",
                         "--assessment_method", "f1"))
     results = json.loads((tmp_path / "run" / "eval" / "eval_results.json").read_text())
-    assert {"accuracy", "f1", "macro_f1", "mcc"} <= set(results) and results["score"] == results["f1"]
-    assert results["rows"] == 40 and results["devices"] == 1
-    probabilities = np.array([[float(p) for p in row[2:]] for row in tsv_rows(tmp_path / "run" / "eval" / "predictions.tsv")])
-    assert probabilities.shape == (40, 2) and np.allclose(probabilities.sum(1), 1.0, atol=1e-5)
+    assert results["assessment_method"] == "f1" and results["rows"] == 40 and results["devices"] == 1
+    check_classification_scores(tmp_path / "run" / "eval", source_labels(mrpc["dev"].with_suffix(".tsv"), 0, True),
+                                ["0", "1"])
     assert (tmp_path / "run" / "predict" / "predictions.tsv").read_text() == \
         (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
     assert "final weights sha256" in train.stdout
@@ -76,11 +116,50 @@ def test_race_end_to_end(data, tmp_path):
     ok(finetune("run_race.py", tmp_path, "--train_data_file_path", str(race["train"]),
                 "--eval_data_file_path", str(race["dev"]), "--train_batch_size", "4", "--train_steps", "4",
                 "--eval_batch_size", "4"))
-    results = json.loads((tmp_path / "eval" / "eval_results.json").read_text())
+    results = check_classification_scores(tmp_path / "eval", race_answers("dev"), list("ABCD"))
     assert results["task"] == "race" and results["examples"] == results["rows"] == 17
-    assert 0.0 <= results["accuracy"] <= 1.0
-    rows = tsv_rows(tmp_path / "eval" / "predictions.tsv")
-    assert len(rows) == 17 and {row[1] for row in rows} <= set("ABCD") and all(len(row) == 6 for row in rows)
+    assert results["assessment_method"] == "accuracy"
+
+
+def test_three_class_mnli_end_to_end(tmp_path):
+    """3 labels (MNLI's), 48 real sentence pairs memorised and evaluated: macro F1 and the multi-class Matthews
+    correlation as scikit-learn computes them. Every class is among the labels (there sklearn's macro F1, over
+    the classes of labels and predictions, and ours, over the classes of the labels, agree by definition)."""
+    names = ["contradiction", "entailment", "neutral"]
+    labels = [names[(i * 7) % 3] for i in range(48)]
+    train = make_glue_like(tmp_path, "mnli", labels)
+    ok(finetune("run_classifier.py", tmp_path / "out", "--train_data_file_path", str(train), "--eval_data_file_path",
+                str(train), "--num_class", "3", "--assessment_method", "macro_f1", "--train_batch_size", "8",
+                "--epoch_num", "30", "--optimizer_cfg.AdamWeightDecay.learning_rate", "3e-4", *NO_DROPOUT))
+    results = check_classification_scores(tmp_path / "out" / "eval", labels, names)
+    assert results["task"] == "mnli" and "f1" not in results  # binary F1 does not apply to 3 classes
+    predicted = [row[1] for row in tsv_rows(tmp_path / "out" / "eval" / "predictions.tsv")]
+    # Learned (chance is 1/3; seen 0.875 with all three classes predicted), so the metrics are not degenerate.
+    assert len(set(predicted)) >= 2 and results["accuracy"] >= 0.6, results
+
+
+def test_sts_b_regression_end_to_end(tmp_path):
+    """num_class 1: the regression head trained on 48 real pairs with scores 0-5 and evaluated on them; Pearson and
+    Spearman correlation as scipy.stats computes them from predictions.tsv and the scores written to the tsv."""
+    from scipy import stats
+
+    scores = [f"{(i * 37) % 26 / 5:.1f}" for i in range(48)]
+    train = make_glue_like(tmp_path, "sts-b", scores)
+    ok(finetune("run_classifier.py", tmp_path / "out", "--train_data_file_path", str(train), "--eval_data_file_path",
+                str(train), "--num_class", "1", "--assessment_method", "spearman_correlation",
+                "--train_batch_size", "8", "--epoch_num", "20", "--optimizer_cfg.AdamWeightDecay.learning_rate",
+                "1e-3", *NO_DROPOUT))
+    folder = tmp_path / "out" / "eval"
+    results = json.loads((folder / "eval_results.json").read_text())
+    header, *rows = [line.split("\t") for line in (folder / "predictions.tsv").read_text().splitlines()]
+    assert header == ["row", "prediction"] and [int(row[0]) for row in rows] == list(range(48))
+    truth, predicted = np.array(scores, dtype=np.float64), np.array([float(row[1]) for row in rows])
+    assert predicted.std() > 0.1  # the head learned to spread its outputs: correlations are meaningful
+    # predictions.tsv holds 6 decimals; the run scored the unrounded values.
+    assert results["pearson_correlation"] == pytest.approx(stats.pearsonr(truth, predicted)[0], abs=1e-5)
+    assert results["spearman_correlation"] == pytest.approx(stats.spearmanr(truth, predicted)[0], abs=1e-5)
+    assert results["score"] == results["spearman_correlation"] and results["examples"] == 48
+    assert results["task"] == "sts-b" and results["pearson_correlation"] > 0.8, results  # seen: 0.98
 
 
 def squad_cli(version: str, dev_json, folder, *extra: str) -> dict:
