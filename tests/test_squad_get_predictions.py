@@ -110,6 +110,116 @@ def test_v1_gold_positions_give_gold_answers(make_eval_data, name):
     assert score["exact_match"] >= 99, (score, explained)
 
 
+class _JoiningTokenizer:
+    """HF's postprocessing asks its tokenizer only to join the pieces of a span back into text."""
+
+    @staticmethod
+    def convert_tokens_to_string(tokens):
+        return " ".join(tokens)
+
+
+def _context_pieces(example, features):
+    """(character spans of the example's context pieces in order, the text each adds, the spans that begin inside
+    an earlier one: several pieces of one character, as "1", "⁄", "2" of "½")."""
+    spans = sorted({tuple(span) for f in features for word, span in zip(f["token_to_orig_map"], f["token_to_char_span"])
+                    if word != -1 and span is not None})
+    texts, overlapping, covered = [], set(), 0
+    for a, b in spans:
+        texts.append(example["context"][max(a, covered):b].strip())
+        if a < covered:
+            overlapping.add((a, b))
+        covered = max(covered, b)
+    return spans, texts, overlapping
+
+
+def _by_example(features):
+    grouped = {}
+    for feature in features.values():
+        grouped.setdefault(feature["example_index"], []).append(feature)
+    return grouped
+
+
+def _hf_inputs(examples, features):
+    """Our feature maps in the shape of HF's SquadExample / SquadFeatures: each context piece of an example is one
+    HF document token (the context text it adds), so HF's answer for a span is its pieces' texts joined by spaces
+    (ours is the context's characters from the first piece to the last: equal up to whitespace)."""
+    from types import SimpleNamespace
+
+    hf_examples, hf_features, grouped = [], [], _by_example(features)
+    for example in examples:
+        mine = grouped[example["example_index"]]
+        spans, doc_tokens, _ = _context_pieces(example, mine)
+        doc_index = {span: i for i, span in enumerate(spans)}
+        hf_examples.append(SimpleNamespace(qas_id=example["qas_id"], doc_tokens=doc_tokens))
+        for f in mine:
+            in_context = {t: doc_index[tuple(span)] for t, (word, span)
+                          in enumerate(zip(f["token_to_orig_map"], f["token_to_char_span"]))
+                          if word != -1 and span is not None}
+            hf_features.append(SimpleNamespace(
+                example_index=len(hf_examples) - 1, unique_id=f["unique_id"],
+                tokens=[doc_tokens[in_context[t]] if t in in_context else token for t, token in enumerate(f["tokens"])],
+                token_to_orig_map=in_context, token_is_max_context=dict(enumerate(f["token_is_max_context"]))))
+    return hf_examples, hf_features
+
+
+def _random_v1_results(examples, features, rng):
+    """Normal logits (sd 2) per window; -10 where a span may not begin or end for this comparison: bare word
+    boundaries (a span of only those has no text: we skip it, HF keeps an empty answer, a documented difference)
+    and, as starts, pieces inside a character an earlier piece began (HF's answer would lack that character)."""
+    results, grouped = {}, _by_example(features)
+    for uid, feature in features.items():
+        example = examples[feature["example_index"]]
+        _, _, overlapping = _context_pieces(example, grouped[feature["example_index"]])
+        spans = feature["token_to_char_span"] + [None] * (SEQ - len(feature["tokens"]))
+        bare = np.array([span is not None and not example["context"][span[0]:span[1]].strip() for span in spans])
+        inside = np.array([span is not None and tuple(span) in overlapping for span in spans])
+        start = np.where(bare | inside, -10.0, rng.normal(0, 2, SEQ)).astype(np.float32)
+        end = np.where(bare, -10.0, rng.normal(0, 2, SEQ)).astype(np.float32)
+        results[uid] = (start, end)
+    return results
+
+
+def test_v1_nbest_ranking_and_probabilities_equal_hf(make_eval_data, tmp_path):
+    """Random logits on the windows of real dev questions: answers, n-best order, logits and probabilities equal
+    HF transformers' compute_predictions_logits (an independent port of Google's write_predictions) given the same
+    features (see _random_v1_results for the two kinds of piece kept out of spans' ends)."""
+    from transformers.data.metrics.squad_metrics import compute_predictions_logits
+    from transformers.data.processors.squad import SquadResult
+
+    source, data_file = make_eval_data(V1_HALVES[0])
+    examples, features = sgp.load_squad_eval_maps(data_file)
+    examples = examples[:400]
+    features = {uid: f for uid, f in features.items() if f["example_index"] < len(examples)}
+    results = _random_v1_results(examples, features, np.random.default_rng(11))
+    predictions, nbest = sgp.predictions_v1(examples, features, results, n_best_size=20, max_answer_length=30)
+
+    hf_examples, hf_features = _hf_inputs(examples, features)
+    hf_results = [SquadResult(uid, start.tolist(), end.tolist()) for uid, (start, end) in results.items()]
+    hf_predictions = compute_predictions_logits(
+        hf_examples, hf_features, hf_results, n_best_size=20, max_answer_length=30, do_lower_case=False,
+        output_prediction_file=None, output_nbest_file=str(tmp_path / "nbest.json"), output_null_log_odds_file=None,
+        verbose_logging=False, version_2_with_negative=False, null_score_diff_threshold=0.0,
+        tokenizer=_JoiningTokenizer())
+    hf_nbest = json.loads((tmp_path / "nbest.json").read_text())
+
+    def squeeze(text):
+        return "".join(text.split())
+
+    assert list(predictions) == list(hf_predictions) == [e["qas_id"] for e in examples]
+    for qid, entries in nbest.items():
+        assert squeeze(predictions[qid]) == squeeze(hf_predictions[qid]), qid
+        theirs = hf_nbest[qid]
+        assert [squeeze(e["text"]) for e in entries] == [squeeze(e["text"]) for e in theirs], qid
+        assert [(e["start_logit"], e["end_logit"]) for e in entries] == \
+            [(e["start_logit"], e["end_logit"]) for e in theirs], qid
+        np.testing.assert_allclose([e["probability"] for e in entries], [e["probability"] for e in theirs],
+                                   rtol=0, atol=1e-12, err_msg=qid)
+    # The comparison covered real choices: questions of several windows, mostly full 20-entry lists.
+    windows = _by_example(features)
+    assert sum(len(windows[e["example_index"]]) > 1 for e in examples) > 100
+    assert sum(len(entries) == 20 for entries in nbest.values()) > 0.9 * len(examples)
+
+
 def _explain_misses(dataset, examples, features, predictions, max_answer_length):
     """Questions whose prediction matches no gold answer, by cause: the first gold answer starts or ends inside
     a piece (the prediction is then the whole pieces, e.g. gold "gold" in "golden"), it is longer than
