@@ -15,7 +15,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import pytest
 
-from finetune_helpers import TINY_FINETUNE, make_glue, make_squad
+from finetune_helpers import TINY_FINETUNE, make_glue, make_race, make_squad
 from pretrain_helpers import ROOT, SCRIPTS, bash, distributed_digests, free_port, ok, weights
 
 TASKS = ("classifier", "race", "squad_v1", "squad_v2")
@@ -207,3 +207,36 @@ def test_squad_v1_two_msrun_workers_match_one_process(assets, tmp_path):
                     for p in article["paragraphs"])
     assert results["dp"]["questions"] == questions
     assert len(json.loads((tmp_path / "dp" / "eval" / "predictions.json").read_text())) == questions
+
+
+@pytest.mark.slow
+def test_race_two_msrun_workers_match_one_process(assets, tmp_path):
+    """Multiple choice ([B, 4, S] rows): 22 training questions (per rank 2 batches of 4 per epoch), 17 evaluated,
+    an odd count split 9 / 8."""
+    make_race(tmp_path, seq=64)
+    flags = [*TINY_FINETUNE, "--train_data_file_path", "race_train.mindrecord", "--eval_data_file_path",
+             "race_dev.mindrecord", "--eval_batch_size", "4", "--net_cfg.max_position_embeddings", "64",
+             "--classifier_dropout_prob", "0", *DP_TRAIN]
+    results = check_data_parallel("race", tmp_path, flags, ("albert.", "classifier."), ["predictions.tsv"],
+                                  eval_rows=17, train_rows=22)
+    assert results["dp"]["task"] == "race" and results["dp"]["examples"] == 17
+
+
+@pytest.mark.slow
+def test_squad_v2_two_msrun_workers_match_one_process(assets, tmp_path):
+    """Google's v2 head (beam search, answer class): the same weights, answers, n-best lists and null odds."""
+    data = make_squad(tmp_path, "2.0", paragraphs=2, seq=64)
+    from dataset import count_rows
+
+    train_rows, eval_rows = count_rows(str(data["train"])), count_rows(str(data["dev"]))
+    flags = [*TINY_FINETUNE, "--train_data_file_path", data["train"].name, "--eval_data_file_path",
+             data["dev"].name, "--eval_json_path", data["dev_json"].name, "--eval_batch_size", "8",
+             "--classifier_dropout_prob", "0", *DP_TRAIN]  # the answer-class head's dropout
+    results = check_data_parallel("squad_v2", tmp_path, flags, ("albert.", "start_logits.", "end_logits.",
+                                                                 "answer_class."),
+                                  ["predictions.json", "nbest_predictions.json", "null_odds.json"], eval_rows,
+                                  train_rows)
+    questions = sum(len(p["qas"]) for article in json.loads(data["dev_json"].read_text())["data"]
+                    for p in article["paragraphs"])
+    assert results["dp"]["questions"] == questions and results["dp"]["version"] == "2.0"
+    assert {"HasAns_total", "NoAns_total", "best_f1"} <= set(results["dp"])
