@@ -157,6 +157,103 @@ def test_reduced_precision_stays_close_to_float32(compute_type):
     assert np.abs(pooled_half.asnumpy() - pooled_full.asnumpy()).max() < 2e-2
 
 
+@pytest.fixture
+def pynative():
+    """Spies on operations need the network run as Python (PyNative), not as a compiled graph."""
+    import mindspore as ms
+
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    yield
+    ms.set_context(mode=previous)
+
+
+def _float64_softmax(x):
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_float16_model_runs_softmax_and_layer_norm_in_float32(pynative, monkeypatch):
+    """compute_type float16 (README: LayerNorm and softmax stay float32): every softmax and LayerNorm call of the
+    network, caught as it runs, takes and gives float32 and equals numpy float64 on its own input within 1e-6 and
+    1e-5. Run in float16 they would miss by ~6e-5 (softmax, probabilities ~1/16) and ~1e-3 (LayerNorm), as the
+    float16 roundings of these very outputs show below."""
+    import mindspore as ms
+    from mindspore import ops
+
+    from src import albert_model, cpu_kernels
+
+    config = AlbertConfig(compute_type="float16", **TINY)
+    net = AlbertModel(config)
+    net.set_train(False)
+    softmax_calls, layer_norm_calls = [], []
+    softmax = ops.softmax
+
+    def softmax_spy(x, axis=-1, **kwargs):
+        y = softmax(x, axis, **kwargs)
+        softmax_calls.append((x.dtype, y.dtype, x.asnumpy(), y.asnumpy()))
+        return y
+
+    def layer_norm_spy(primitive):
+        def call(x, gamma, beta):
+            out = primitive(x, gamma, beta)
+            layer_norm_calls.append((x.dtype, out[0].dtype, x.asnumpy(), gamma.asnumpy(), beta.asnumpy(),
+                                     out[0].asnumpy()))
+            return out
+        return call
+
+    monkeypatch.setattr(albert_model.ops, "softmax", softmax_spy)
+    for _, cell in net.cells_and_names():
+        if isinstance(cell, cpu_kernels.LayerNorm):
+            cell.layer_norm = layer_norm_spy(cell.layer_norm)
+    net(*[Tensor(x) for x in random_batch(config.vocab_size, 2)[:3]])
+
+    layers = config.num_hidden_layers
+    assert len(softmax_calls) == layers and len(layer_norm_calls) == 1 + 2 * layers  # embeddings + 2 per layer
+    for x_type, y_type, x, y in softmax_calls:
+        assert x_type == y_type == ms.float32
+        reference = _float64_softmax(x)
+        assert np.abs(y - reference).max() < 1e-6
+        assert np.abs(y.astype(np.float16) - reference).max() > 2e-5  # what a float16 softmax could not beat
+    for x_type, y_type, x, gamma, beta, y in layer_norm_calls:
+        assert x_type == y_type == ms.float32
+        reference = _layer_norm(x.astype(np.float64), gamma, beta)
+        assert np.abs(y - reference).max() < 1e-5
+        assert np.abs(y.astype(np.float16) - reference).max() > 2e-4
+
+
+def test_float16_model_keeps_the_residual_stream_in_float32():
+    """README: the residual stream stays float32 under compute_type float16. LayerNorm betas of 4000 put every value
+    of the stream near 4000, where float16 steps by 2 (float32 by 0.0002), and every dense layer reading the stream
+    gets zero weights (a dense layer's input is float16 by design: near 4000 that rounding is the float16 model's
+    own), so the stream carries the input through both residual sums and LayerNorms of 2 layers. The float16 model
+    must give the float32 model's sequence output within 5e-3 (seen ~1.5e-3, from its float16 embedding projection)
+    where a float16 stream would miss by up to 1, as numpy shows with the same output rounded to float16."""
+    offset = 4000.0
+    config = AlbertConfig(**dict(TINY, num_hidden_layers=2), hidden_act="relu")
+    full = AlbertModel(config)
+    half = AlbertModel(config.replace(compute_type="float16"))
+    params = {p.name: p for p in full.get_parameters()}
+    for name, param in params.items():
+        if name.endswith(("attention.LayerNorm.beta", "full_layer_layer_norm.beta")):
+            param.set_data(Tensor(np.full(param.shape, offset, np.float32)))
+        if name.endswith(("query.weight", "key.weight", "value.weight", ".ffn.weight")):
+            param.set_data(Tensor(np.zeros(param.shape, np.float32)))
+    for param in half.get_parameters():
+        param.set_data(params[param.name].data)
+    batch = [Tensor(x) for x in random_batch(config.vocab_size, 2)[:3]]
+    for net in (full, half):
+        net.set_train(False)
+    sequence_full, sequence_half = full(*batch)[0].asnumpy(), half(*batch)[0].asnumpy()
+    assert sequence_full.std() > 0.5  # offset + LayerNorm output: the input did get through
+    assert np.abs(sequence_half - sequence_full).max() < 5e-3
+    # The output is the last LayerNorm's (gamma 1, beta 4000); its input, the stream, rounded to float16:
+    stream = sequence_full.astype(np.float16).astype(np.float64)
+    ones, zeros = np.ones(config.hidden_size), np.zeros(config.hidden_size)
+    assert np.abs(_layer_norm(stream, ones, zeros) + offset - sequence_full).max() > 0.3
+
+
 def test_bfloat16_on_cpu_is_a_clear_error():
     with pytest.raises(UserError, match="bfloat16 needs GPU or Ascend"):
         AlbertModel(AlbertConfig(compute_type="bfloat16", **TINY))
