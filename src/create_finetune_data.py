@@ -37,7 +37,7 @@ import numpy as np
 from model_utils.errors import UserError, run_cli
 from src.data_utils import (check_max_seq_length, load_json, pack_pair, parse_tool_config, read_tsv, require,
                             tokenizer_from_config, truncate_pair_from_end)
-from src.mindrecord_io import check_output_free, write_jsonl, write_records
+from src.mindrecord_io import RecordWriter, check_output_free, jsonl_line
 from src.tokenization import FullTokenizer
 
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "label_ids", "is_real_example")
@@ -133,14 +133,15 @@ def _is_lcqmc_header(fields: List[str], labels: Sequence[str]) -> bool:
     return len(fields) >= 3 and fields[2].strip() not in labels and not fields[2].strip().lstrip("-").isdigit()
 
 
-def read_tsv_examples(task_name: str, path: Path, split: str) -> List[InputExample]:
-    """Examples of one GLUE/LCQMC file; malformed rows and unknown labels are errors naming file and line."""
+def read_tsv_examples(task_name: str, path: Path, split: str) -> Iterator[InputExample]:
+    """Examples of one GLUE/LCQMC file, read as they are needed (MNLI train has 393k); malformed rows and unknown
+    labels are errors naming file and line."""
     task = _task(task_name)
     columns = task.columns(split)
     labelled = columns.label is not None
     needed = 1 + max(i if i >= 0 else -i - 1 for i in (columns.text_a, columns.text_b, columns.label)
                      if i is not None)
-    examples = []
+    count = 0
     for row_index, (line_no, fields) in enumerate(read_tsv(path)):
         if row_index == 0 and columns.header is not None:
             _check_header(path, line_no, fields, columns.header, task_name)
@@ -152,11 +153,10 @@ def read_tsv_examples(task_name: str, path: Path, split: str) -> List[InputExamp
                             f"found {len(fields)}")
         label = _check_label(task, fields[columns.label].strip(), path, line_no) if labelled else None
         text_b = fields[columns.text_b] if columns.text_b is not None else None
-        examples.append(InputExample(f"{split}-{len(examples)}", fields[columns.text_a], text_b, label,
-                                     f"{path}:{line_no}"))
-    if not examples:
+        yield InputExample(f"{split}-{count}", fields[columns.text_a], text_b, label, f"{path}:{line_no}")
+        count += 1
+    if not count:
         raise UserError(f"{path}: no examples")
-    return examples
 
 
 def _check_label(task: TsvTask, label: str, path: Path, line_no: int) -> str:
@@ -220,7 +220,7 @@ class RaceExample:
         return self.question.replace("_", option) if "_" in self.question else f"{self.question} {option}"
 
 
-def read_race_examples(path: Path) -> List[InputExample]:
+def read_race_examples(path: Path) -> List[RaceExample]:
     """One RACE file (an article with several questions) -> one example per question, fields checked."""
     item = load_json(path)
     where = str(path)
@@ -268,14 +268,13 @@ def race_schema(max_seq_length: int) -> Dict[str, Dict[str, object]]:
             "is_real_example": {"type": "int32"}}
 
 
-def _race_records(files: Sequence[Path], tokenizer: FullTokenizer, config,
-                  sources: List[Dict[str, str]]) -> Iterator[Dict[str, np.ndarray]]:
+def _race_records(files: Sequence[Path], tokenizer: FullTokenizer,
+                  config) -> Iterator[Tuple[Dict[str, np.ndarray], RaceExample]]:
     for path in files:
         examples = read_race_examples(path)
         article_ids = tokenizer.encode(examples[0].article)
         for example in examples:
-            sources.append({"guid": example.guid, "source": example.source})
-            yield race_feature(example, tokenizer, config.max_seq_length, config.max_qa_length, article_ids)
+            yield race_feature(example, tokenizer, config.max_seq_length, config.max_qa_length, article_ids), example
 
 
 def _input_path(config) -> Path:
@@ -287,37 +286,40 @@ def _input_path(config) -> Path:
 
 
 def create_finetune_data(config) -> Dict[str, object]:
-    """Convert one split of one task; returns the meta written beside the data."""
+    """Convert one split of one task, streamed (records and the .examples.jsonl rows are written as they are
+    made); returns the meta written beside the data."""
     check_max_seq_length(config.max_seq_length)
     check_output_free(config.output_file, config.partition_number, config.overwrite, [".examples.jsonl"])
     tokenizer = tokenizer_from_config(config)
-    sources: List[Dict[str, str]] = []
     if config.task_name == "race":
         if config.max_qa_length < 1:
             raise UserError(f"max_qa_length must be >= 1, got {config.max_qa_length}")
         if not config.data_dir:
             raise UserError("set --data_dir to the RACE folder (holding train/dev/test)")
         files = race_files(Path(config.data_dir), config.split)
-        for path in files:  # validate every file before writing anything
+        for path in files:  # every file checked before the long part starts
             read_race_examples(path)
         schema = race_schema(config.max_seq_length)
-        records = _race_records(files, tokenizer, config, sources)
+        records = _race_records(files, tokenizer, config)
         inputs = [str(p) for p in files]
     else:
         path = _input_path(config)
-        examples = read_tsv_examples(config.task_name, path, config.split)
         labels = label_list(config.task_name)
         label_map = {label: i for i, label in enumerate(labels)} if labels is not None else None
         schema = classifier_schema(config.max_seq_length, labels is None)
-        sources.extend({"guid": e.guid, "source": e.source} for e in examples)
-        records = (classifier_feature(e, tokenizer, label_map, config.max_seq_length) for e in examples)
+        records = ((classifier_feature(e, tokenizer, label_map, config.max_seq_length), e)
+                   for e in read_tsv_examples(config.task_name, path, config.split))
         inputs = [str(path)]
     meta = {"kind": "race" if config.task_name == "race" else "classifier", "task_name": config.task_name,
             "split": config.split, "label_list": label_list(config.task_name), "columns": list(COLUMNS),
             "max_seq_length": config.max_seq_length, "tokenizer": tokenizer.describe(), "inputs": inputs}
-    return write_records(config.output_file, schema, records, meta, config.partition_number, config.overwrite,
-                         sidecars={".examples.jsonl": lambda p: write_jsonl(p, sources)},
-                         description=f"albert {config.task_name} {config.split}")
+    with RecordWriter(config.output_file, schema, f"albert {config.task_name} {config.split}",
+                      config.partition_number, config.overwrite, [".examples.jsonl"]) as out:
+        with open(out.sidecar(".examples.jsonl"), "w", encoding="utf-8") as sources:
+            for record, example in records:
+                out.write((record,))
+                sources.write(jsonl_line({"guid": example.guid, "source": example.source}))
+        return out.publish(meta)
 
 
 def main(argv: List[str]) -> int:

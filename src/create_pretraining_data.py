@@ -44,10 +44,13 @@ Files of `records_per_file` rows each (`<output_file>00000`, ...; default about 
 import bisect
 import collections
 import hashlib
+import itertools
 import multiprocessing
 import random
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -58,13 +61,13 @@ from model_utils.errors import UserError, run_cli
 from src.corpus import Corpus, Document
 from src.data_utils import (Progress, check_max_seq_length, parse_tool_config, resolve_input_files,
                             tokenizer_from_config)
-from src.mindrecord_io import ColumnTable, RecordWriter, check_output_free
+from src.mindrecord_io import ColumnTable, MindRecordFile, RecordWriter, check_output_free
 from src.tokenization import FullTokenizer
 
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
            "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
-TASK_BYTES = 8 << 20  # aim for tasks whose instances take about this much memory
 FILE_BYTES = 256 << 20  # default size of an output file
+MAX_TASK_BYTES = 32 << 20  # of text per task (one output file): bounds a worker's memory at low dupe_factor
 
 
 @dataclass(frozen=True)
@@ -260,9 +263,17 @@ def _init_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed:
     _WORKER_MAKER = InstanceMaker(tokenizer, options, random_seed)
 
 
-def _process_task(args: Tuple[List[Document], int]) -> List[Tuple[Dict[str, np.ndarray], int]]:
-    documents, dupe_factor = args
-    return [_WORKER_MAKER.document_instances(doc, dupe_factor) for doc in documents]
+def _write_task(args: Tuple[List[Document], int, Path]) -> "Summary":
+    """A worker's job: the instances of some consecutive documents, written as one MindRecord file at `path`."""
+    documents, dupe_factor, path = args
+    summary = Summary()
+    output = MindRecordFile(path, schema(_WORKER_MAKER.options), "albert pretraining")
+    for document in documents:
+        arrays, tokens = _WORKER_MAKER.document_instances(document, dupe_factor)
+        summary.add(document, arrays, tokens)
+        output.write(ColumnTable(arrays))
+    output.commit()
+    return summary
 
 
 def _pool_context():
@@ -272,67 +283,72 @@ def _pool_context():
     return multiprocessing.get_context("fork" if fork else "spawn")
 
 
-def task_bytes(options: MaskingOptions, dupe_factor: int) -> int:
-    """Characters of text per task such that the task's instances take about TASK_BYTES (a character is about
-    a quarter of a token; each round turns a document's tokens into rows of max_seq_length - 3 tokens)."""
-    rows_per_char = dupe_factor / (4.0 * (options.max_seq_length - 3))
-    return max(1024, int(TASK_BYTES / (rows_per_char * row_bytes(options))))
+def task_bytes(options: MaskingOptions, dupe_factor: int, records_per_file: int) -> int:
+    """UTF-8 bytes of text per task (one output file each) expected to give `records_per_file` records.
+
+    A token is about 4 bytes of UTF-8 text (English SentencePiece pieces; a Chinese character is 3 bytes and one
+    WordPiece token), and each round turns a document's tokens into rows of up to max_seq_length - 3 tokens.
+    """
+    rows_per_byte = dupe_factor / (4.0 * (options.max_seq_length - 3))
+    return int(min(MAX_TASK_BYTES, max(1, records_per_file / rows_per_byte)))
 
 
 def document_tasks(documents: Iterable[Document], size: int) -> Iterator[List[Document]]:
-    """Consecutive documents grouped into tasks of about `size` characters (a longer document is a task alone)."""
-    task, chars = [], 0
+    """Consecutive documents grouped into tasks of about `size` bytes of text (a longer document is a task alone).
+    The grouping depends only on the input, so output files are the same for any number of workers."""
+    task, length = [], 0
     for document in documents:
         task.append(document)
-        chars += sum(len(sentence) for sentence in document.sentences)
-        if chars >= size:
+        length += sum(len(sentence.encode("utf-8")) for sentence in document.sentences)
+        if length >= size:
             yield task
-            task, chars = [], 0
+            task, length = [], 0
     if task:
         yield task
 
 
-def instance_stream(tasks: Iterable[List[Document]], tokenizer: FullTokenizer, options: MaskingOptions,
-                    dupe_factor: int, random_seed: int,
-                    num_workers: int = 1) -> Iterator[Tuple[Document, Dict[str, np.ndarray], int]]:
-    """(document, its instances as stacked arrays, its token count) for every document, in input order.
+def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: FullTokenizer,
+                options: MaskingOptions, dupe_factor: int, random_seed: int, num_workers: int) -> Iterator["Summary"]:
+    """Write each task's file (task t -> `<output_file>` + t as 5 digits) and yield the tasks' summaries in order.
 
-    With several workers at most two tasks per worker are in flight, so memory stays bounded however many tasks
-    there are; results come back in task order, so the outcome does not depend on `num_workers`.
+    With several workers at most num_workers + 1 tasks are in flight, so memory stays bounded however many tasks
+    there are. A worker that dies (e.g. killed for memory) stops the run instead of leaving it waiting.
     """
+    jobs = ((task, dupe_factor, out.numbered_path(index)) for index, task in enumerate(tasks))
     if num_workers <= 1:
         _init_worker(tokenizer, options, random_seed)
-        for task in tasks:
-            yield from _paired(task, _process_task((task, dupe_factor)))
+        for job in jobs:
+            summary = _write_task(job)
+            out.adopt(job[2], summary.instances)
+            yield summary
         return
-    with _pool_context().Pool(num_workers, _init_worker, (tokenizer, options, random_seed)) as pool:
+    with ProcessPoolExecutor(num_workers, _pool_context(), _init_worker, (tokenizer, options, random_seed)) as pool:
         pending: collections.deque = collections.deque()
-        for task in tasks:
-            pending.append((task, pool.apply_async(_process_task, ((task, dupe_factor),))))
-            if len(pending) >= 2 * num_workers:
-                done, result = pending.popleft()
-                yield from _paired(done, result.get())
-        while pending:
-            done, result = pending.popleft()
-            yield from _paired(done, result.get())
-
-
-def _paired(task: List[Document], results: List[Tuple[Dict[str, np.ndarray], int]]
-            ) -> Iterator[Tuple[Document, Dict[str, np.ndarray], int]]:
-    for document, (arrays, tokens) in zip(task, results):
-        yield document, arrays, tokens
+        for job in itertools.chain(jobs, [None]):
+            if job is not None:
+                pending.append((job[2], pool.submit(_write_task, job)))
+            while pending and (job is None or len(pending) > num_workers):
+                path, future = pending.popleft()
+                try:
+                    summary = future.result()
+                except BrokenProcessPool:
+                    raise UserError("a worker process died (killed by the system for lack of memory?); nothing was "
+                                    "written; run again with fewer --num_workers") from None
+                out.adopt(path, summary.instances)
+                yield summary
 
 
 class Summary:
-    """Counts for the summary line and the meta file, gathered as instances stream past."""
+    """Counts for the summary line and the meta file, gathered as instances are made (picklable, so workers
+    return theirs and the main process merges them)."""
 
     def __init__(self):
         self.documents = self.documents_used = self.tokens = self.instances = 0
         self.masked = self.real = self.swapped = 0
-        self.first: Optional[Document] = None
+        self.first: Optional[Tuple[str, int]] = None  # (file, line) of the first document
 
     def add(self, document: Document, arrays: Dict[str, np.ndarray], tokens: int) -> None:
-        self.first = self.first or document
+        self.first = self.first or (document.path, document.first_line)
         rows = len(arrays["input_ids"])
         self.documents += 1
         self.documents_used += int(rows > 0)
@@ -342,12 +358,17 @@ class Summary:
         self.real += int(arrays["input_mask"].sum())
         self.swapped += int(arrays["next_sentence_labels"].sum())
 
+    def merge(self, other: "Summary") -> None:
+        self.first = self.first or other.first
+        for name in ("documents", "documents_used", "tokens", "instances", "masked", "real", "swapped"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
     def check(self, corpus: Corpus, part: str) -> None:
         if not self.documents:
             raise UserError(f"empty corpus{part}: no text in {', '.join(map(str, corpus.paths))}")
         if not self.instances:
             raise UserError(f"no document{part} can make a sentence pair (each needs at least two non-empty "
-                            f"sentences), e.g. {self.first.path} line {self.first.first_line}")
+                            f"sentences), e.g. {self.first[0]} line {self.first[1]}")
 
     def as_dict(self) -> Dict[str, object]:
         return {"documents": self.documents, "documents_used": self.documents_used,
@@ -412,13 +433,11 @@ def create_pretraining_data(config) -> Dict[str, object]:
     part = f" (part {config.shard_index} of {config.num_shards})" if config.num_shards > 1 else ""
     summary = Summary()
     bar = Progress(corpus.total_bytes, "MB of input", enabled=config.progress, scale=1e6)
-    tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor))
-    with RecordWriter(output_file, schema(options), "albert pretraining", records_per_file=per_file,
-                      overwrite=config.overwrite) as out:
-        for document, arrays, tokens in instance_stream(tasks, tokenizer, options, config.dupe_factor,
-                                                        config.random_seed, config.num_workers):
-            summary.add(document, arrays, tokens)
-            out.write(ColumnTable(arrays))
+    tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor, per_file))
+    with RecordWriter(output_file, schema(options), "albert pretraining", overwrite=config.overwrite) as out:
+        for done in write_tasks(tasks, out, tokenizer, options, config.dupe_factor, config.random_seed,
+                                config.num_workers):
+            summary.merge(done)
             bar.update(corpus.bytes_read - bar.done)
         bar.close()
         summary.check(corpus, part)

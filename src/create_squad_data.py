@@ -29,17 +29,18 @@ example_index, qas_id, doc_span_index, tokens, and lists indexed by feature posi
 (doc_tokens word index, -1 outside the context), token_to_char_span ([start, end) in `context`, null outside),
 token_is_max_context).
 """
+import contextlib
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
 from model_utils.errors import UserError, run_cli
 from src.data_utils import check_max_seq_length, load_json, parse_tool_config, require, tokenizer_from_config
-from src.mindrecord_io import check_output_free, write_jsonl, write_records
+from src.mindrecord_io import RecordWriter, check_output_free, jsonl_line
 from src.tokenization import FullTokenizer
 
 TRAIN_COLUMNS = ("input_ids", "input_mask", "segment_ids", "p_mask", "start_positions", "end_positions",
@@ -77,26 +78,29 @@ class TokenizedContext:
         return (covering[0], covering[-1]) if covering else None
 
 
-def read_squad_examples(path: Path, is_training: bool, version_2_with_negative: bool) -> Tuple[List[SquadExample], int]:
-    """Examples of a SQuAD json file and the number of training answers skipped because their text is not at
-    their answer_start (as Google does; real SQuAD train has a handful)."""
+def read_squad_examples(path: Path, is_training: bool, version_2_with_negative: bool,
+                        stats: Dict[str, int]) -> Iterator[SquadExample]:
+    """Examples of a SQuAD json file, article by article: an article's json is let go once its questions are
+    read, so memory stays near that of the loaded file. `stats["skipped_examples"]` counts the training answers
+    skipped because their text is not at their answer_start (as Google does; real SQuAD train has a handful)."""
     data = require(load_json(path), "data", list, str(path))
-    examples: List[SquadExample] = []
-    skipped = 0
-    for a, article in enumerate(data):
+    found = 0
+    for a in range(len(data)):
+        article, data[a] = data[a], None
         for p, paragraph in enumerate(require(article, "paragraphs", list, f"{path}: data[{a}]")):
             where = f"{path}: data[{a}].paragraphs[{p}]"
             context = require(paragraph, "context", str, where)
             for q, qa in enumerate(require(paragraph, "qas", list, where)):
                 example = _read_question(qa, context, f"{where}.qas[{q}]", is_training, version_2_with_negative)
                 if example is None:
-                    skipped += 1
+                    stats["skipped_examples"] += 1
                 else:
-                    examples.append(example)
-    if not examples:
+                    found += 1
+                    yield example
+    if not found:
+        skipped = stats["skipped_examples"]
         why = f" left: the answers of all {skipped} are not at their answer_start" if skipped else ""
         raise UserError(f"{path}: no questions{why}")
-    return examples, skipped
 
 
 def _read_question(qa: Any, context: str, where: str, is_training: bool,
@@ -253,11 +257,15 @@ def squad_schema(options: SquadOptions) -> Dict[str, Dict[str, object]]:
             for name in columns}
 
 
-def _features(examples: Sequence[SquadExample], tokenizer: FullTokenizer, options: SquadOptions,
-              feature_maps: List[Dict[str, Any]], stats: Dict[str, int]) -> Iterator[Dict[str, np.ndarray]]:
-    """Records of all examples; feature maps are collected for evaluation data (and the counts for training)."""
+def _features(examples: Iterable[SquadExample], tokenizer: FullTokenizer, options: SquadOptions,
+              stats: Dict[str, int], sidecars: Dict[str, TextIO]) -> Iterator[Dict[str, np.ndarray]]:
+    """Records of all examples; evaluation data also gets its examples and feature maps written to the sidecars
+    as they are made (and training data its counts)."""
     cached_context, cached = None, None
     for example_index, example in enumerate(examples):
+        stats["examples"] += 1
+        if not options.is_training:
+            sidecars[".examples.jsonl"].write(jsonl_line(example_row(example_index, example)))
         if example.context is not cached_context:  # consecutive questions share their paragraph
             cached_context, cached = example.context, tokenize_context(tokenizer, example.context)
         for record, feature_map in example_features(example, example_index, tokenizer, options, cached):
@@ -267,39 +275,39 @@ def _features(examples: Sequence[SquadExample], tokenizer: FullTokenizer, option
                 stats["impossible_features"] += int(record["is_impossible"])
             else:
                 record["unique_ids"] = np.int32(unique_id)
-                feature_maps.append(dict(unique_id=unique_id, **feature_map))
+                sidecars[".features.jsonl"].write(jsonl_line(dict(unique_id=unique_id, **feature_map)))
             yield record
 
 
-def example_rows(examples: Sequence[SquadExample]) -> Iterator[Dict[str, Any]]:
-    for index, example in enumerate(examples):
-        yield {"example_index": index, "qas_id": example.qas_id, "question_text": example.question_text,
-               "context": example.context, "doc_tokens": _WORD.findall(example.context), "answers": example.answers,
-               "is_impossible": example.is_impossible}
+def example_row(index: int, example: SquadExample) -> Dict[str, Any]:
+    """An example as postprocessing reads it from .examples.jsonl."""
+    return {"example_index": index, "qas_id": example.qas_id, "question_text": example.question_text,
+            "context": example.context, "doc_tokens": _WORD.findall(example.context), "answers": example.answers,
+            "is_impossible": example.is_impossible}
 
 
 def create_squad_data(config) -> Dict[str, Any]:
-    """Convert one SQuAD file; returns the meta written beside the data."""
+    """Convert one SQuAD file, streamed; returns the meta written beside the data."""
     options = SquadOptions(config.max_seq_length, config.doc_stride, config.max_query_length, config.is_training)
     options.check()
-    sidecars = [] if options.is_training else [".examples.jsonl", ".features.jsonl"]
-    check_output_free(config.output_file, config.partition_number, config.overwrite, sidecars)
+    suffixes = [] if options.is_training else [".examples.jsonl", ".features.jsonl"]
+    check_output_free(config.output_file, config.partition_number, config.overwrite, suffixes)
     tokenizer = tokenizer_from_config(config)
-    examples, skipped = read_squad_examples(Path(config.input_file), options.is_training,
-                                            config.version_2_with_negative)
-    feature_maps: List[Dict[str, Any]] = []
-    stats = {"examples": len(examples), "skipped_examples": skipped, "features": 0, "impossible_features": 0}
-    writers = {} if options.is_training else {
-        ".examples.jsonl": lambda path: write_jsonl(path, example_rows(examples)),
-        ".features.jsonl": lambda path: write_jsonl(path, feature_maps)}
+    stats = {"examples": 0, "skipped_examples": 0, "features": 0, "impossible_features": 0}
+    examples = read_squad_examples(Path(config.input_file), options.is_training, config.version_2_with_negative,
+                                   stats)
     meta = {"kind": "squad", "version_2_with_negative": config.version_2_with_negative,
             "is_training": options.is_training, "columns": list(squad_schema(options)),
             "max_seq_length": options.max_seq_length, "doc_stride": options.doc_stride,
             "max_query_length": options.max_query_length, "tokenizer": tokenizer.describe(),
             "input": str(config.input_file), "stats": stats}
-    return write_records(config.output_file, squad_schema(options),
-                         _features(examples, tokenizer, options, feature_maps, stats), meta,
-                         config.partition_number, config.overwrite, sidecars=writers, description="albert squad")
+    with RecordWriter(config.output_file, squad_schema(options), "albert squad", config.partition_number,
+                      config.overwrite, suffixes) as out, contextlib.ExitStack() as stack:
+        sidecars = {suffix: stack.enter_context(open(out.sidecar(suffix), "w", encoding="utf-8"))
+                    for suffix in suffixes}
+        out.write(_features(examples, tokenizer, options, stats, sidecars))
+        stack.close()
+        return out.publish(meta)
 
 
 def main(argv: List[str]) -> int:

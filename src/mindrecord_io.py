@@ -9,11 +9,12 @@ the meta file says what the data is (files, columns, counts, sequence length, to
 check it against their model config.
 
 Two layouts:
-- `partition_number` N (the default layout, N = 1): `--output_file DIR/train.mindrecord` writes
+- `partition_number` N (`write`; N = 1 by default): `--output_file DIR/train.mindrecord` writes
   `DIR/train.mindrecord` (N = 1) or `DIR/train.mindrecord0` .. `DIR/train.mindrecord{N-1}` (MindSpore's naming),
   each a self-contained MindRecord file holding every N-th record;
-- `records_per_file` R > 0: files `DIR/train.mindrecord00000`, `DIR/train.mindrecord00001`, ... of R records each
-  (the last one shorter), as many as the data needs; for corpora whose size is not known in advance.
+- numbered files `DIR/train.mindrecord00000`, `DIR/train.mindrecord00001`, ..., as many as the data needs, each
+  written by whichever process made its records (`numbered_path` + `adopt`): for corpora whose size is not known in
+  advance (src/create_pretraining_data.py).
 """
 import json
 import os
@@ -30,6 +31,7 @@ from src.data_utils import default_file_mode, refuse_existing
 
 META_SUFFIX = ".meta.json"
 WRITE_BATCH = 2048
+PAGE_SIZE = 4 << 20  # MindRecord's default page (32 MB) leaves most of a page unused at the end of every file
 
 
 def meta_path(output_file: os.PathLike) -> Path:
@@ -82,30 +84,69 @@ class ColumnTable:
             yield {name: array[i] for name, array in self.columns.items()}
 
 
+class MindRecordFile:
+    """One MindRecord file being written, records buffered into batches; created only when the first record comes
+    (so a writer that got no records leaves no file). Any process can write one: the data creators' workers
+    write theirs into the staging folder of the `RecordWriter` that publishes them."""
+
+    def __init__(self, path: os.PathLike, schema: Dict[str, Dict[str, Any]], description: str):
+        self.path, self.schema, self.description = Path(path), schema, description
+        self.count = 0
+        self._writer: Any = None
+        self._batch: List[Mapping[str, Any]] = []
+
+    def write(self, records: Iterable[Mapping[str, Any]]) -> None:
+        for record in records:
+            self.add(record)
+
+    def add(self, record: Mapping[str, Any]) -> None:
+        if self._writer is None:
+            from mindspore.mindrecord import FileWriter  # deferred: importing MindSpore costs seconds
+
+            self._writer = FileWriter(str(self.path), shard_num=1)
+            self._writer.set_page_size(PAGE_SIZE)
+            self._writer.add_schema(self.schema, self.description)
+            _cache_schema_lookups(self._writer)
+        self._batch.append(record)
+        self.count += 1
+        if len(self._batch) == WRITE_BATCH:
+            self._writer.write_raw_data(self._batch)
+            self._batch.clear()
+
+    def commit(self) -> int:
+        """Write what is buffered and the file's index; returns the number of records (0: no file)."""
+        if self._writer is not None:
+            if self._batch:
+                self._writer.write_raw_data(self._batch)
+                self._batch.clear()
+            self._writer.commit()
+            self._writer = None
+        return self.count
+
+
 class RecordWriter:
-    """One data set being written: records are streamed to files in a staging folder; `publish` moves them into
-    place with the meta file last. Leaving the `with` block without publishing (an error) removes everything.
+    """One data set being written: records are streamed into files in a staging folder (by this writer, or by
+    other processes that `adopt` hands over); `publish` moves them into place with the meta file last. Leaving the
+    `with` block without publishing (an error) removes everything, including folders it created.
 
         with RecordWriter(output_file, schema, "albert squad", sidecars=[".features.jsonl"]) as out:
             out.write(records)
             write_jsonl(out.sidecar(".features.jsonl"), rows)
             meta = out.publish({"kind": "squad", ...})
+
+    Records given to `write` are dealt round-robin to `partition_number` files (see the module docstring).
     """
 
     def __init__(self, output_file: os.PathLike, schema: Dict[str, Dict[str, Any]], description: str = "",
-                 partition_number: int = 1, records_per_file: int = 0, overwrite: bool = False,
-                 sidecars: Iterable[str] = ()):
-        if records_per_file < 0:
-            raise UserError(f"records_per_file must be >= 0 (0: partition_number files), got {records_per_file}")
+                 partition_number: int = 1, overwrite: bool = False, sidecars: Iterable[str] = ()):
         self.output_file = Path(output_file).absolute()
         self.sidecars = list(sidecars)
         check_output_free(self.output_file, partition_number, overwrite, self.sidecars)
         self.schema, self.description = schema, description or self.output_file.stem
-        self.partition_number, self.records_per_file, self.overwrite = partition_number, records_per_file, overwrite
+        self.partition_number, self.overwrite = partition_number, overwrite
         self.count = 0
         self.files: List[str] = []
-        self._writers: List[Any] = []
-        self._batches: List[List[Mapping[str, Any]]] = []
+        self._partitions: List[MindRecordFile] = []
         self._created = [d for d in [self.output_file.parent, *self.output_file.parent.parents] if not d.exists()]
         self.output_file.parent.mkdir(parents=True, exist_ok=True)
         self.published = False
@@ -132,61 +173,34 @@ class RecordWriter:
             raise ValueError(f"sidecar {suffix} was not declared")
         return self.staging / (self.output_file.name + suffix)
 
+    def numbered_path(self, index: int) -> Path:
+        """Staging path of data file number `index` (`<output_file>00000`, ...) for a process to write."""
+        return self.staging / f"{self.output_file.name}{index:05d}"
+
+    def adopt(self, path: Path, count: int) -> None:
+        """Publish the file another process wrote at `path` (in the staging folder) with `count` records."""
+        if count:
+            self.files.append(path.name)
+            self.count += count
+
     def write(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Append records (dicts of column -> value, or a ColumnTable)."""
+        if not self._partitions:
+            name = self.output_file.name
+            self._partitions = [MindRecordFile(self.staging / (name if self.partition_number == 1 else f"{name}{k}"),
+                                               self.schema, self.description) for k in range(self.partition_number)]
         for record in records:
-            if self.records_per_file:
-                if self.count % self.records_per_file == 0:
-                    self._roll_over()
-                target = 0
-            else:
-                if not self._writers:
-                    self._open_partitions()
-                target = self.count % self.partition_number
-            batch = self._batches[target]
-            batch.append(record)
+            self._partitions[self.count % self.partition_number].add(record)
             self.count += 1
-            if len(batch) == WRITE_BATCH:
-                self._writers[target].write_raw_data(batch)
-                batch.clear()
-
-    def _new_writer(self, name: str) -> None:
-        from mindspore.mindrecord import FileWriter  # deferred: importing MindSpore costs seconds
-
-        writer = FileWriter(str(self.staging / name), shard_num=1)
-        writer.add_schema(self.schema, self.description)
-        _cache_schema_lookups(writer)
-        self._writers.append(writer)
-        self._batches.append([])
-        self.files.append(name)
-
-    def _open_partitions(self) -> None:
-        """FileWriter(shard_num=N) spreads records over its shards in an order that varies from run to run, so
-        partitions are written as independent files to keep every file's content reproducible."""
-        name = self.output_file.name
-        for k in range(self.partition_number):
-            self._new_writer(name if self.partition_number == 1 else f"{name}{k}")
-
-    def _roll_over(self) -> None:
-        """Close the current file (its index is built now, so memory stays bounded) and start the next."""
-        self._commit_open()
-        self._writers, self._batches = [], []
-        self._new_writer(f"{self.output_file.name}{len(self.files):05d}")
-
-    def _commit_open(self) -> None:
-        for writer, batch in zip(self._writers, self._batches):
-            if batch:
-                writer.write_raw_data(batch)
-                batch.clear()
-            writer.commit()
 
     def publish(self, meta: Dict[str, Any]) -> Dict[str, Any]:
         """Commit the files and move everything into place; returns `meta` completed with the file names, the
         number of records and the schema, as written to `<output_file>.meta.json`."""
         if self.count == 0:
             raise UserError(f"no records to write to {self.output_file}")
-        self._commit_open()
-        self._writers, self._batches = [], []
+        for partition in self._partitions:  # every partition gets records when there are at least N
+            if partition.commit():
+                self.files.append(partition.path.name)
         meta = dict(meta, files=list(self.files), num_records=self.count, schema=self.schema)
         final_meta = meta_path(self.output_file)
         if self.overwrite:
@@ -216,7 +230,7 @@ def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]],
     called after every record was consumed.
     """
     sidecars = sidecars or {}
-    with RecordWriter(output_file, schema, description, partition_number, 0, overwrite, sidecars) as out:
+    with RecordWriter(output_file, schema, description, partition_number, overwrite, sidecars) as out:
         out.write(records)
         for suffix, write in sidecars.items():
             write(out.sidecar(suffix))
@@ -240,10 +254,15 @@ def _cache_schema_lookups(writer: Any) -> None:
         "schema": property(lambda self: schema), "blob_fields": property(lambda self: blob_fields)})
 
 
+def jsonl_line(row: Any) -> str:
+    """One line of a .jsonl sidecar."""
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
 def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+            handle.write(jsonl_line(row))
 
 
 def read_meta(output_file: os.PathLike) -> Dict[str, Any]:

@@ -119,7 +119,7 @@ def classify(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, ob
 
 
 def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
-    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_rows, example_features
+    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row
     from src.squad_get_predictions import predictions_v1, predictions_v2, results_from_outputs
 
     if not args.question or not args.context:
@@ -132,7 +132,7 @@ def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, obje
         rows.append(record)
         features[FIRST_UNIQUE_ID + index] = dict(unique_id=FIRST_UNIQUE_ID + index, **feature)
     outputs = run(rows)
-    examples = list(example_rows([example]))
+    examples = [example_row(0, example)]
     results = results_from_outputs(list(features), outputs)
     if args.task == "squad_v1":
         predictions, nbest = predictions_v1(examples, features, results, args.n_best_size, args.max_answer_length)

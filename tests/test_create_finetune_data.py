@@ -37,7 +37,7 @@ def _cases():
 def test_every_glue_task_reads_real_rows(assets, task, split):
     folder, files = GLUE_DUMMY[task]
     path = assets / "glue" / "hf_dummy" / folder / files[split]
-    examples = cfd.read_tsv_examples(task, path, split)
+    examples = list(cfd.read_tsv_examples(task, path, split))
     rows = _rows(path)
     data_rows = rows if (task, split) in HEADERLESS else rows[1:]
     assert len(examples) == len(data_rows) >= 1
@@ -56,12 +56,12 @@ def test_cola_full_release(assets):
     folder = assets / "glue" / "CoLA"
     for name, split in [("in_domain_train.tsv", "train"), ("in_domain_dev.tsv", "dev"),
                         ("out_of_domain_dev.tsv", "dev")]:
-        examples = cfd.read_tsv_examples("cola", folder / name, split)
+        examples = list(cfd.read_tsv_examples("cola", folder / name, split))
         rows = _rows(folder / name)
         assert len(examples) == len(rows)
         assert [e.label for e in examples] == [r[1] for r in rows]
         assert [e.text_a for e in examples] == [r[3] for r in rows]
-    assert len(cfd.read_tsv_examples("cola", folder / "in_domain_train.tsv", "train")) == 8551
+    assert len(list(cfd.read_tsv_examples("cola", folder / "in_domain_train.tsv", "train"))) == 8551
 
 
 def test_mrpc_full_with_bom(assets):
@@ -69,7 +69,7 @@ def test_mrpc_full_with_bom(assets):
     assert (folder / "train.tsv").read_bytes().startswith(b"\xef\xbb\xbf")
     sizes = {}
     for split in ("train", "dev", "test"):
-        examples = cfd.read_tsv_examples("mrpc", folder / f"{split}.tsv", split)
+        examples = list(cfd.read_tsv_examples("mrpc", folder / f"{split}.tsv", split))
         rows = _rows(folder / f"{split}.tsv")[1:]
         assert [(e.text_a, e.text_b) for e in examples] == [(r[3], r[4]) for r in rows]
         sizes[split] = len(examples)
@@ -191,9 +191,9 @@ def test_bad_tsv_input(tmp_path, spm_path):
     _bad(tmp_path, spm_path, "rte", header, r"no examples")
     (tmp_path / "latin1.tsv").write_bytes(header.encode() + "0\tcaf\xe9\tb\tentailment\n".encode("latin-1"))
     with pytest.raises(UserError, match="not UTF-8"):
-        cfd.read_tsv_examples("rte", tmp_path / "latin1.tsv", "train")
+        list(cfd.read_tsv_examples("rte", tmp_path / "latin1.tsv", "train"))
     with pytest.raises(UserError, match="not found"):
-        cfd.read_tsv_examples("rte", tmp_path / "missing.tsv", "train")
+        list(cfd.read_tsv_examples("rte", tmp_path / "missing.tsv", "train"))
 
 
 def test_bad_race_input(tmp_path, spm_path):

@@ -19,11 +19,10 @@ from src.tokenization import FullTokenizer
 SEQ = 128
 
 
-def make_instances(documents, tokenizer, options, dupe_factor, random_seed, num_workers=1):
+def make_instances(documents, tokenizer, options, dupe_factor, random_seed):
     """Every instance of `documents`, concatenated in the order the tool writes them."""
-    tasks = cpd.document_tasks(documents, cpd.task_bytes(options, dupe_factor))
-    per_document = [arrays for _, arrays, _ in cpd.instance_stream(tasks, tokenizer, options, dupe_factor,
-                                                                   random_seed, num_workers)]
+    maker = cpd.InstanceMaker(tokenizer, options, random_seed)
+    per_document = [maker.document_instances(document, dupe_factor)[0] for document in documents]
     return {name: np.concatenate([a[name] for a in per_document]) for name in cpd.COLUMNS}
 
 
@@ -192,15 +191,15 @@ def test_same_records_for_any_worker_count_and_file_size(tmp_path, spm_path, ass
     rows_one, rows_two = _read_records(one), _read_records(two)
     assert len(rows_one) == len(rows_two) > 1000
     assert [_row_key(r) for r in rows_one] == [_row_key(r) for r in rows_two]
-    # Files of 400 records instead of one: the same records in the same order, only cut into files.
+    # Files of about 400 records (cut between documents) instead of one: the same records in the same order.
     assert cpd.main(_config_args(spm_path, inputs, small, "--dupe_factor", "1", "--num_workers", "2",
                                  "--records_per_file", "400")) == 0
     assert [_row_key(r) for r in _read_records(small)] == [_row_key(r) for r in rows_one]
-    meta = dataset.load_data_meta(small)
-    count = -(-len(rows_one) // 400)
-    assert meta["files"] == [f"small.mindrecord{i:05d}" for i in range(count)]
-    assert [dataset.count_rows(tmp_path / name) for name in meta["files"]] == [400] * (count - 1) + [
-        len(rows_one) - 400 * (count - 1)]
+    files = dataset.load_data_meta(small)["files"]
+    assert files == [f"small.mindrecord{i:05d}" for i in range(len(files))]
+    sizes = [dataset.count_rows(tmp_path / name) for name in files]
+    assert sum(sizes) == len(rows_one) and abs(len(files) - len(rows_one) / 400) <= 2
+    assert max(sizes) < 2 * 400, sizes  # a document here makes at most ~70 records
     names = {p.name for p in tmp_path.iterdir()}
     assert {"one.mindrecord00000", "one.mindrecord00000.db", "one.mindrecord.meta.json"} <= names
     assert not [n for n in names if "tmp" in n]

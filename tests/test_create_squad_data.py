@@ -50,8 +50,15 @@ def test_every_gold_answer_maps_back_to_its_text(assets, tokenizer, hf):
     assert not other, other[:10]
 
 
+def _read_examples(path, is_training, v2=False):
+    """(examples, skipped answers) of a SQuAD file."""
+    stats = {"skipped_examples": 0}
+    examples = list(csd.read_squad_examples(path, is_training, v2, stats))
+    return examples, stats["skipped_examples"]
+
+
 def _examples(assets, name, is_training, v2=False):
-    return csd.read_squad_examples(assets / "squad" / name, is_training, v2)
+    return _read_examples(assets / "squad" / name, is_training, v2)
 
 
 def test_training_features_point_at_the_answer(assets, tokenizer):
@@ -203,7 +210,7 @@ def test_bad_input(tmp_path, spm_path):
     broken["data"][0]["paragraphs"][0]["qas"].append(dict(qa, id="q2", answers=[{"text": "Bob", "answer_start": 4}]))
     broken["data"][0]["paragraphs"][0]["qas"][0]["answers"] = qa["answers"]
     (tmp_path / "skip.json").write_text(json.dumps(broken), encoding="utf-8")
-    examples, skipped = csd.read_squad_examples(tmp_path / "skip.json", True, False)
+    examples, skipped = _read_examples(tmp_path / "skip.json", True, False)
     assert len(examples) == 1 and skipped == 1
 
 
@@ -237,7 +244,7 @@ def test_prediction_file_without_answers(tmp_path):
     source = tmp_path / "test.json"
     source.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Bob went home.", "qas": [
         {"id": "q", "question": "Who went home?"}]}]}]}), encoding="utf-8")
-    examples, _ = csd.read_squad_examples(source, is_training=False, version_2_with_negative=False)
+    examples, _ = _read_examples(source, is_training=False)
     assert examples[0].answers == []
     with pytest.raises(UserError, match="missing field 'answers'"):
-        csd.read_squad_examples(source, is_training=True, version_2_with_negative=False)
+        _read_examples(source, is_training=True)

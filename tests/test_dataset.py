@@ -16,7 +16,7 @@ def data(tmp_path_factory, assets):
     spm = str(assets / "tokenizer" / "albert_30k-clean.model")
     common = ["--spm_model_file", spm, "--max_seq_length", "64"]
     cpd.main(common + ["--input_file", str(assets / "pretrain" / "bert_sample_text.txt"), "--output_file",
-                       str(root / "pretrain" / "pt.mindrecord"), "--dupe_factor", "3", "--records_per_file", "30",
+                       str(root / "pretrain" / "pt.mindrecord"), "--dupe_factor", "3", "--records_per_file", "10",
                        "--max_predictions_per_seq", "10", "--progress", "false"])
     cfd.main(common + ["--task_name", "mrpc", "--data_dir", str(assets / "glue" / "MRPC"), "--split", "dev",
                        "--output_file", str(root / "mrpc_dev.mindrecord")])
@@ -49,7 +49,8 @@ def test_pretraining_columns_and_types(data):
 def test_folder_output_file_and_list_resolve_to_the_same_files(data):
     by_dir = dataset.resolve_mindrecord_files(data / "pretrain")
     by_name = dataset.resolve_mindrecord_files(data / "pretrain" / "pt.mindrecord")
-    assert by_dir == by_name == [str(data / "pretrain" / f"pt.mindrecord{i:05d}") for i in range(2)]
+    count = len(dataset.load_data_meta(data / "pretrain")["files"])
+    assert count >= 2 and by_dir == by_name == [str(data / "pretrain" / f"pt.mindrecord{i:05d}") for i in range(count)]
     assert dataset.resolve_mindrecord_files(by_dir) == by_dir
 
 

@@ -249,7 +249,7 @@ def test_predict_classifier_on_an_mrpc_pair(heads, mindirs, assets, tokenizer, s
 
 @pytest.mark.parametrize("task", ["squad_v1", "squad_v2"])
 def test_predict_squad_answer_from_the_context(task, heads, mindirs, assets, tokenizer, spm_path):
-    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_rows, example_features
+    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row
     from src.squad_get_predictions import predictions_v1, predictions_v2
 
     data = json.loads((assets / "squad" / "v1.1" / "dev-v1.1.part1_bloomsbury.json").read_text(encoding="utf-8"))
@@ -265,7 +265,7 @@ def test_predict_squad_answer_from_the_context(task, heads, mindirs, assets, tok
     features = {FIRST_UNIQUE_ID + i: dict(unique_id=FIRST_UNIQUE_ID + i, **f) for i, (_, f) in enumerate(windows)}
     columns = [np.stack([r[k] for r, _ in windows]) for k in ("input_ids", "segment_ids", "input_mask", "p_mask")]
     outputs = outputs_of(heads[task][0], columns)
-    examples = list(example_rows([example]))
+    examples = [example_row(0, example)]
     if task == "squad_v1":
         answers, nbest = predictions_v1(examples, features, {u: (outputs[0][i], outputs[1][i])
                                                              for i, u in enumerate(features)})

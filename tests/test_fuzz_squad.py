@@ -67,11 +67,12 @@ def test_read_answers(tmp_path_factory, context, v2, answers):
     path = _squad_file(tmp_path_factory, context, qas)
     kept = [qa["id"] for qa, (start, _, _) in zip(qas, answers) for text in [qa["answers"][0]["text"]]
             if text and start >= 0 and context[start:start + len(text)] == text]
+    stats = {"skipped_examples": 0}
     if not kept:
         with pytest.raises(UserError, match="no questions"):
-            csd.read_squad_examples(path, True, v2)
+            list(csd.read_squad_examples(path, True, v2, stats))
         return
-    examples, skipped = csd.read_squad_examples(path, True, v2)
+    examples, skipped = list(csd.read_squad_examples(path, True, v2, stats)), stats["skipped_examples"]
     assert [example_.qas_id for example_ in examples] == kept and skipped == len(qas) - len(kept)
     for example_ in examples:
         assert example_.answer_text and 0 <= example_.start_char < len(context)
