@@ -197,7 +197,8 @@ def bench_stages(args: argparse.Namespace, workdir: Path) -> List[Dict[str, obje
     timings["tokenize (SentencePiece)"] = time.perf_counter() - start
     start = time.perf_counter()
     maker = cpd.InstanceMaker(tokenizer, options, 1)
-    instances = [maker.document_instances(document, args.dupe_factor)[0] for document in documents]
+    instances = [arrays for document in documents
+                 for arrays in maker.document_rounds(document, maker.tokenize_document(document), args.dupe_factor)]
     timings["pair + mask (x dupe_factor)"] = time.perf_counter() - start - timings["tokenize (SentencePiece)"]
     import mindspore.mindrecord  # noqa: F401  (its import, ~2 s once per process, is not writing time)
     start = time.perf_counter()

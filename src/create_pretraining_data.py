@@ -211,20 +211,21 @@ class InstanceMaker:
                 masked[position] = self.replacement_ids[rng.randrange(len(self.replacement_ids))]
         return masked, positions, [tokens[p] for p in positions]
 
-    def document_instances(self, document: Document, dupe_factor: int) -> Tuple[Dict[str, np.ndarray], int]:
-        """All instances of one document over `dupe_factor` rounds, as stacked arrays; also its token count."""
-        sentences = self.tokenize_document(document)
-        rows: List[Tuple[List[int], List[int], int, List[int], List[int]]] = []
-        if len(sentences) >= 2:
-            cls, sep = self.tokenizer.cls_id, self.tokenizer.sep_id
-            for round_index in range(dupe_factor):
-                rng = self.document_rng(document, round_index)
-                for first, second, label in self.segment_pairs(sentences, rng):
-                    tokens = [cls, *first, sep, *second, sep]
-                    masked, positions, originals = self.mask(tokens, rng)
-                    rows.append((masked, [0] * (len(first) + 2) + [1] * (len(second) + 1), label,
-                                 positions, originals))
-        return self.stack(rows), sum(len(s) for s in sentences)
+    def document_rounds(self, document: Document, sentences: List[List[int]],
+                        dupe_factor: int) -> Iterator[Dict[str, np.ndarray]]:
+        """The instances of one tokenized document, one round at a time as stacked arrays (a long document's rows
+        as Python lists take ~50 KB each at seq 512: only one round's are alive at once)."""
+        if len(sentences) < 2:
+            return
+        cls, sep = self.tokenizer.cls_id, self.tokenizer.sep_id
+        for round_index in range(dupe_factor):
+            rng = self.document_rng(document, round_index)
+            rows = []
+            for first, second, label in self.segment_pairs(sentences, rng):
+                tokens = [cls, *first, sep, *second, sep]
+                masked, positions, originals = self.mask(tokens, rng)
+                rows.append((masked, [0] * (len(first) + 2) + [1] * (len(second) + 1), label, positions, originals))
+            yield self.stack(rows)
 
     def stack(self, rows: Sequence[Tuple[List[int], List[int], int, List[int], List[int]]]) -> Dict[str, np.ndarray]:
         seq, preds, n = self.options.max_seq_length, self.options.max_predictions_per_seq, len(rows)
@@ -269,9 +270,11 @@ def _write_task(args: Tuple[List[Document], int, Path]) -> "Summary":
     summary = Summary()
     output = MindRecordFile(path, schema(_WORKER_MAKER.options), "albert pretraining")
     for document in documents:
-        arrays, tokens = _WORKER_MAKER.document_instances(document, dupe_factor)
-        summary.add(document, arrays, tokens)
-        output.write(ColumnTable(arrays))
+        sentences = _WORKER_MAKER.tokenize_document(document)
+        summary.add_document(document, sum(len(sentence) for sentence in sentences))
+        for arrays in _WORKER_MAKER.document_rounds(document, sentences, dupe_factor):
+            summary.add_rows(arrays)
+            output.write(ColumnTable(arrays))
     output.commit()
     return summary
 
@@ -346,13 +349,18 @@ class Summary:
         self.documents = self.documents_used = self.tokens = self.instances = 0
         self.masked = self.real = self.swapped = 0
         self.first: Optional[Tuple[str, int]] = None  # (file, line) of the first document
+        self._used = False  # whether the current document made an instance yet
 
-    def add(self, document: Document, arrays: Dict[str, np.ndarray], tokens: int) -> None:
+    def add_document(self, document: Document, tokens: int) -> None:
         self.first = self.first or (document.path, document.first_line)
-        rows = len(arrays["input_ids"])
         self.documents += 1
-        self.documents_used += int(rows > 0)
         self.tokens += tokens
+        self._used = False
+
+    def add_rows(self, arrays: Dict[str, np.ndarray]) -> None:
+        rows = len(arrays["input_ids"])
+        self.documents_used += int(rows > 0 and not self._used)
+        self._used = self._used or rows > 0
         self.instances += rows
         self.masked += int(arrays["masked_lm_weights"].sum())
         self.real += int(arrays["input_mask"].sum())

@@ -22,8 +22,9 @@ SEQ = 128
 def make_instances(documents, tokenizer, options, dupe_factor, random_seed):
     """Every instance of `documents`, concatenated in the order the tool writes them."""
     maker = cpd.InstanceMaker(tokenizer, options, random_seed)
-    per_document = [maker.document_instances(document, dupe_factor)[0] for document in documents]
-    return {name: np.concatenate([a[name] for a in per_document]) for name in cpd.COLUMNS}
+    rounds = [arrays for document in documents
+              for arrays in maker.document_rounds(document, maker.tokenize_document(document), dupe_factor)]
+    return {name: np.concatenate([a[name] for a in rounds]) for name in cpd.COLUMNS}
 
 
 @pytest.fixture(scope="module")
