@@ -116,3 +116,28 @@ def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(monkeypatch, 
                          "error": "the ours worker failed: exited with code -9"}]
     assert bench_common.report_failures(failures) == 1
     assert "[base b8 s512] not measured: the ours worker failed" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_bench_data_every_mode_on_tiny_settings(tmp_path, assets):
+    """--scale (with its plot), --stages, --finetune_scale and --readers each report rows whose counts agree with
+    what the tools wrote."""
+    plot, report = tmp_path / "scale.png", tmp_path / "data.json"
+    done = bench("bench_data.py", "--scale", "0.2,0.4", "--plot", str(plot), "--stages", "--stage_mb", "0.2",
+                 "--finetune_scale", "--finetune_fraction", "0.001", "--readers", "--max_seq_length", "64",
+                 "--max_predictions_per_seq", "10", "--dupe_factor", "2", "--json_out", str(report))
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert [row["corpus_mb"] for row in data["scale"]] == [0.2, 0.4]
+    for row in data["scale"]:
+        assert row["instances"] > 0 and row["peak_rss_mb"] > 50 and row["output_mb_on_disk"] >= 0
+        assert row["MB/s"] == pytest.approx(row["corpus_mb"] / row["seconds"], rel=0.01)
+    assert data["scale"][1]["instances"] > 1.5 * data["scale"][0]["instances"]  # twice the text
+    assert plot.stat().st_size > 10000 and plot.read_bytes()[:4] == b"\x89PNG"
+    assert [row["stage"] for row in data["stages"]] == ["read + split documents", "tokenize (SentencePiece)",
+                                                        "pair + mask (x dupe_factor)", "write MindRecord"]
+    squad, mnli, race = data["finetune_scale"]
+    assert squad["questions"] >= 130 and squad["records"] >= squad["questions"]
+    assert mnli["pairs"] == 392 == mnli["records"]
+    assert race["questions"] >= 87 and race["records"] == race["questions"]
+    assert [row["rows"] > 0 for row in data["readers"]] == [True] * 3
