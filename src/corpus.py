@@ -154,7 +154,7 @@ class Corpus:
             if not self.owns(file_index, doc_index):
                 continue
             try:
-                record = json.loads(line)
+                record = json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as err:
                 raise UserError(f"{path} line {line_no}: malformed json ({err.msg} at column {err.colno})") from None
             if not isinstance(record, dict) or key not in record:
