@@ -126,7 +126,7 @@ def test_three_class_mnli_end_to_end(tmp_path):
     correlation as scikit-learn computes them. Every class is among the labels (there sklearn's macro F1, over
     the classes of labels and predictions, and ours, over the classes of the labels, agree by definition)."""
     names = ["contradiction", "entailment", "neutral"]
-    labels = [names[(i * 7) % 3] for i in range(48)]
+    labels = [names[i % 3] for i in range(48)]
     train = make_glue_like(tmp_path, "mnli", labels)
     ok(finetune("run_classifier.py", tmp_path / "out", "--train_data_file_path", str(train), "--eval_data_file_path",
                 str(train), "--num_class", "3", "--assessment_method", "macro_f1", "--train_batch_size", "8",
