@@ -61,7 +61,7 @@ from model_utils.errors import UserError, run_cli
 from src.corpus import Corpus, Document
 from src.data_utils import (Progress, check_max_seq_length, parse_tool_config, resolve_input_files,
                             tokenizer_from_config)
-from src.mindrecord_io import ColumnTable, MindRecordFile, RecordWriter, check_output_free
+from src.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
 from src.tokenization import FullTokenizer
 
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
@@ -437,7 +437,7 @@ def create_pretraining_data(config) -> Dict[str, object]:
     paths = resolve_input_files(config.input_file)
     corpus = Corpus(paths, config.input_format, config.text_key, config.shard_index, config.num_shards)
     tokenizer = tokenizer_from_config(config)
-    per_file = config.records_per_file or max(1, FILE_BYTES // row_bytes(options))
+    per_file = config.records_per_file or max(1, min(FILE_BYTES // row_bytes(options), MAX_RECORDS_PER_FILE))
     part = f" (part {config.shard_index} of {config.num_shards})" if config.num_shards > 1 else ""
     summary = Summary()
     bar = Progress(corpus.total_bytes, "MB of input", enabled=config.progress, scale=1e6)

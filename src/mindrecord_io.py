@@ -11,7 +11,8 @@ check it against their model config.
 Two layouts:
 - `partition_number` N (`write`; N = 1 by default): `--output_file DIR/train.mindrecord` writes
   `DIR/train.mindrecord` (N = 1) or `DIR/train.mindrecord0` .. `DIR/train.mindrecord{N-1}` (MindSpore's naming),
-  each a self-contained MindRecord file holding every N-th record;
+  each a self-contained MindRecord file, records dealt round-robin; a data set of more than N x
+  MAX_RECORDS_PER_FILE records goes on in `DIR/train.mindrecord{N}`, ... (N more files per N x 65,536 records);
 - numbered files `DIR/train.mindrecord00000`, `DIR/train.mindrecord00001`, ..., as many as the data needs, each
   written by whichever process made its records (`numbered_path` + `adopt`): for corpora whose size is not known in
   advance (src/create_pretraining_data.py).
@@ -32,6 +33,8 @@ from src.data_utils import default_file_mode, refuse_existing
 META_SUFFIX = ".meta.json"
 WRITE_BATCH = 2048
 PAGE_SIZE = 4 << 20  # MindRecord's default page (32 MB) leaves most of a page unused at the end of every file
+# Closing a MindRecord file builds its index in memory, ~1.5 KB a record: files are kept below this many records.
+MAX_RECORDS_PER_FILE = 65536
 
 
 def meta_path(output_file: os.PathLike) -> Path:
@@ -114,7 +117,7 @@ class MindRecordFile:
             self._batch.clear()
 
     def commit(self) -> int:
-        """Write what is buffered and the file's index; returns the number of records (0: no file)."""
+        """Write what is buffered and the file's index (once); returns the number of records (0: no file)."""
         if self._writer is not None:
             if self._batch:
                 self._writer.write_raw_data(self._batch)
@@ -184,13 +187,19 @@ class RecordWriter:
             self.count += count
 
     def write(self, records: Iterable[Mapping[str, Any]]) -> None:
-        """Append records (dicts of column -> value, or a ColumnTable)."""
-        if not self._partitions:
-            name = self.output_file.name
-            self._partitions = [MindRecordFile(self.staging / (name if self.partition_number == 1 else f"{name}{k}"),
-                                               self.schema, self.description) for k in range(self.partition_number)]
+        """Append records (dicts of column -> value, or a ColumnTable), dealt round-robin to the partitions; when
+        they are full, the next group of partitions opens (and the full ones are closed, freeing their memory)."""
+        partitions = self.partition_number
         for record in records:
-            self._partitions[self.count % self.partition_number].add(record)
+            group, slot = divmod(self.count, partitions)
+            index = group // MAX_RECORDS_PER_FILE * partitions + slot
+            if index == len(self._partitions):
+                if index and index % partitions == 0:
+                    for full in self._partitions[-partitions:]:
+                        full.commit()
+                name = self.output_file.name if index == 0 and partitions == 1 else f"{self.output_file.name}{index}"
+                self._partitions.append(MindRecordFile(self.staging / name, self.schema, self.description))
+            self._partitions[index].add(record)
             self.count += 1
 
     def publish(self, meta: Dict[str, Any]) -> Dict[str, Any]:
