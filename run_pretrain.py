@@ -27,8 +27,9 @@ def main(argv: List[str]) -> int:
     from dataset import check_schema, count_rows, create_pretraining_dataset
     from src import cpu_kernels
     from src.albert_for_pre_training import AlbertNetworkWithLoss
-    from src.training import (StepPlan, build_train_cell, check_data_fits, data_meta, make_callbacks, network_config,
-                              remove_stale_temporaries, resume_or_init, setup_device, train, weights_digest)
+    from src.training import (StepPlan, build_train_cell, check_data_fits, check_same_start, data_meta,
+                              make_callbacks, network_config, remove_stale_temporaries, resume_or_init, setup_device,
+                              train, weights_digest)
 
     seq_shape = check_schema(config.data_dir, config.schema_dir)
     meta = data_meta(config.data_dir)
@@ -53,6 +54,7 @@ def main(argv: List[str]) -> int:
     optimizer, cell = build_train_cell(config, network, plan.total_steps)
     progress = resume_or_init(cell, network, plan, config.load_checkpoint_path,
                               save_dir if config.enable_save_ckpt else "", CHECKPOINT_PREFIX, log)
+    check_same_start(progress, device, save_dir if config.enable_save_ckpt else "")
     if device.is_main:  # only now: a run that could not start leaves nothing behind
         os.makedirs(output_dir, exist_ok=True)
         net.to_json_file(os.path.join(output_dir, "albert_config.json"))

@@ -121,8 +121,8 @@ def _network(config: Config, data_file: str, columns: Sequence[str], checkpoint:
 def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir: str, log):
     """Fine-tune; returns (the trained head, its AlbertConfig)."""
     from dataset import count_rows
-    from src.training import (StepPlan, build_train_cell, make_callbacks, remove_stale_temporaries, resume_or_init,
-                              train, weights_digest)
+    from src.training import (StepPlan, build_train_cell, check_same_start, make_callbacks, remove_stale_temporaries,
+                              resume_or_init, train, weights_digest)
 
     data = config.train_data_file_path
     net, meta, shape = _network(config, data, task.train_columns, config.load_pretrain_checkpoint_path)
@@ -138,6 +138,7 @@ def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir
         log("no load_pretrain_checkpoint_path: the whole network starts from random weights")
     progress = resume_or_init(cell, network, plan, config.load_pretrain_checkpoint_path, save_dir,
                               task.checkpoint_prefix, log, init_only=True, allow_missing=("",))
+    check_same_start(progress, device, save_dir)
     if device.is_main:  # only once every input has loaded: a run that fails to start leaves no output behind
         os.makedirs(output_dir, exist_ok=True)
         os.makedirs(save_dir, exist_ok=True)

@@ -3,7 +3,10 @@ callbacks that log progress and write checkpoints.
 
 - `setup_device` turns `device_target` auto|CPU|GPU|Ascend into a configured MindSpore context (GRAPH mode), and
   under `distribute` initialises the collective group *before* any cell is built (the train cell reads the
-  parallel context when it is created).
+  parallel context when it is created). A distributed worker dies with its launcher, reports a cluster that does
+  not form and a peer that stops (a collective op that fails) in one line, and exits 3 in the latter case
+  (src/distributed_launch.py names the failed rank or node for the scripts); `check_same_start` refuses ranks
+  that would resume from different checkpoints.
 - `StepPlan` is the one place step counts are computed: optimizer steps (`train_steps`) versus micro-batches
   (`accumulation_steps`), epochs from the dataset size, and the exact rows each rank reads in which order. The
   order is a function of (seed, epoch) only, so a resumed run reads the rows the uninterrupted run would have read.
@@ -13,6 +16,7 @@ callbacks that log progress and write checkpoints.
   `load_checkpoint_path`. A run killed at any point resumes to the uninterrupted run's trajectory; a run whose
   loss turns inf/nan without loss scaling stops with its last good checkpoint (`NonFiniteGuard`).
 """
+import ctypes
 import errno
 import hashlib
 import json
@@ -20,6 +24,8 @@ import math
 import os
 import re
 import shutil
+import signal
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -37,6 +43,7 @@ from model_utils.config import Config
 from model_utils.errors import UserError
 from src import cpu_kernels
 from src.albert_model import AlbertConfig
+from src.distributed_launch import EXIT_CLUSTER_FAILED
 from src.utils import load_weights, read_checkpoint, save_checkpoint_atomic, save_text_atomic
 
 DEVICE_TARGETS = ("auto", "CPU", "GPU", "Ascend")
@@ -91,12 +98,9 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
         ms.device_context.cpu.op_tuning.threads_num(cpu_threads)
     if distribute:
         ms.set_device(target)  # the launcher's local rank picks the device
-        try:
-            init()
-        except (RuntimeError, ValueError) as err:  # --verbose shows MindSpore's own explanation
-            raise UserError("distribute=true but this process was not started by a launcher: use "
-                            "scripts/run_*_distribute.sh (msrun or mpirun)") from err
+        join_cluster(init)
         rank, group_size = get_rank(), get_group_size()
+        stop_in_one_line_on_cluster_failure(rank)
         if device_num not in (0, group_size):
             raise UserError(f"device_num is {device_num} but the launcher started {group_size} workers; "
                             f"set device_num to 0 (take the launcher's) or {group_size}")
@@ -116,6 +120,82 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
     if seed is not None:
         ms.set_seed(seed)
     return Device(target=target, rank=rank, group_size=group_size)
+
+
+def stop_with_launcher() -> None:
+    """Die with the launcher (Linux `PR_SET_PDEATHSIG`): a worker whose msrun was killed would otherwise train on,
+    orphaned, holding its node's place in the job. The scripts export the launcher's pid, which closes the window
+    before this call: a worker whose launcher is already gone stops at once."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
+            return
+    except (OSError, AttributeError):  # not Linux
+        return
+    launcher = os.environ.get("ALBERT_LAUNCHER_PID", "")
+    if launcher.isdigit() and os.getppid() != int(launcher):
+        print("error: this worker's launcher is gone (killed before the worker started): stopping", flush=True)
+        os._exit(EXIT_CLUSTER_FAILED)
+
+
+def join_cluster(init: Callable[[], None]) -> None:
+    """`init()` of the data-parallel group, its failures as one line (--verbose shows MindSpore's own message).
+
+    Under msrun every process prints `worker pid P: rank R` first: scripts/common.sh names a worker msrun saw
+    die (msrun reports pids only) by it."""
+    role = os.environ.get("MS_ROLE", "")
+    if role:
+        stop_with_launcher()
+    if role == "MS_WORKER":
+        print(f"worker pid {os.getpid()}: rank {os.environ.get('MS_NODE_ID', '?')} of "
+              f"{os.environ.get('MS_WORKER_NUM', '?')}", flush=True)
+    try:
+        init()
+    except (RuntimeError, ValueError) as err:
+        if not role:
+            raise UserError("distribute=true but this process was not started by a launcher: use "
+                            "scripts/run_*_distribute.sh (msrun or mpirun)") from err
+        raise UserError(cluster_problem(str(err), role)) from err
+
+
+def cluster_problem(message: str, role: str) -> str:
+    """What MindSpore's failure to build the cluster means for the person who started the nodes."""
+    where = f"{os.environ.get('MS_SCHED_HOST', '?')}:{os.environ.get('MS_SCHED_PORT', '?')}"
+    if "Repeated registration" in message:
+        return (f"another worker already joined the job as rank {os.environ.get('MS_NODE_ID', '?')}: two nodes "
+                f"were started with the same NODE_RANK (or a worker of an earlier run is still alive); start "
+                f"each node with its own NODE_RANK 0 .. NNODES-1")
+    if "not successfully spawned" in message:
+        return (f"the cluster did not form within CLUSTER_TIMEOUT ({os.environ.get('MS_TOPO_TIMEOUT', '?')} s): "
+                f"fewer than {os.environ.get('MS_WORKER_NUM', '?')} workers joined the scheduler at {where}; start "
+                f"every node (NODE_RANK 0 .. NNODES-1) with the same NNODES, MASTER_ADDR and MASTER_PORT")
+    first = next((line.strip() for line in message.splitlines() if line.strip()), "no message")
+    what = "the scheduler stopped: a worker or node failed" if role == "MS_SCHED" else \
+        f"joining the job through the scheduler at {where} failed"
+    return f"{what} (MindSpore: {first[:300]})"
+
+
+# How MindSpore reports a collective op that could not complete (its peer is gone): the op's kernel failed.
+COLLECTIVE_OP = re.compile(r"Launch kernel failed: \S*?\b(AllReduce|AllGather|ReduceScatter|Broadcast)-op")
+
+
+def stop_in_one_line_on_cluster_failure(rank: int) -> None:
+    """A collective op whose peer died fails after NODE_TIMEOUT with a long kernel traceback, and the process then
+    hangs while MindSpore tries to say goodbye to a scheduler that may be gone. Instead: one line and exit code 3
+    (EXIT_CLUSTER_FAILED: scripts/common.sh then looks for the cause on the other nodes)."""
+    previous = sys.excepthook  # MindSpore's: marks this node as failed, prints the traceback
+
+    def hook(kind, value, trace) -> None:
+        found = COLLECTIVE_OP.search(str(value)) if issubclass(kind, RuntimeError) else None
+        if not found:
+            previous(kind, value, trace)
+            return
+        sys.stdout.flush()
+        print(f"error: rank {rank}: {found.group(1)} with the other workers failed: a worker or node stopped, or "
+              f"the network between them failed", file=sys.stderr, flush=True)
+        os._exit(EXIT_CLUSTER_FAILED)
+
+    sys.excepthook = hook
 
 
 @dataclass
@@ -261,6 +341,22 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, load_c
     new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
     log(f"initialised the network from {load_checkpoint_path} (weights only: training starts at step 0{new})")
     return Progress()
+
+
+def check_same_start(progress: Progress, device: Device, save_directory: str) -> None:
+    """Data parallel needs every rank to resume from the same step. A rank on a machine that cannot see rank 0's
+    checkpoints (written on rank 0's machine) would start over from random weights, and the ranks would silently
+    average gradients of different models: refuse on every rank at once. (float32 on the wire: exact up to 2^24.)"""
+    if device.group_size < 2:
+        return
+    mine = np.zeros(device.group_size, np.float32)
+    mine[device.rank] = progress.micro_step
+    steps = all_ranks_sum(mine).astype(np.int64)
+    if len(set(steps.tolist())) > 1:
+        found = ", ".join(f"rank {rank}: micro-step {step}" for rank, step in enumerate(steps.tolist()))
+        raise UserError(f"the ranks would resume from different steps ({found}): every node must see the same "
+                        f"checkpoints in {save_directory or 'load_checkpoint_path'}; put it on storage all nodes "
+                        f"share, or copy the newest checkpoint to the same path on every node")
 
 
 def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], None] = print
