@@ -26,12 +26,26 @@ Environment:
   NODE_RANK      this machine's index, 0 .. NNODES-1 (default 0; msrun)
   MASTER_ADDR    address of the machine with NODE_RANK 0 (default 127.0.0.1; msrun)
   MASTER_PORT    free TCP port on that machine (default 8118; msrun)
+  CLUSTER_TIMEOUT  seconds for all nodes to join (default 300; msrun --cluster_time_out): a node whose peers or
+                 scheduler do not appear in time stops with one error line
+  NODE_TIMEOUT   seconds without a sign of life before a worker or node counts as failed (default 30; MindSpore's
+                 MS_NODE_TIMEOUT, also the longest a worker waits for its peers in a gradient all-reduce): a
+                 failed worker or node stops the job on every node within about NODE_TIMEOUT + 10 s
   HOSTFILE       mpirun host file listing the machines (needed by mpirun when NNODES > 1; DEVICE_NUM workers
                  are placed on each)
-  PYTHON         python interpreter for mpirun (default python; msrun starts the python on PATH)
+  PYTHON         python interpreter for mpirun and the launch checks (default python; msrun starts the python
+                 on PATH)
   DRY_RUN=1      print the launch command instead of running it
 Logs: OUTPUT_DIR/logs/ (msrun: one worker_N.log per worker; mpirun: one folder per rank); the script prints it.
+On failure (msrun) the script ends with one line naming the failed rank or node and its log; running the same
+command again on every node resumes from the newest checkpoint (keep OUTPUT_DIR on storage all nodes share).
 HELP
+}
+
+# albert_launch_check preflight|explain [flags]: src/distributed_launch.py (standard library only: no MindSpore
+# import) checks an msrun setup before the launch and names the failed rank or node after a failed job.
+albert_launch_check() {
+  "${PYTHON:-python}" "$ALBERT_ROOT/src/distributed_launch.py" "$@"
 }
 
 # albert_run_single LOG_FILE SCRIPT [flags...]: echo the command, run it with its output also appended to
@@ -50,7 +64,8 @@ albert_run_single() {
 # albert_run_distributed DEVICE_NUM OUTPUT_DIR SCRIPT [flags...]: build the msrun/mpirun command for ROOT/SCRIPT
 # with --distribute true --device_num W --device_target T before the flags; print it (DRY_RUN=1) or run it in the
 # foreground with the launcher's output in OUTPUT_DIR/logs/launcher_node<NODE_RANK>.log. Returns the exit code
-# (2 for a bad DEVICE_NUM or launcher setting).
+# (2 for a bad DEVICE_NUM, launcher or network setting). A failed msrun job ends with one line naming the failed
+# rank or node (albert_launch_check explain).
 albert_run_distributed() {
   local device_num="$1" out="$2" script="$3" status=0
   shift 3
@@ -67,12 +82,18 @@ albert_run_distributed() {
   fi
   local workers=$((device_num * nnodes)) logs="$out/logs"
   local args=(--distribute true --device_num "$workers" --device_target "$target" "$@")
-  local cmd
+  local cmd env=() settings=()
   case "$launcher" in
     msrun)
+      local node_timeout="${NODE_TIMEOUT:-${MS_NODE_TIMEOUT:-30}}" cluster_timeout="${CLUSTER_TIMEOUT:-300}"
+      settings=(--nnodes "$nnodes" --node_rank "$node_rank" --master_addr "${MASTER_ADDR:-127.0.0.1}"
+                --master_port "${MASTER_PORT:-8118}" --cluster_timeout "$cluster_timeout" --node_timeout "$node_timeout")
+      albert_launch_check preflight --offline "${settings[@]}" || return 2
+      env=("MS_NODE_TIMEOUT=$node_timeout")
+      # --tail_worker_log=-2 (no worker): this script shows the worker logs itself (albert_follow_msrun).
       cmd=(msrun --worker_num="$workers" --local_worker_num="$device_num" --master_addr="${MASTER_ADDR:-127.0.0.1}"
            --master_port="${MASTER_PORT:-8118}" --node_rank="$node_rank" --log_dir="$logs/msrun_node$node_rank"
-           --join=True "$ALBERT_ROOT/$script" "${args[@]}")
+           --join=True --cluster_time_out="$cluster_timeout" --tail_worker_log=-2 "$ALBERT_ROOT/$script" "${args[@]}")
       ;;
     mpirun)
       if [[ "$target" != GPU && "$target" != Ascend ]]; then
@@ -91,11 +112,72 @@ albert_run_distributed() {
       echo "error: LAUNCHER must be msrun or mpirun, got '$launcher'" >&2; return 2
       ;;
   esac
-  if [[ "${DRY_RUN:-0}" == 1 ]]; then printf '%q ' "${cmd[@]}"; echo; return 0; fi
+  if [[ "${DRY_RUN:-0}" == 1 ]]; then printf '%q ' "${env[@]}" "${cmd[@]}"; echo; return 0; fi
+  if [[ "$launcher" == mpirun ]]; then
+    mkdir -p "$logs"
+    echo "logs: $logs (this node's launcher output: $logs/launcher_node$node_rank.log)"
+    { "${cmd[@]}" 2>&1 | tee "$logs/launcher_node$node_rank.log"; status=${PIPESTATUS[0]}; } || true
+    return "$status"
+  fi
+  albert_launch_check preflight "${settings[@]}" || return 2
   mkdir -p "$logs"
   echo "logs: $logs (this node's launcher output: $logs/launcher_node$node_rank.log)"
-  { "${cmd[@]}" 2>&1 | tee "$logs/launcher_node$node_rank.log"; status=${PIPESTATUS[0]}; } || true
+  albert_follow_msrun "$logs" "$node_rank" "$device_num" "${env[@]}" "${cmd[@]}" && status=0 || status=$?
+  if [[ "$status" == 130 || "$status" == 143 ]]; then
+    echo "error: stopped by a signal: this node's workers were stopped and the other nodes stop within" \
+         "NODE_TIMEOUT. To continue, run the same command again on every node to resume from the newest checkpoint" >&2
+  elif [[ "$status" != 0 ]]; then
+    albert_launch_check explain "${settings[@]}" --logs "$logs" --device_num "$device_num" --status "$status" || true
+  fi
   return "$status"
+}
+
+# albert_follow_msrun LOGS NODE_RANK DEVICE_NUM NAME=VALUE MSRUN_COMMAND...: run msrun in the background (with the
+# variable set and ALBERT_LAUNCHER_PID, which its workers check) and its output in LOGS/launcher_node<K>.log; show
+# that log and this node's worker logs here until msrun exits. msrun's own `tail -f` of the worker logs would
+# outlive a killed msrun and hold this script forever. Returns msrun's exit code (130 after Ctrl-C, 143 after
+# SIGTERM or SIGHUP, which is passed on to msrun: its workers die with it).
+albert_follow_msrun() {
+  local logs="$1" node_rank="$2" device_num="$3" variable="$4" pid status=0 stopped=0 i
+  shift 4
+  local launcher_log="$logs/launcher_node$node_rank.log" workers=()
+  for ((i = node_rank * device_num; i < (node_rank + 1) * device_num; i++)); do
+    workers+=("$logs/msrun_node$node_rank/worker_$i.log")
+  done
+  rm -f "${workers[@]}"  # a previous run's: msrun rewrites them, but `tail` would show their old lines first
+  (export ALBERT_LAUNCHER_PID="$BASHPID" "$variable"; exec "$@") >"$launcher_log" 2>&1 &
+  pid=$!
+  trap 'stopped=130' INT  # the terminal's Ctrl-C reaches msrun too: it stops its workers and exits
+  trap 'stopped=143; kill -TERM "$pid" 2>/dev/null' TERM HUP
+  tail -q -n +1 -F --pid="$pid" "$launcher_log" "${workers[@]}" 2>/dev/null | albert_console_filter &
+  local follower=$!
+  while :; do
+    wait "$pid" 2>/dev/null && status=0 || status=$?  # 2>/dev/null: no "Killed" job notice
+    kill -0 "$pid" 2>/dev/null || break  # still running: the wait was cut short by a signal
+  done
+  wait "$follower" 2>/dev/null || true
+  trap - INT TERM HUP
+  if [[ "$stopped" != 0 ]]; then return "$stopped"; fi
+  return "$status"
+}
+
+# albert_console_filter: the terminal's copy of a job's output, without msrun's closing traceback (the script's
+# own error line replaces it; the launcher log keeps it) and msrun's warnings about the worker logs it does not tail.
+albert_console_filter() {
+  awk '
+    /--tail_worker_log/ { next }
+    /^Traceback \(most recent call last\):/ { held = $0; holding = 1; next }
+    holding {
+      held = held "\n" $0
+      if ($0 ~ /^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt)(:|$)/) {
+        if ($0 !~ /^RuntimeError: Distributed job exited with exception/) print held
+        holding = 0
+        fflush()
+      }
+      next
+    }
+    { print; fflush() }
+    END { if (holding) print held }'
 }
 
 # What differs between the fine-tuning tasks: their script, data and flags, for the usage texts.

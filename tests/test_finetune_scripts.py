@@ -70,15 +70,17 @@ def test_dry_run_prints_the_msrun_command(task, tmp_path):
     result = ok(bash([script(task, "distribute"), 2, "out", "--train_data_file_path", "data/train.mindrecord"],
                      {"DRY_RUN": "1", "DEVICE_TARGET": "CPU", "MASTER_PORT": "9123"}, cwd=tmp_path))
     out = tmp_path / "out"
-    assert result.stdout.startswith("msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 "
-                                    f"--master_port=9123 --node_rank=0 --log_dir={out}/logs/msrun_node0 --join=True "
-                                    f"{ROOT}/run_{task}.py --distribute true --device_num 2 --device_target CPU "
-                                    f"--output_dir {out} --train_data_file_path data/train.mindrecord"), result.stdout
+    assert result.stdout.startswith("MS_NODE_TIMEOUT=30 msrun --worker_num=2 --local_worker_num=2 "
+                                    f"--master_addr=127.0.0.1 --master_port=9123 --node_rank=0 "
+                                    f"--log_dir={out}/logs/msrun_node0 --join=True --cluster_time_out=300 "
+                                    f"--tail_worker_log=-2 {ROOT}/run_{task}.py --distribute true --device_num 2 "
+                                    f"--device_target CPU --output_dir {out} "
+                                    f"--train_data_file_path data/train.mindrecord"), result.stdout
     assert not out.exists()  # a dry run creates nothing
     multi = ok(bash([script(task, "distribute"), 4, out], {"DRY_RUN": "1", "NNODES": "2", "NODE_RANK": "1",
                                                            "MASTER_ADDR": "10.0.0.1"}))
-    assert multi.stdout.startswith("msrun --worker_num=8 --local_worker_num=4 --master_addr=10.0.0.1 "
-                                   "--master_port=8118 --node_rank=1 ")
+    assert multi.stdout.startswith("MS_NODE_TIMEOUT=30 msrun --worker_num=8 --local_worker_num=4 "
+                                   "--master_addr=10.0.0.1 --master_port=8118 --node_rank=1 ")
     assert "--distribute true --device_num 8 --device_target auto" in multi.stdout
 
 
@@ -122,6 +124,11 @@ def test_a_failing_distributed_job_fails_the_script(tmp_path):
         in result.stdout
     workers = sorted((tmp_path / "out" / "logs" / "msrun_node0").glob("worker_*.log"))
     assert len(workers) == 2 and all("unknown option '--no_such_key'" in log.read_text() for log in workers)
+    # The script ends with one line naming the worker, its error and its log (msrun's traceback stays in its log).
+    assert result.stderr.startswith("error: the distributed job failed: rank 0 on node 0 stopped with: unknown "
+                                    "option '--no_such_key'"), result.stderr
+    assert f"log: {workers[0]}. Correct that" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert "Traceback" not in result.stdout + result.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------
