@@ -325,7 +325,8 @@ def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: F
             out.adopt(job[2], summary.instances)
             yield summary
         return
-    with ProcessPoolExecutor(num_workers, _pool_context(), _init_worker, (tokenizer, options, random_seed)) as pool:
+    pool = ProcessPoolExecutor(num_workers, _pool_context(), _init_worker, (tokenizer, options, random_seed))
+    try:
         pending: collections.deque = collections.deque()
         for job in itertools.chain(jobs, [None]):
             if job is not None:
@@ -339,6 +340,8 @@ def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: F
                                     "written; run again with fewer --num_workers") from None
                 out.adopt(path, summary.instances)
                 yield summary
+    finally:  # after an error (bad input found while reading, Ctrl-C) queued tasks are dropped, not waited for
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class Summary:

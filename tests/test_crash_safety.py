@@ -143,6 +143,12 @@ def test_data_creation_killed_leaves_nothing_that_passes_for_data(data, tmp_path
     ok(run(create(half, "--overwrite", "true")))
     np.testing.assert_array_equal(read_column(half, "input_ids"), expected)
 
+    # A worker process killed while writing its file (as the OOM killer would): the run stops with one line.
+    lost = tmp_path / "lost" / "train.mindrecord"
+    result = run(["tests/fault_injection.py", "mindrecord_write", "1", *create(lost, "--num_workers", "2")])
+    one_line_error(result, "a worker process died", "nothing was written")
+    assert not lost.parent.exists()
+
     # Part 1 of 2 killed mid-publish beside a complete part 0: the folder does not pass for the data set, and the
     # rerun of part 1 alone completes it to the union of the parts, every record of the unsharded run once.
     parts = tmp_path / "parts" / "train.mindrecord"
