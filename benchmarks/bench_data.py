@@ -1,7 +1,7 @@
 """Data pipeline benchmarks: pretraining data creation at corpus scale and where its time goes, the fine-tuning data
 creators at full data-set size, and the MindRecord readers.
 
-    python benchmarks/bench_data.py --scale 16,64,256 [--plot scale.png] [--baseline_tree DIR]
+    python benchmarks/bench_data.py --scale 16,64,256 [--plot scale.png] [--baseline_tree DIR [--baseline_max_mb 64]]
     python benchmarks/bench_data.py --stages [--stage_mb 4]
     python benchmarks/bench_data.py --finetune_scale [--finetune_fraction 1.0]
     python benchmarks/bench_data.py --readers
@@ -12,7 +12,7 @@ creators at full data-set size, and the MindRecord readers.
 it (`python -m src.create_pretraining_data`, its own process) and is measured from outside: wall seconds, MB/s of
 corpus, instances/s and the peak resident memory summed over its process tree (main process and workers, sampled
 every 50 ms). `--plot` draws memory and time against corpus size. `--baseline_tree DIR` also runs the tool of
-another checkout (e.g. `git worktree add DIR <commit>`) on the smallest size with the same settings.
+another checkout (e.g. `git worktree add DIR <commit>`) with the same settings, up to `--baseline_max_mb`.
 --stages: one worker, in this process: reading (and sentence splitting), tokenization alone, instance making
 (tokenize + pair + mask) and MindRecord writing, each timed alone, with its share.
 --finetune_scale: SQuAD v2.0 train (130,319 questions), MNLI train (392,702 pairs) and RACE train (87,866
@@ -133,14 +133,19 @@ def _scale_row(label: str, megabytes: float, result: Dict[str, object], output: 
             "peak_rss_mb": result["peak_rss_mb"], "output_mb_on_disk": round(written / 1e6)}
 
 
+def _tree_label(tree: Path) -> str:
+    done = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h"], capture_output=True, text=True)
+    return f"baseline {done.stdout.strip() or tree}"
+
+
 def bench_scale(args: argparse.Namespace, sizes: List[float], workdir: Path) -> List[Dict[str, object]]:
     source = source_corpus(args.corpus, workdir)
     rows = []
     for megabytes in sizes:
         corpus = make_corpus(source, megabytes, workdir / f"corpus_{megabytes}.txt")
         runs = [("this tree", ROOT, False)]
-        if args.baseline_tree and megabytes == min(sizes):
-            runs.append((f"baseline {args.baseline_tree}", Path(args.baseline_tree), True))
+        if args.baseline_tree and megabytes <= args.baseline_max_mb:
+            runs.append((_tree_label(Path(args.baseline_tree)), Path(args.baseline_tree), True))
         for label, tree, old in runs:
             output = workdir / f"out_{megabytes}_{len(rows)}" / "pretrain.mindrecord"
             result = measure(_creation_command(args, corpus, output, old), tree)
@@ -156,15 +161,12 @@ def plot_scale(rows: List[Dict[str, object]], path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ours = [row for row in rows if row["tool"] == "this tree"]
-    sizes = [row["corpus_mb"] for row in ours]
     figure, (memory, seconds) = plt.subplots(1, 2, figsize=(10, 4))
-    memory.plot(sizes, [row["peak_rss_mb"] for row in ours], "o-", label="streaming (this tree)")
-    seconds.plot(sizes, [row["seconds"] for row in ours], "o-", label="streaming (this tree)")
-    for row in rows:
-        if row["tool"] != "this tree":
-            memory.plot([row["corpus_mb"]], [row["peak_rss_mb"]], "rx", markersize=10, label=row["tool"])
-            seconds.plot([row["corpus_mb"]], [row["seconds"]], "rx", markersize=10, label=row["tool"])
+    for tool, style in zip(dict.fromkeys(row["tool"] for row in rows), ("o-", "x--")):
+        mine = [row for row in rows if row["tool"] == tool]
+        sizes = [row["corpus_mb"] for row in mine]
+        memory.plot(sizes, [row["peak_rss_mb"] for row in mine], style, label=tool)
+        seconds.plot(sizes, [row["seconds"] for row in mine], style, label=tool)
     memory.set(xlabel="corpus MB", ylabel="peak RSS of the process tree (MB)", ylim=(0, None))
     seconds.set(xlabel="corpus MB", ylabel="wall seconds", ylim=(0, None))
     for axes in (memory, seconds):
@@ -341,7 +343,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", default="", help="comma-separated corpus sizes in MB, e.g. 16,64,256")
     parser.add_argument("--plot", default="", help="PNG of memory and time against corpus size (with --scale)")
-    parser.add_argument("--baseline_tree", default="", help="another checkout to run on the smallest size")
+    parser.add_argument("--baseline_tree", default="", help="another checkout (e.g. before streaming) to run too")
+    parser.add_argument("--baseline_max_mb", type=float, default=64, help="run the baseline up to this corpus size")
     parser.add_argument("--stages", action="store_true")
     parser.add_argument("--stage_mb", type=float, default=4.0)
     parser.add_argument("--finetune_scale", action="store_true")
