@@ -30,7 +30,7 @@ Environment:
                  scheduler do not appear in time stops with one error line
   NODE_TIMEOUT   seconds without a sign of life before a worker or node counts as failed (default 30; MindSpore's
                  MS_NODE_TIMEOUT, also the longest a worker waits for its peers in a gradient all-reduce): a
-                 failed worker or node stops the job on every node within about NODE_TIMEOUT + 10 s
+                 failed worker or node stops the job on every node within about NODE_TIMEOUT + 5 s
   HOSTFILE       mpirun host file listing the machines (needed by mpirun when NNODES > 1; DEVICE_NUM workers
                  are placed on each)
   PYTHON         python interpreter for mpirun and the launch checks (default python; msrun starts the python

@@ -16,6 +16,7 @@ callbacks that log progress and write checkpoints.
   `load_checkpoint_path`. A run killed at any point resumes to the uninterrupted run's trajectory; a run whose
   loss turns inf/nan without loss scaling stops with its last good checkpoint (`NonFiniteGuard`).
 """
+import atexit
 import ctypes
 import errno
 import hashlib
@@ -43,7 +44,7 @@ from model_utils.config import Config
 from model_utils.errors import UserError
 from src import cpu_kernels
 from src.albert_model import AlbertConfig
-from src.distributed_launch import EXIT_CLUSTER_FAILED
+from src.distributed_launch import EXIT_CLUSTER_FAILED, EXIT_USER_ERROR
 from src.utils import load_weights, read_checkpoint, save_checkpoint_atomic, save_text_atomic
 
 DEVICE_TARGETS = ("auto", "CPU", "GPU", "Ascend")
@@ -155,7 +156,16 @@ def join_cluster(init: Callable[[], None]) -> None:
         if not role:
             raise UserError("distribute=true but this process was not started by a launcher: use "
                             "scripts/run_*_distribute.sh (msrun or mpirun)") from err
+        # Runs first at exit (atexit is last-in first-out): MindSpore's own exit handlers would spend ~20 s trying
+        # to leave a cluster that never formed.
+        atexit.register(_exit_now, EXIT_USER_ERROR)
         raise UserError(cluster_problem(str(err), role)) from err
+
+
+def _exit_now(code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def cluster_problem(message: str, role: str) -> str:
@@ -190,10 +200,9 @@ def stop_in_one_line_on_cluster_failure(rank: int) -> None:
         if not found:
             previous(kind, value, trace)
             return
-        sys.stdout.flush()
         print(f"error: rank {rank}: {found.group(1)} with the other workers failed: a worker or node stopped, or "
-              f"the network between them failed", file=sys.stderr, flush=True)
-        os._exit(EXIT_CLUSTER_FAILED)
+              f"the network between them failed", file=sys.stderr)
+        _exit_now(EXIT_CLUSTER_FAILED)
 
     sys.excepthook = hook
 

@@ -357,19 +357,24 @@ def test_failures_stop_every_node_and_the_same_commands_resume_bit_identically(c
 # ---------------------------------------------------------------------------------------------------------------
 # A bad network setup: one line, within the stated time, never a hang.
 
-def launch(cluster: Machines, machine: int, work: Path, port: int, data: Path, timeout: float = 120,
-           **env: str) -> Node:
-    """The pretraining script on one machine with `env` over a 2-node setup; Node.seconds is its run time."""
-    started = time.monotonic()
-    result = subprocess.run(cluster.command(machine, ["bash", PRETRAIN, 1, data, work / "out", *TINY]),
-                            env=node_env(cluster, int(env.pop("NODE_RANK", "0")), port, **env), cwd=work,
-                            capture_output=True, text=True, timeout=timeout)
-    return Node(result.returncode, result.stdout, result.stderr, time.monotonic() - started)
+class Launched:
+    """The pretraining script started on one machine with `env` over a 2-node setup, writing into `out`."""
+
+    def __init__(self, cluster: Machines, machine: int, work: Path, out: str, port: int, data: Path, **env: str):
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cluster.command(machine, ["bash", PRETRAIN, 1, data, work / out, *TINY]),
+                                     env=node_env(cluster, int(env.pop("NODE_RANK")), port, **env), cwd=work,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait(self, timeout: float = 120) -> Node:
+        out, err = self.proc.communicate(timeout=timeout)
+        return Node(self.proc.returncode, out, err, time.monotonic() - self.started)
 
 
 def test_settings_are_checked_before_anything_starts(tmp_path):
     """No machines needed: the checks that use no network, also under DRY_RUN."""
-    cases = [({"NNODES": "2", "NODE_RANK": "2"}, "NODE_RANK is 2 but NNODES is 2: the nodes are numbered 0 .. 1, each started with its own NODE_RANK"),
+    cases = [({"NNODES": "2", "NODE_RANK": "2"},
+              "NODE_RANK is 2 but NNODES is 2: the nodes are numbered 0 .. 1, each started with its own NODE_RANK"),
              ({"NODE_RANK": "-1"}, "NODE_RANK must be an integer >= 0, got '-1'"),
              ({"MASTER_PORT": "80"}, "MASTER_PORT must be an integer 1024 .. 65535, got '80'"),
              ({"CLUSTER_TIMEOUT": "soon"}, "CLUSTER_TIMEOUT must be an integer >= 1, got 'soon'"),
@@ -400,32 +405,31 @@ def test_a_port_in_use_is_named_at_once(tmp_path):
 
 
 def test_a_bad_network_setup_fails_with_one_line_within_its_timeout(cluster, data, tmp_path):
-    port = next(PORTS)
-    here, there = cluster.addresses[0], cluster.addresses[1]
+    port, here = next(PORTS), cluster.addresses[0]
+    # NODE_RANK 0 alone (on its own port): its scheduler waits CLUSTER_TIMEOUT for node 1, then the job stops.
+    alone = Launched(cluster, 0, tmp_path, "alone", next(PORTS), data["train"], NODE_RANK="0", CLUSTER_TIMEOUT="5")
     instant = [  # (machine, env, the error's words): refused before msrun starts
-        (1, {"NODE_RANK": "0", "MASTER_ADDR": here}, f"MASTER_ADDR {here} is not an address of this machine, but "
-                                                     f"NODE_RANK 0 runs the scheduler at MASTER_ADDR"),
+        (1, {"NODE_RANK": "0"}, f"MASTER_ADDR {here} is not an address of this machine, but NODE_RANK 0 runs the "
+                                f"scheduler at MASTER_ADDR"),
         (0, {"NODE_RANK": "0", "MASTER_ADDR": "127.0.0.1"}, "MASTER_ADDR 127.0.0.1 is a loopback address, which the "
                                                             "other 1 node(s) cannot reach"),
-        (0, {"NODE_RANK": "1", "MASTER_ADDR": here}, f"NODE_RANK is 1 but MASTER_ADDR {here} is this machine's own "
-                                                     f"address"),
+        (0, {"NODE_RANK": "1"}, f"NODE_RANK is 1 but MASTER_ADDR {here} is this machine's own address"),
         (1, {"NODE_RANK": "1", "MASTER_ADDR": "no-such-host.invalid"},
          "MASTER_ADDR 'no-such-host.invalid' does not resolve to an address"),
     ]
     for machine, env, message in instant:
-        node = launch(cluster, machine, tmp_path, port, data["train"], **env)
+        node = Launched(cluster, machine, tmp_path, "out", port, data["train"], **env).wait()
         assert_one_line(node, message)
         assert node.code == 2 and node.seconds < 10, node
     # Nothing answers at MASTER_ADDR: nobody there (a wrong address), or nobody started NODE_RANK 0 yet.
-    for address in (f"{cluster.addresses[0][:-1]}9", here):
-        node = launch(cluster, 1, tmp_path, port, data["train"], NODE_RANK="1", MASTER_ADDR=address,
-                      CLUSTER_TIMEOUT="4")
+    for address in (f"{here[:-1]}9", here):
+        node = Launched(cluster, 1, tmp_path, "out", port, data["train"], NODE_RANK="1", MASTER_ADDR=address,
+                        CLUSTER_TIMEOUT="4").wait()
         assert_one_line(node, f"no scheduler answered at MASTER_ADDR {address}, MASTER_PORT {port} within 4 s "
                               f"(CLUSTER_TIMEOUT; last attempt:")
         assert node.code == 2 and node.seconds < 4 + 6, node
     assert not (tmp_path / "out").exists()
-    # NODE_RANK 0 alone: its scheduler waits CLUSTER_TIMEOUT for node 1, then the job stops with one line.
-    node = launch(cluster, 0, tmp_path, port, data["train"], NODE_RANK="0", MASTER_ADDR=here, CLUSTER_TIMEOUT="5")
+    node = alone.wait()
     assert_one_line(node, "rank 0 on node 0 stopped with: the cluster did not form within CLUSTER_TIMEOUT (5 s): "
                           "fewer than 2 workers joined the scheduler")
     assert node.seconds < 5 + 45, node  # the timeout plus a worker's start (imports, data checks)
