@@ -20,7 +20,8 @@ def test_quick_start_runs_end_to_end_and_the_loss_falls(tmp_path):
                                                         "SEQ_LENGTH": "64"})
     ok(result)
     assert f"quick start: writing into {out} (logs: {out / 'logs'})" in result.stdout
-    for produced in ("data/corpus.txt", "data/spm.model", "data/train.mindrecord", "data/eval.mindrecord",
+    for produced in ("data/corpus.txt", "data/spm.model", "data/train.mindrecord.meta.json",
+                     "data/eval.mindrecord.meta.json",
                      "albert_config.json", "checkpoints/albert_pretrain-60.ckpt", "metrics.jsonl", "curves.png",
                      "pretrain_eval.json", "logs/pretrain.log", "logs/eval.log", "logs/data.log"):
         assert (out / produced).is_file(), produced
