@@ -1,4 +1,5 @@
-"""In CI a test that cannot run for want of the test assets, the compiled CPU kernels or a test dependency fails.
+"""In CI a test that cannot run for want of the test assets, the compiled CPU kernels, a test dependency or network
+namespaces fails.
 
 Why: locally those skips are a convenience (no ../shared beside the clone, no C++ compiler), but in CI they would
 hide half of the suite behind an "s" (the assets alone gate ~260 tests). CI always has ../shared/assets, a compiler
@@ -12,8 +13,10 @@ import os
 import pytest
 
 # Skip reasons that are failures in CI: the conftest `assets` fixture and the module-level skipifs on the assets,
-# test_cpu_kernels.py / test_model_parity.py on the kernels, pytest.importorskip on a missing dependency.
-MUST_RUN_IN_CI = ("test assets not found", "compiled CPU kernels unavailable", "could not import")
+# test_cpu_kernels.py / test_model_parity.py on the kernels, pytest.importorskip on a missing dependency,
+# test_multi_machine.py without network namespaces (CI runs as root; .ci/run installs iproute2).
+MUST_RUN_IN_CI = ("test assets not found", "compiled CPU kernels unavailable", "could not import",
+                  "multi-machine tests use network namespaces")
 
 
 def pytest_addoption(parser) -> None:
