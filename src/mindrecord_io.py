@@ -1,7 +1,7 @@
 """Writing MindRecord outputs as a stream, so that memory does not grow with the data and an interrupted run
 leaves nothing that looks complete.
 
-Every data creator writes through a `RecordWriter` (or `write_records`, its one-call form): records go into
+Every data creator writes through a `RecordWriter`: records go into
 MindRecord files, their `.db` index files and any sidecar files (e.g. SQuAD's feature map) in a hidden staging
 folder beside the output, are moved into place only after every `FileWriter.commit()`, and
 `<output_file>.meta.json` is written last. A reader that finds the meta file therefore finds complete data, and
@@ -23,7 +23,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping
 
 import numpy as np
 
@@ -134,7 +134,7 @@ class RecordWriter:
 
         with RecordWriter(output_file, schema, "albert squad", sidecars=[".features.jsonl"]) as out:
             out.write(records)
-            write_jsonl(out.sidecar(".features.jsonl"), rows)
+            out.sidecar(".features.jsonl").write_text("".join(map(jsonl_line, rows)))
             meta = out.publish({"kind": "squad", ...})
 
     Records given to `write` are dealt round-robin to `partition_number` files (see the module docstring).
@@ -229,23 +229,6 @@ class RecordWriter:
         return meta
 
 
-def write_records(output_file: os.PathLike, schema: Dict[str, Dict[str, Any]],
-                  records: Union[Iterable[Mapping[str, Any]], ColumnTable], meta: Dict[str, Any],
-                  partition_number: int = 1, overwrite: bool = False,
-                  sidecars: Optional[Dict[str, Callable[[Path], None]]] = None, description: str = "") -> Dict[str, Any]:
-    """Write `records` (streamed) as MindRecord files plus sidecars, atomically; returns the meta dict written.
-
-    `sidecars` maps a file suffix (".features.jsonl") to a function that writes that file at the given path,
-    called after every record was consumed.
-    """
-    sidecars = sidecars or {}
-    with RecordWriter(output_file, schema, description, partition_number, overwrite, sidecars) as out:
-        out.write(records)
-        for suffix, write in sidecars.items():
-            write(out.sidecar(suffix))
-        return out.publish(meta)
-
-
 def _cache_schema_lookups(writer: Any) -> None:
     """Answer the writer's schema lookups from a copy, which makes writing about 2x faster.
 
@@ -266,20 +249,3 @@ def _cache_schema_lookups(writer: Any) -> None:
 def jsonl_line(row: Any) -> str:
     """One line of a .jsonl sidecar."""
     return json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n"
-
-
-def write_jsonl(path: Path, rows: Iterable[Any]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(jsonl_line(row))
-
-
-def read_meta(output_file: os.PathLike) -> Dict[str, Any]:
-    """The sidecar meta of a data set written by `write_records`, e.g. to check max_seq_length or vocab_size."""
-    path = meta_path(output_file)
-    if not path.is_file():
-        raise UserError(f"{path} not found: {output_file} is missing or was not completely written")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from err

@@ -150,8 +150,8 @@ def test_mixed_missing_or_duplicate_parts_are_refused(parts, tmp_path):
         (dict(edit=lambda m: m["tokenizer"].update(model_sha256="0" * 16)),
          rf"{first} and .*{third} were made with different settings \(tokenizer"),
         (dict(edit=lambda m: m["options"].update(random_seed=7)),
-         rf"are parts of wiki\.mindrecord made differently \(random_seed 12345 vs 7\)"),
-        (dict(edit=lambda m: m["part"].update(index=1)), rf"are both part 1 of wiki\.mindrecord"),
+         r"are parts of wiki\.mindrecord made differently \(random_seed 12345 vs 7\)"),
+        (dict(edit=lambda m: m["part"].update(index=1)), r"are both part 1 of wiki\.mindrecord"),
     ]
     for kwargs, message in cases:
         folder = _copy_parts(parts, tmp_path, **kwargs)

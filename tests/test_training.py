@@ -109,7 +109,7 @@ def test_yaml_types_and_overrides():
 @pytest.fixture(scope="module")
 def two_shard_data(tmp_path_factory):
     """40 rows in two MindRecord shards; input_ids[0] is the row number."""
-    from src.mindrecord_io import write_records
+    from src.mindrecord_io import RecordWriter
 
     columns = {"input_ids": (np.int32, [8]), "input_mask": (np.int32, [8]), "segment_ids": (np.int32, [8]),
                "next_sentence_labels": (np.int32, [1]), "masked_lm_positions": (np.int32, [3]),
@@ -119,7 +119,9 @@ def two_shard_data(tmp_path_factory):
     schema = {name: {"type": "float32" if dtype == np.float32 else "int32", "shape": shape}
               for name, (dtype, shape) in columns.items()}
     output = tmp_path_factory.mktemp("data") / "rows.mindrecord"
-    write_records(output, schema, rows, {"kind": "pretraining", "max_seq_length": 8}, partition_number=2)
+    with RecordWriter(output, schema, partition_number=2) as out:
+        out.write(rows)
+        out.publish({"kind": "pretraining", "max_seq_length": 8})
     return output
 
 
