@@ -267,6 +267,16 @@ def _padding_row(files: List[str], columns: List[str], marker: Dict[str, int]) -
     return {name: value.item() if value.ndim == 0 else value for name, value in row.items()}
 
 
+def _rows_of_several_epochs(files: List[str], indices: Sequence[int]) -> Tuple[List[str], np.ndarray]:
+    """MindDataset's SubsetSampler takes at most as many indices as the files hold rows, but one dataset for a
+    whole run reads each row once per epoch. The files are therefore listed once per `rows` indices (MindDataset
+    numbers the rows of a repeated file anew) and the i-th index points into copy i // rows."""
+    indices = np.asarray(indices, np.int64)
+    rows = _num_rows(files)
+    copies = max(-(-len(indices) // rows), 1)
+    return files * copies, indices + rows * (np.arange(len(indices), dtype=np.int64) // rows)
+
+
 def _build(data: DataSource, columns: List[str], batch_size: int, is_training: bool, num_shards: int, shard_id: int,
            shuffle: Optional[bool], seed: Optional[int], drop_remainder: Optional[bool],
            num_parallel_workers: int, float_columns: Sequence[str] = (),
@@ -284,8 +294,8 @@ def _build(data: DataSource, columns: List[str], batch_size: int, is_training: b
         ds.config.set_seed(seed)
     kwargs = dict(shuffle=shuffle, num_parallel_workers=num_parallel_workers)
     if indices is not None:  # a training run's own row order (src/training.StepPlan): resumable, rank-disjoint
-        kwargs = dict(sampler=ds.SubsetSampler(np.asarray(indices, np.int64)),
-                      num_parallel_workers=num_parallel_workers)
+        files, indices = _rows_of_several_epochs(files, indices)
+        kwargs = dict(sampler=ds.SubsetSampler(indices), num_parallel_workers=num_parallel_workers)
     elif num_shards > 1:
         kwargs.update(num_shards=num_shards, shard_id=shard_id)
         remainder = _num_rows(files) % num_shards

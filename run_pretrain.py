@@ -73,7 +73,7 @@ def main(argv: List[str]) -> int:
     def make_dataset(rows):
         return create_pretraining_dataset(config.data_dir, config.batch_size, indices=rows)
 
-    train(cell, make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps, log)
+    train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps, log)
     print(f"rank {device.rank}: final weights sha256 {weights_digest(cell)}", flush=True)
     log(f"done: {plan.total_steps} steps; outputs in {output_dir}"
         + (f", checkpoints in {save_dir}" if config.enable_save_ckpt else ""))

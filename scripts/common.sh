@@ -18,8 +18,9 @@ albert_launcher_help() {
   cat <<'HELP'
 Environment:
   DEVICE_TARGET  auto | CPU | GPU | Ascend (default auto)
-  LAUNCHER       msrun | mpirun (default: mpirun with NCCL when DEVICE_TARGET=GPU, msrun otherwise;
-                 msrun works on every target, mpirun needs GPU or Ascend)
+  LAUNCHER       msrun | mpirun (default msrun, on every target). mpirun (Open MPI 4.x; GPU or Ascend only) is
+                 started with --allow-run-as-root when root, -x for PATH, LD_LIBRARY_PATH, PYTHONPATH, CUDA_HOME,
+                 NCCL_SOCKET_IFNAME, NCCL_DEBUG and GLOG_v where set, and --bind-to none
   NNODES         machines in the job (default 1). With msrun, start this script once on each machine, each
                  with its own NODE_RANK and the same MASTER_ADDR/MASTER_PORT. With mpirun, start it once, on one
                  machine, with HOSTFILE naming all NNODES machines: mpirun starts the workers on the others.
@@ -46,6 +47,21 @@ HELP
 # import) checks an msrun setup before the launch and names the failed rank or node after a failed job.
 albert_launch_check() {
   "${PYTHON:-python}" "$ALBERT_ROOT/src/distributed_launch.py" "$@"
+}
+
+# albert_check_mpirun: MindSpore's MPI support is built against Open MPI 4.x (libmpi.so.40); say so before a launch
+# with another MPI fails in every worker.
+albert_check_mpirun() {
+  local version
+  if ! command -v mpirun >/dev/null 2>&1; then
+    echo "error: LAUNCHER=mpirun but there is no mpirun on PATH (install Open MPI 4.x, or use LAUNCHER=msrun)" >&2
+    return 1
+  fi
+  version="$(mpirun --version 2>&1 | head -n 1)"
+  if ! [[ "$version" =~ Open\ MPI\)?\ 4\. || "$version" =~ OpenRTE\)?\ 4\. ]]; then
+    echo "error: LAUNCHER=mpirun needs Open MPI 4.x, found '$version' (or use LAUNCHER=msrun)" >&2
+    return 1
+  fi
 }
 
 # albert_run_single LOG_FILE SCRIPT [flags...]: echo the command, run it with its output also appended to
@@ -77,9 +93,7 @@ albert_run_distributed() {
   if ! [[ "$nnodes" =~ ^[1-9][0-9]*$ ]]; then
     echo "error: NNODES must be a positive integer, got '$nnodes'" >&2; return 2
   fi
-  if [[ -z "$launcher" ]]; then
-    if [[ "$target" == GPU ]]; then launcher=mpirun; else launcher=msrun; fi
-  fi
+  [[ -n "$launcher" ]] || launcher=msrun
   local workers=$((device_num * nnodes)) logs="$out/logs"
   local args=(--distribute true --device_num "$workers" --device_target "$target" "$@")
   local cmd env=() settings=()
@@ -103,7 +117,16 @@ albert_run_distributed() {
         echo "error: LAUNCHER=mpirun with NNODES=$nnodes needs HOSTFILE (the machines mpirun starts workers on)" >&2
         return 2
       fi
+      [[ "${DRY_RUN:-0}" == 1 ]] || albert_check_mpirun || return 2
       cmd=(mpirun -n "$workers")
+      # GPU containers often run as root; other machines get this shell's environment (CUDA, the interpreter's
+      # libraries); no core binding (each worker runs data-pipeline threads besides its device).
+      if [[ "$(id -u)" == 0 ]]; then cmd+=(--allow-run-as-root); fi
+      local name
+      for name in PATH LD_LIBRARY_PATH PYTHONPATH CUDA_HOME NCCL_SOCKET_IFNAME NCCL_DEBUG GLOG_v; do
+        if [[ -n "${!name:-}" ]]; then cmd+=(-x "$name"); fi
+      done
+      cmd+=(--bind-to none)
       if [[ -n "${HOSTFILE:-}" ]]; then cmd+=(--hostfile "$HOSTFILE" --map-by "ppr:$device_num:node"); fi
       cmd+=(--output-filename "$logs/mpirun" --merge-stderr-to-stdout "${PYTHON:-python}" "$ALBERT_ROOT/$script"
             "${args[@]}")

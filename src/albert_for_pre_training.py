@@ -2,7 +2,7 @@
 from typing import Optional
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, amp, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 from mindspore.communication import get_group_size
 from mindspore.context import ParallelMode
@@ -120,12 +120,6 @@ class AlbertNetworkWithLoss(nn.Cell):
         return total
 
 
-def _all_finite(grads) -> Tensor:
-    """True when no gradient holds inf or nan: IsFinite works on every target, unlike the NPU/GPU float-status ops
-    of MindSpore's stock loss-scale cell."""
-    return ops.stack([ops.isfinite(grad).all() for grad in grads]).all()
-
-
 class AlbertTrainOneStepCell(nn.Cell):
     """One optimizer call per `accumulation_steps` calls, with dynamic loss scaling, global-norm clipping and
     data-parallel gradient reduction: the one train-step cell for pretraining and fine-tuning.
@@ -139,7 +133,9 @@ class AlbertTrainOneStepCell(nn.Cell):
     - Overflow: inf/nan in any gradient (with or without loss scaling; seen as a non-finite global norm) skips the
       optimizer update; under data parallel the gradients are reduced first and the 0/1 flag of accumulation
       windows is all-reduced (a sum > 0 is the max; CPU AllReduce only sums), so every rank skips together and
-      weights stay identical.
+      weights stay identical. `float_status` (Ascend 910A, or SATURATION_MODE: inf/nan saturate to finite values
+      there) adds mindspore.amp.all_finite, which reads the chip's float-status register (src/device_checks.py);
+      accumulation windows use amp.all_finite on every target (IsFinite off Ascend).
     - Accumulation: gradients of `accumulation_steps` micro-batches are averaged in Parameters ("accu_grads.*") and
       applied on every `accumulation_steps`-th call; the call counter ("accumulation_step") is a Parameter, so a
       checkpoint resumes mid-window.
@@ -154,7 +150,7 @@ class AlbertTrainOneStepCell(nn.Cell):
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, loss_scale: Optional[float] = None,
                  scale_factor: float = 2.0, scale_window: int = 1000, clip_norm: Optional[float] = 1.0,
-                 accumulation_steps: int = 1):
+                 accumulation_steps: int = 1, float_status: bool = False):
         super().__init__(auto_prefix=False)
         _check_train_options(loss_scale, scale_factor, scale_window, clip_norm, accumulation_steps)
         self.network = network
@@ -168,6 +164,7 @@ class AlbertTrainOneStepCell(nn.Cell):
                                     name="loss_scale", requires_grad=False)
         if self.use_loss_scale:
             self.scale_update = nn.DynamicLossScaleUpdateCell(loss_scale, scale_factor, scale_window)
+        self.float_status = float_status
         self.clip_norm = float(clip_norm or 0.0)
         self.accumulation_steps = int(accumulation_steps)
         if self.accumulation_steps > 1:
@@ -196,7 +193,9 @@ class AlbertTrainOneStepCell(nn.Cell):
         grads = self.grad(self.network, self.weights)(*inputs, sens)  # loss_scale x the gradients
         if self.accumulation_steps > 1:
             overflow = self._accumulate(self._divide(grads, self.loss_scale))
-        else:
+        elif self.float_status:
+            overflow = self._apply(grads, ops.logical_not(amp.all_finite(grads)), self.loss_scale)
+        else:  # the global norm's check sees any inf/nan
             overflow = self._apply(grads, Tensor(False, ms.bool_), self.loss_scale)
         if isinstance(outputs, tuple):
             return (loss, overflow, self.loss_scale) + outputs[1:]
@@ -205,7 +204,7 @@ class AlbertTrainOneStepCell(nn.Cell):
     def _accumulate(self, grads):
         """Add this micro-batch's (unscaled) gradients; on the last one of a window apply their mean and reset."""
         self.hyper_map(ops.assign_add, self.accu_grads, grads)
-        seen_overflow = ops.logical_or(self.accu_overflow, ops.logical_not(_all_finite(grads)))
+        seen_overflow = ops.logical_or(self.accu_overflow, ops.logical_not(amp.all_finite(grads)))
         ops.assign(self.accu_overflow, seen_overflow)
         step = self.micro_step + 1
         ops.assign(self.micro_step, step)

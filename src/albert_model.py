@@ -18,6 +18,7 @@ from mindspore.common.initializer import TruncatedNormal
 
 from model_utils.errors import UserError
 from src import cpu_kernels
+from src.device_checks import compute_type_problem
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
 SHARE_TYPES = ("all", "attention", "ffn", "none")
@@ -405,9 +406,9 @@ class AlbertModel(nn.Cell):
         super().__init__()
         config = copy.deepcopy(config)
         config.validate()
-        if config.compute_type == "bfloat16" and ms.get_context("device_target") == "CPU":
-            raise UserError("compute_type bfloat16 needs GPU or Ascend: MindSpore's CPU kernels have no bfloat16 "
-                            "(use float32 or float16 on CPU)")
+        problem = compute_type_problem(ms.get_context("device_target"), config.compute_type)
+        if problem:
+            raise UserError(problem)
         self.config = config
         self.embeddings = AlbertEmbeddings(config, is_training)
         self.encoder = AlbertTransformer(config, is_training)

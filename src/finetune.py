@@ -152,8 +152,8 @@ def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir
         def make_dataset(rows):
             return task.dataset(config, data, config.train_batch_size, True, rows)
 
-        train(cell, make_dataset, plan, progress, callbacks, device, config.enable_data_sink,
-              config.data_sink_steps, log)
+        train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps,
+              log)
     else:
         log(f"nothing to train: the checkpoint already completed all {plan.total_steps} steps")
     print(f"rank {device.rank}: final weights sha256 {weights_digest(cell)}", flush=True)

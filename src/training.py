@@ -10,8 +10,10 @@ callbacks that log progress and write checkpoints.
 - `StepPlan` is the one place step counts are computed: optimizer steps (`train_steps`) versus micro-batches
   (`accumulation_steps`), epochs from the dataset size, and the exact rows each rank reads in which order. The
   order is a function of (seed, epoch) only, so a resumed run reads the rows the uninterrupted run would have read.
-- `train` runs `Model.train` over the plan's remaining chunks with `TrainMonitor` (log lines + JSON lines) and
-  `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress, newest N kept).
+- `train` runs one `Model.train` over one dataset of the plan's remaining rows (so a GPU/Ascend graph compiles
+  once), with `StepCounter` (exact step totals kept on the device, also per data sink), `TrainMonitor` (log lines +
+  JSON lines) and `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress,
+  newest N kept).
 - `resume_or_init` restores all of that from the newest readable checkpoint in the save folder or
   `load_checkpoint_path`. A run killed at any point resumes to the uninterrupted run's trajectory; a run whose
   loss turns inf/nan without loss scaling stops with its last good checkpoint (`NonFiniteGuard`).
@@ -35,7 +37,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn
+from mindspore import Parameter, Tensor, nn, ops
 from mindspore.context import ParallelMode
 from mindspore.train import Callback, Model
 
@@ -44,10 +46,12 @@ from model_utils.config import Config
 from model_utils.errors import UserError
 from src import cpu_kernels
 from src.albert_model import AlbertConfig
+from src.device_checks import ascend_unavailable_reason, gpu_unavailable_reason, overflow_needs_float_status
 from src.distributed_launch import EXIT_CLUSTER_FAILED, EXIT_USER_ERROR
 from src.utils import load_weights, read_checkpoint, save_checkpoint_atomic, save_text_atomic
 
 DEVICE_TARGETS = ("auto", "CPU", "GPU", "Ascend")
+UNAVAILABLE_REASON = {"GPU": gpu_unavailable_reason, "Ascend": ascend_unavailable_reason}
 # Progress stored beside the weights in every checkpoint (never under the name `global_step`, the optimizer's).
 PROGRESS_KEYS = ("micro_step", "overflow_count")
 # What a checkpoint's data position depends on: resuming with other values would read other rows.
@@ -68,8 +72,9 @@ class Device:
         return self.rank == 0
 
 
-def pick_device_target(requested: str) -> str:
-    """`auto` picks Ascend, then GPU, then CPU, whichever this MindSpore can use; explicit targets are checked."""
+def pick_device_target(requested: str, log: Callable[[str], None] = print) -> str:
+    """`auto` picks Ascend, then GPU, then CPU, whichever this MindSpore can use, and says why a device the host has
+    was passed over (a CUDA 12 toolkit, no CUDA_HOME, a plugin that did not load); explicit targets are checked."""
     if requested not in DEVICE_TARGETS:
         raise UserError(f"device_target must be one of {', '.join(DEVICE_TARGETS)}, got {requested!r}")
     if requested == "CPU":
@@ -81,9 +86,13 @@ def pick_device_target(requested: str) -> str:
                 return target
         except (RuntimeError, ValueError):
             continue
+    reasons = [reason for reason in (UNAVAILABLE_REASON[target]() for target in candidates) if reason]
     if requested != "auto":
-        raise UserError(f"device_target {requested} is not available here (no device or no MindSpore {requested} "
-                        f"plugin); use --device_target auto or CPU")
+        raise UserError(f"device_target {requested} is not available here: "
+                        f"{reasons[0] if reasons else f'no device or no MindSpore {requested} plugin'}; "
+                        f"use --device_target auto or CPU")
+    for reason in reasons:
+        log(f"warning: {reason}: running on CPU")
     return "CPU"
 
 
@@ -153,9 +162,13 @@ def join_cluster(init: Callable[[], None]) -> None:
     try:
         init()
     except (RuntimeError, ValueError) as err:
-        if not role:
-            raise UserError("distribute=true but this process was not started by a launcher: use "
-                            "scripts/run_*_distribute.sh (msrun or mpirun)") from err
+        if not role and "OMPI_COMM_WORLD_SIZE" not in os.environ:
+            raise UserError(f"distribute=true but this process was not started by a launcher: use "
+                            f"scripts/run_*_distribute.sh (msrun or mpirun) (MindSpore: {first_line(str(err))})"
+                            ) from err
+        if not role:  # mpirun: the collective library (NCCL, HCCL) failed to start
+            raise UserError(f"rank {os.environ['OMPI_COMM_WORLD_RANK']} of mpirun could not start the collective "
+                            f"communication (MindSpore: {first_line(str(err))})") from err
         # Runs first at exit (atexit is last-in first-out): MindSpore's own exit handlers would spend ~20 s trying
         # to leave a cluster that never formed.
         atexit.register(_exit_now, EXIT_USER_ERROR)
@@ -179,10 +192,14 @@ def cluster_problem(message: str, role: str) -> str:
         return (f"the cluster did not form within CLUSTER_TIMEOUT ({os.environ.get('MS_TOPO_TIMEOUT', '?')} s): "
                 f"fewer than {os.environ.get('MS_WORKER_NUM', '?')} workers joined the scheduler at {where}; start "
                 f"every node (NODE_RANK 0 .. NNODES-1) with the same NNODES, MASTER_ADDR and MASTER_PORT")
-    first = next((line.strip() for line in message.splitlines() if line.strip()), "no message")
     what = "the scheduler stopped: a worker or node failed" if role == "MS_SCHED" else \
         f"joining the job through the scheduler at {where} failed"
-    return f"{what} (MindSpore: {first[:300]})"
+    return f"{what} (MindSpore: {first_line(message)})"
+
+
+def first_line(message: str) -> str:
+    """MindSpore's own first non-empty line of an error (its messages run to pages of C++ context)."""
+    return next((line.strip() for line in message.splitlines() if line.strip()), "no message")[:300]
 
 
 # How MindSpore reports a collective op that could not complete (its peer is gone): the op's kernel failed.
@@ -269,13 +286,22 @@ class StepPlan:
             else np.arange(self.rows)
         return order[:usable][self.rank::self.group_size][:self.batches_per_epoch * self.batch_size]
 
-    def chunks(self, start_micro_step: int) -> Iterator[Tuple[int, np.ndarray]]:
-        """(epoch, rows) for the rest of the run from micro-step `start_micro_step`, one item per epoch."""
+    def segments(self, start_micro_step: int, max_batches: int) -> Iterator[np.ndarray]:
+        """The rows of the rest of the run from micro-step `start_micro_step`, in reading order, in pieces of at
+        most `max_batches` batches (the rows of all epochs, so a dataset needs building once per piece)."""
         step = start_micro_step
         while step < self.total_micro_steps:
+            count = min(max_batches, self.total_micro_steps - step)
+            yield np.concatenate(list(self._rows(step, step + count)))
+            step += count
+
+    def _rows(self, start: int, end: int) -> Iterator[np.ndarray]:
+        """Rows of micro-steps start .. end-1, epoch by epoch."""
+        step = start
+        while step < end:
             epoch, first = divmod(step, self.batches_per_epoch)
-            last = min(self.batches_per_epoch, first + self.total_micro_steps - step)
-            yield epoch, self.epoch_rows(epoch)[first * self.batch_size:last * self.batch_size]
+            last = min(self.batches_per_epoch, first + end - step)
+            yield self.epoch_rows(epoch)[first * self.batch_size:last * self.batch_size]
             step += last - first
 
     def describe(self) -> str:
@@ -286,11 +312,62 @@ class StepPlan:
 
 @dataclass
 class Progress:
-    """Counters shared by the callbacks and saved in checkpoints."""
+    """Counters shared by the callbacks (micro_step and overflow_count are saved in checkpoints). `StepCounter` fills
+    them before the other callbacks run; `window_*` describe the micro-steps since the previous callback (one step,
+    or a whole sink on GPU/Ascend)."""
 
     micro_step: int = 0
     overflow_count: int = 0
     started_at: float = field(default_factory=time.time)
+    window_steps: int = 0
+    window_overflows: int = 0
+    window_sums: Tuple[float, ...] = ()
+
+
+class CountedSteps(nn.Cell):
+    """The train cell plus running totals kept on the device: micro-steps, skipped updates, and the sums of the
+    loss and its parts. In data-sink mode the callbacks run once per sink and see only the last step's outputs;
+    these totals let them still count every step exactly. Not part of checkpoints (the train cell is)."""
+
+    def __init__(self, train_cell: nn.Cell, parts: int):
+        super().__init__(auto_prefix=False)  # the train cell's parameter names stay its checkpoint names
+        self.train_cell = train_cell
+        self.parts = parts
+        self.totals = Parameter(Tensor(np.zeros(1 + parts, np.float32)), name="step_totals.sums",
+                                requires_grad=False)
+        self.counts = Parameter(Tensor(np.zeros(2, np.int32)), name="step_totals.counts", requires_grad=False)
+
+    def construct(self, *inputs):
+        outputs = self.train_cell(*inputs)
+        values = [outputs[0].astype(ms.float32).reshape(1)]
+        for index in range(self.parts):
+            values.append(outputs[3 + index].astype(ms.float32).reshape(1))
+        ops.assign_add(self.totals, ops.concat(values))
+        ops.assign_add(self.counts, ops.stack([Tensor(1, ms.int32), outputs[1].astype(ms.int32)]))
+        return outputs
+
+    def take(self) -> Tuple[int, int, Tuple[float, ...]]:
+        """(micro-steps, skipped updates, sums) since the previous take; resets the totals (float32 sums stay
+        exact over a sink, not over a whole run)."""
+        totals, counts = self.totals.asnumpy().astype(np.float64), self.counts.asnumpy()
+        self.totals.set_data(Tensor(np.zeros_like(totals, np.float32)))
+        self.counts.set_data(Tensor(np.zeros(2, np.int32)))
+        return int(counts[0]), int(counts[1]), tuple(float(value) for value in totals)
+
+
+class StepCounter(Callback):
+    """First callback of every run: moves `CountedSteps`' totals into `progress` for the callbacks after it."""
+
+    def __init__(self, train_cell: nn.Cell, progress: Progress, parts: int):
+        super().__init__()
+        self.network, self.progress = CountedSteps(train_cell, parts), progress
+
+    def on_train_step_end(self, run_context) -> None:
+        steps, overflows, sums = self.network.take()
+        progress = self.progress
+        progress.micro_step += steps
+        progress.overflow_count += overflows
+        progress.window_steps, progress.window_overflows, progress.window_sums = steps, overflows, sums
 
 
 CHECKPOINT_NAME = re.compile(r"^(?P<prefix>[\w.]+)-(?P<step>\d+)\.ckpt$")
@@ -407,9 +484,9 @@ def _check_plan(values: Dict, plan: StepPlan, path: str) -> None:
 class TrainMonitor(Callback):
     """Every `log_steps` optimizer steps (and at the last): one line on stdout and one JSON object in `jsonl_path`.
 
-    The train cell returns (loss, overflow, loss_scale, mlm_loss, sop_loss); loss values are means over the
-    micro-batches since the previous line. Throughput counts all ranks; tokens are batch x seq_length (padding
-    included). ETA extrapolates the mean step time since the first step (which includes graph compilation).
+    Loss values are means over every micro-batch since the previous line (from `progress.window_sums`, exact in
+    data-sink mode too). Throughput counts all ranks; tokens are batch x seq_length (padding included). ETA
+    extrapolates the mean step time since the first callback (whose steps include graph compilation).
     """
 
     def __init__(self, plan: StepPlan, progress: Progress, log_steps: int, seq_length: int,
@@ -424,30 +501,19 @@ class TrainMonitor(Callback):
         self._count = 0
         self._first_step_end: Optional[float] = None
         self._first_step_micro = 0
-        self._seen_cur_step = 0
-
-    def on_train_begin(self, run_context) -> None:
-        self._seen_cur_step = 0
 
     def on_train_step_end(self, run_context) -> None:
-        args = run_context.original_args()
-        micro_done = args.cur_step_num - self._seen_cur_step  # > 1 in data-sink mode
-        self._seen_cur_step = args.cur_step_num
-        outputs = args.net_outputs
-        values = [_scalar(outputs[0])] + [_scalar(v) for v in outputs[3:3 + len(self.part_names)]]
-        self._sums = [a + b for a, b in zip(self._sums, values)] if self._sums else values
-        self._count += 1
-        before = self.progress.micro_step
-        self.progress.micro_step += micro_done
-        accum = self.plan.accumulation_steps
-        if self.progress.micro_step // accum > before // accum and bool(outputs[1].asnumpy()):
-            self.progress.overflow_count += 1
+        progress = self.progress
+        sums = progress.window_sums[:1 + len(self.part_names)]
+        self._sums = [a + b for a, b in zip(self._sums, sums)] if self._sums else list(sums)
+        self._count += progress.window_steps
         if self._first_step_end is None:
-            self._first_step_end, self._first_step_micro = time.time(), self.progress.micro_step
-        step = self.progress.micro_step // accum
-        crossed = step // self.log_steps > (before // accum) // self.log_steps
-        if crossed or self.progress.micro_step >= self.plan.total_micro_steps:
-            self._report(step, float(_scalar(outputs[2])))
+            self._first_step_end, self._first_step_micro = time.time(), progress.micro_step
+        accum = self.plan.accumulation_steps
+        step = progress.micro_step // accum
+        crossed = step // self.log_steps > ((progress.micro_step - progress.window_steps) // accum) // self.log_steps
+        if crossed or progress.micro_step >= self.plan.total_micro_steps:
+            self._report(step, float(_scalar(run_context.original_args().net_outputs[2])))
 
     def _report(self, step: int, loss_scale: float) -> None:
         means = [v / self._count for v in self._sums]
@@ -532,9 +598,8 @@ class NonFiniteGuard(Callback):
         self.plan, self.progress, self.checkpoint_dir, self.prefix = plan, progress, checkpoint_dir, prefix
 
     def on_train_step_end(self, run_context) -> None:
-        outputs = run_context.original_args().net_outputs
-        loss, overflow = _scalar(outputs[0]), bool(outputs[1].asnumpy())
-        if math.isfinite(loss) and not overflow:
+        loss = self.progress.window_sums[0]
+        if math.isfinite(loss) and not self.progress.window_overflows:
             return
         step = (self.progress.micro_step - 1) // self.plan.accumulation_steps + 1
         what = f"the loss is {loss}" if not math.isfinite(loss) else "the gradients hold inf/nan"
@@ -591,27 +656,47 @@ def remove_stale_temporaries(directory: str) -> None:
         path.unlink(missing_ok=True)
 
 
-def train(train_cell: nn.Cell, make_dataset: Callable[[np.ndarray], object], plan: StepPlan, progress: Progress,
+# Rows a rank reads per dataset (MindSpore's SubsetSampler keeps its indices as a Python list, ~45 bytes a row):
+# a run longer than that builds its dataset anew (and compiles its graph again on GPU/Ascend) every 2^24 rows.
+MAX_ROWS_PER_DATASET = 1 << 24
+
+
+def train(make_dataset: Callable[[np.ndarray], object], plan: StepPlan, progress: Progress,
           callbacks: Sequence[Callback], device: Device, data_sink: bool, sink_steps: int,
           log: Callable[[str], None] = print) -> None:
-    """Run the rest of `plan` from `progress.micro_step` with Model.train, one call per epoch chunk (each chunk's
-    rows come from `plan.chunks`, so the order does not depend on how the run was split by restarts).
+    """Run the rest of `plan` from `progress.micro_step`: one dataset holding the rows of every remaining epoch in
+    the plan's order and one Model.train call, so the graph compiles once (up to MAX_ROWS_PER_DATASET rows).
 
-    Data sink is used on GPU/Ascend only (MindSpore silently ignores it on CPU); the sink size divides each chunk,
-    so the run never takes more steps than planned.
+    `callbacks` come from `make_callbacks` (the first, StepCounter, holds the network to run). Data sink runs on
+    GPU/Ascend only (MindSpore silently ignores it on CPU), in sinks of `sink_size` batches.
     """
-    model = Model(train_cell)
+    counter = callbacks[0]
+    if not isinstance(counter, StepCounter):
+        raise TypeError("train() needs the callbacks of make_callbacks (StepCounter first)")
+    model = Model(counter.network)
     sink = data_sink and device.target != "CPU"
     if data_sink and not sink:
         log("data sink is not available on CPU: running step by step")
-    for _, rows in plan.chunks(progress.micro_step):
+    max_batches = max(MAX_ROWS_PER_DATASET // plan.batch_size // plan.accumulation_steps, 1) * plan.accumulation_steps
+    for rows in plan.segments(progress.micro_step, max_batches):
         dataset = make_dataset(rows)
         batches = len(rows) // plan.batch_size
         if sink:
-            size = math.gcd(batches, max(sink_steps, 1))
+            size = sink_size(batches, sink_steps, plan.accumulation_steps)
+            if size != sink_steps:
+                log(f"data sink: {size} batches per sink (data_sink_steps {sink_steps}: sinks must divide the "
+                    f"{batches} batches left and hold whole accumulation windows)")
             model.train(batches // size, dataset, callbacks=list(callbacks), dataset_sink_mode=True, sink_size=size)
         else:
             model.train(1, dataset, callbacks=list(callbacks), dataset_sink_mode=False)
+
+
+def sink_size(batches: int, requested: int, accumulation_steps: int) -> int:
+    """Batches per sink: the largest multiple of `accumulation_steps` not above `requested` (at least one window)
+    that divides `batches`, so the run takes exactly its planned steps and checkpoints fall on window ends."""
+    windows = batches // accumulation_steps
+    per_sink = next(count for count in range(max(requested // accumulation_steps, 1), 0, -1) if windows % count == 0)
+    return per_sink * accumulation_steps
 
 
 def build_train_cell(config: Config, network: nn.Cell, total_steps: int) -> Tuple[nn.Optimizer, nn.Cell]:
@@ -625,7 +710,8 @@ def build_train_cell(config: Config, network: nn.Cell, total_steps: int) -> Tupl
     cell = AlbertTrainOneStepCell(network, optimizer,
                                   loss_scale=float(config.loss_scale_value) if config.enable_lossscale else None,
                                   scale_factor=float(config.scale_factor), scale_window=int(config.scale_window),
-                                  clip_norm=float(config.clip_norm), accumulation_steps=int(config.accumulation_steps))
+                                  clip_norm=float(config.clip_norm), accumulation_steps=int(config.accumulation_steps),
+                                  float_status=overflow_needs_float_status(ms.get_context("device_target")))
     return optimizer, cell
 
 
@@ -641,7 +727,8 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
         os.remove(metrics)
     elif device.is_main:
         trim_metrics(metrics, progress.micro_step // plan.accumulation_steps)
-    callbacks: List[Callback] = [TrainMonitor(plan, progress, log_steps, seq_length,
+    callbacks: List[Callback] = [StepCounter(cell, progress, len(part_names)),
+                                 TrainMonitor(plan, progress, log_steps, seq_length,
                                               lr_function(optimizer.learning_rate),
                                               metrics if device.is_main else None, log, part_names)]
     directory, prefix, every, keep = checkpoints or ("", "", 0, 0)

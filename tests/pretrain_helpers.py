@@ -52,8 +52,8 @@ def one_line_error(result: subprocess.CompletedProcess, *parts: str) -> str:
 def bash(args, env_extra: Dict[str, str] = None, timeout: int = 600, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     """A scripts/*.sh run as a user would: this test's python as PYTHON and first on PATH (msrun starts the
     `python` on PATH)."""
-    env = dict(ENV, PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-               **(env_extra or {}))
+    env = dict(ENV, PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env.update(env_extra or {})
     return subprocess.run(["bash"] + [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 

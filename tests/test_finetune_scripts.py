@@ -9,6 +9,8 @@ single run's data. Distributed evaluation must give byte-identical prediction fi
 the same checkpoint, with every row counted once.
 """
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -86,14 +88,22 @@ def test_dry_run_prints_the_msrun_command(task, tmp_path):
 
 def test_mpirun_commands_and_refusals(tmp_path):
     launch = script("squad_v1", "distribute")
-    gpu = ok(bash([launch, 8, tmp_path, "--epoch_num", "2"], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1"}))
-    assert gpu.stdout.startswith(f"mpirun -n 8 --output-filename {tmp_path}/logs/mpirun --merge-stderr-to-stdout ")
+    default = ok(bash([launch, 8, tmp_path], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1"}))
+    assert default.stdout.startswith("MS_NODE_TIMEOUT=30 msrun --worker_num=8 ")  # msrun on every target
+    root = ["--allow-run-as-root"] if os.getuid() == 0 else []
+    gpu = ok(bash([launch, 8, tmp_path, "--epoch_num", "2"], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1",
+                                                              "LAUNCHER": "mpirun", "CUDA_HOME": "/usr/local/cuda"}))
+    assert gpu.stdout.startswith(" ".join(["mpirun -n 8", *root, "-x PATH"]))
+    assert " -x CUDA_HOME " in gpu.stdout and " -x LD_LIBRARY_PATH " not in gpu.stdout  # only what is set
+    assert f" --bind-to none --output-filename {tmp_path}/logs/mpirun --merge-stderr-to-stdout " in gpu.stdout
     assert f"run_squad_v1.py --distribute true --device_num 8 --device_target GPU --output_dir {tmp_path} " \
            f"--epoch_num 2" in gpu.stdout
     hosts = ok(bash([launch, 8, tmp_path], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1", "NNODES": "2",
-                                            "HOSTFILE": "hosts.txt"}))
-    assert hosts.stdout.startswith("mpirun -n 16 --hostfile hosts.txt --map-by ppr:8:node ")
-    no_hosts = bash([launch, 8, tmp_path], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1", "NNODES": "2"})
+                                            "HOSTFILE": "hosts.txt", "LAUNCHER": "mpirun"}))
+    assert hosts.stdout.startswith("mpirun -n 16 ")
+    assert "--bind-to none --hostfile hosts.txt --map-by ppr:8:node " in hosts.stdout
+    no_hosts = bash([launch, 8, tmp_path], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1", "NNODES": "2",
+                                            "LAUNCHER": "mpirun"})
     assert no_hosts.returncode == 2 and "needs HOSTFILE" in no_hosts.stderr
     for task in TASKS:
         refused = bash([script(task, "distribute"), 2, tmp_path], {"LAUNCHER": "mpirun", "DEVICE_TARGET": "CPU",
@@ -102,6 +112,31 @@ def test_mpirun_commands_and_refusals(tmp_path):
         assert refused.stdout == ""
     unknown = bash([launch, 2, tmp_path], {"LAUNCHER": "srun"})
     assert unknown.returncode == 2 and "LAUNCHER must be msrun or mpirun, got 'srun'" in unknown.stderr
+
+
+@pytest.mark.parametrize("version, accepted", [("mpirun (Open MPI) 4.1.2", True), ("mpirun (Open MPI) 5.0.3", False),
+                                               ("HYDRA build details:", False), (None, False)])
+def test_mpirun_must_be_open_mpi_4(version, accepted, tmp_path):
+    """A fake mpirun on PATH: Open MPI 4.x is started with the documented command, anything else refused."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if version is not None:
+        fake = bin_dir / "mpirun"
+        fake.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "{version}"; exit 0; fi\n'
+                        f'printf "%s " "$@" > {tmp_path}/started\n')
+        fake.chmod(0o755)
+    python_dir = Path(sys.executable).parent
+    path = f"{bin_dir}:{python_dir}:/usr/bin:/bin"
+    result = bash([script("classifier", "distribute"), 2, tmp_path / "out"],
+                  {"LAUNCHER": "mpirun", "DEVICE_TARGET": "GPU", "PATH": path})
+    if accepted:
+        ok(result)
+        started = (tmp_path / "started").read_text()
+        assert started.startswith("-n 2 ") and "--bind-to none" in started and "run_classifier.py" in started
+    else:
+        assert result.returncode == 2 and not (tmp_path / "started").exists()
+        wanted = "no mpirun on PATH" if version is None else f"needs Open MPI 4.x, found '{version}'"
+        assert wanted in result.stderr
 
 
 @pytest.mark.parametrize("task", TASKS)

@@ -49,7 +49,7 @@ def test_distribute_script_builds_the_documented_launch_commands(tmp_path):
     gpu = bash([SCRIPTS / "run_pretrain_distribute.sh", 8, "/data/pretrain", tmp_path, "--train_steps", "10"],
                {"DEVICE_TARGET": "GPU", "DRY_RUN": "1"})
     ok(gpu)
-    assert gpu.stdout.startswith("mpirun -n 8 ")
+    assert gpu.stdout.startswith("MS_NODE_TIMEOUT=30 msrun --worker_num=8 ")
     assert "--distribute true --device_num 8 --device_target GPU" in gpu.stdout
     multi = bash([SCRIPTS / "run_pretrain_distribute.sh", 4, "/data/pretrain", tmp_path],
                  {"DRY_RUN": "1", "NNODES": "2", "NODE_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "9000"})

@@ -9,7 +9,7 @@ import pytest
 from model_utils.config import load_yaml_documents, parse_cli
 from model_utils.errors import UserError
 from src.albert_model import PRESETS
-from src.training import StepPlan, latest_checkpoint, list_checkpoints, pick_device_target
+from src.training import StepPlan, latest_checkpoint, list_checkpoints, pick_device_target, sink_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,7 +23,7 @@ def test_epochs_follow_from_the_data_size():
 def test_train_steps_are_optimizer_steps_whatever_the_accumulation():
     plan = StepPlan.create(rows=1000, batch_size=10, train_steps=7, epoch_size=99, accumulation_steps=4)
     assert plan.total_steps == 7 and plan.total_micro_steps == 28
-    rows = np.concatenate([r for _, r in plan.chunks(0)])
+    rows = np.concatenate(list(plan.segments(0, 1000)))
     assert len(rows) == 28 * 10
 
 
@@ -46,11 +46,21 @@ def test_epochs_are_reshuffled_and_reproducible():
 @pytest.mark.parametrize("start", [0, 1, 9, 10, 17, 29])
 def test_resuming_mid_run_reads_exactly_the_rows_left(start):
     plan = StepPlan.create(52, 5, train_steps=15, epoch_size=0, accumulation_steps=2, seed=11)
-    whole = np.concatenate([rows for _, rows in plan.chunks(0)])
-    rest = np.concatenate([rows for _, rows in plan.chunks(start)])
-    assert np.array_equal(rest, whole[start * 5:])
-    epochs = [epoch for epoch, _ in plan.chunks(0)]
-    assert epochs == [0, 1, 2]  # 30 micro-steps over 10 batches per epoch
+    # 30 micro-steps over 10 batches per epoch: epochs 0, 1, 2 each read whole, in their own order
+    whole = np.concatenate([np.random.RandomState(11 + epoch).permutation(52)[:50] for epoch in range(3)])
+    assert np.array_equal(np.concatenate(list(plan.segments(0, 30))), whole)
+    pieces = list(plan.segments(start, 4))
+    assert [len(rows) for rows in pieces] == [20] * ((30 - start) // 4) + ([(30 - start) % 4 * 5] if (30 - start) % 4
+                                                                         else [])
+    assert np.array_equal(np.concatenate(pieces), whole[start * 5:])
+
+
+@pytest.mark.parametrize("batches, requested, accumulation, expected", [
+    (100, 100, 1, 100), (344, 100, 1, 86), (97, 10, 1, 1), (40, 100, 1, 40), (48, 10, 4, 8), (48, 3, 4, 4),
+    (120, 50, 2, 40)])
+def test_sink_size_divides_the_run_into_whole_accumulation_windows(batches, requested, accumulation, expected):
+    size = sink_size(batches, requested, accumulation)
+    assert size == expected and batches % size == 0 and size % accumulation == 0
 
 
 def test_too_little_data_is_a_clear_error():
