@@ -238,7 +238,9 @@ class AlbertAttention(nn.Cell):
     """Multi-head self-attention with its output projection; owns the LayerNorm around it.
 
     postln: LayerNorm(x + Attn(x)).   preln: x + Attn(LayerNorm(x)).
-    Scores and softmax are computed in float32 whatever compute_type is.
+    The query-key product runs in compute_type (a float16 product leaves as float16; the query is scaled by
+    1/sqrt(head_size) beforehand, which keeps the scores small); the scores are widened to float32 before the mask
+    and the softmax, whatever compute_type is.
     """
 
     def __init__(self, config: AlbertConfig, is_training: bool):

@@ -199,7 +199,8 @@ def cluster_problem(message: str, role: str) -> str:
 
 def first_line(message: str) -> str:
     """MindSpore's own first non-empty line of an error (its messages run to pages of C++ context)."""
-    return next((line.strip() for line in message.splitlines() if line.strip()), "no message")[:300]
+    line = next((line.strip() for line in message.splitlines() if line.strip()), "no message")
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 # How MindSpore reports a collective op that could not complete (its peer is gone): the op's kernel failed.

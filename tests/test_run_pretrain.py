@@ -4,13 +4,15 @@ Evaluation is checked against HF transformers computing the same metrics; kill -
 test_crash_safety.py.
 """
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict
 
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import TINY, metrics_by_step, ok, one_line_error, pretrain, run
+from tests.pretrain_helpers import ENV, ROOT, TINY, metrics_by_step, ok, one_line_error, pretrain, run
 
 
 def test_absurd_loss_scale_overflows_then_falls_and_training_proceeds(data, tmp_path):
@@ -130,7 +132,11 @@ def test_bad_input_gives_one_clear_line(data, tmp_path):
     one_line_error(run(base + ["--data_dir", str(data["train"]), "--net_cfg.vocab_size", "500"]),
                    "1000-token vocabulary", "vocab_size 500")
     one_line_error(run(base + ["--data_dir", str(data["train"]), "--distribute", "true"]),
-                   "not started by a launcher")
+                   "not started by a launcher", "(MindSpore: ")
+    under_mpirun = subprocess.run([sys.executable, *base, "--data_dir", str(data["train"]), "--distribute", "true"],
+                                  cwd=ROOT, env=dict(ENV, OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_RANK="1"),
+                                  capture_output=True, text=True, timeout=300)
+    one_line_error(under_mpirun, "rank 1 of mpirun could not start the collective communication (MindSpore: ")
     assert not (tmp_path / "out" / "checkpoints").exists() or not list((tmp_path / "out").glob("**/*.ckpt"))
 
 
