@@ -182,7 +182,7 @@ def output_signature(task: str, config: Config, batch: object, seq: int) -> Sign
 
 def build_network(args: Config, task: str, task_config: Config, source: str):
     """The task head with the checkpoint's weights (every parameter loaded), in inference mode."""
-    from src.training import config_beside, network_config
+    from src.run_config import config_beside, network_config
     from src.utils import load_weights, read_checkpoint
 
     checkpoint = args.export_ckpt_file
@@ -243,7 +243,7 @@ def _describe(signature: Signature) -> str:
 def main(argv: List[str]) -> int:
     args, task_config, task, source = read_configs(argv)
     check_request(args)
-    from src.training import pick_device_target, setup_device
+    from src.device_setup import pick_device_target, setup_device
 
     if args.file_format == "AIR" and pick_device_target(args.device_target) != "Ascend":
         raise UserError("AIR export needs an Ascend device; use MINDIR or ONNX")

@@ -34,8 +34,8 @@ def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -
     """This rank's metric sums over rows rank, rank + group_size, ... of the data."""
     from mindspore import Tensor
 
-    from dataset import count_rows, create_pretraining_dataset
-    from src.training import pad_batch
+    from src.dataset import count_rows, create_pretraining_dataset
+    from src.inference import pad_batch
 
     rows = np.arange(count_rows(data_dir))[rank::group_size]
     sums = np.zeros(6, np.float64)
@@ -48,7 +48,7 @@ def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -
 
 
 def eval_network_config(config):
-    from src.training import config_beside, data_meta, network_config
+    from src.run_config import config_beside, data_meta, network_config
 
     beside = config_beside(config.eval_ckpt)
     net = network_config(config, data_meta(config.eval_data_dir).get("tokenizer", {}).get("vocab_size"), beside)
@@ -61,9 +61,11 @@ def main(argv: List[str]) -> int:
         if not config[key]:
             raise UserError(f"set --{key}")
 
-    from dataset import check_schema
+    from src.dataset import check_schema
     from src.albert_for_pre_training import AlbertPretrainEvalCell
-    from src.training import all_ranks_sum, check_data_fits, data_meta, setup_device
+    from src.device_setup import setup_device
+    from src.inference import all_ranks_sum
+    from src.run_config import check_data_fits, data_meta
     from src.utils import load_weights, save_json_atomic
 
     seq_shape = check_schema(config.eval_data_dir, config.schema_dir)

@@ -18,7 +18,7 @@ CLASSIFIER_TRAIN_COLUMNS = ("input_ids", "input_mask", "segment_ids", "label_ids
 
 
 def dataset(config, data, batch_size: int, is_training: bool, indices):
-    from dataset import create_classification_dataset
+    from src.dataset import create_classification_dataset
 
     return create_classification_dataset(data, batch_size, is_training, regression=config.num_class == 1,
                                          indices=indices)
@@ -48,7 +48,7 @@ def check_labels(config, meta: dict, shape, path: str) -> None:
 
 
 def check_eval_data(config, data_file: str, action: str) -> None:
-    from dataset import load_data_meta
+    from src.dataset import load_data_meta
 
     check_labels(config, load_data_meta(data_file), (), data_file)
     if action == "eval":

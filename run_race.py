@@ -18,7 +18,7 @@ RACE_TRAIN_COLUMNS = ("input_ids", "input_mask", "segment_ids", "label_ids")
 
 
 def dataset(config, data, batch_size: int, is_training: bool, indices):
-    from dataset import create_race_dataset
+    from src.dataset import create_race_dataset
 
     return create_race_dataset(data, batch_size, is_training, indices=indices)
 
@@ -45,7 +45,7 @@ def check_choices(config, meta: dict, shape, path: str) -> None:
 
 
 def check_eval_data(config, data_file: str, action: str) -> None:
-    from dataset import check_schema
+    from src.dataset import check_schema
 
     check_choices(config, {}, check_schema(data_file, "", RACE_TRAIN_COLUMNS), data_file)
     if config.assessment_method not in ("accuracy", "macro_f1", "mcc"):

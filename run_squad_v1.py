@@ -22,7 +22,7 @@ SQUAD_HEAD_INPUTS = ("input_ids", "segment_ids", "input_mask", "p_mask")
 
 
 def dataset(config, data, batch_size: int, is_training: bool, indices):
-    from dataset import create_squad_dataset
+    from src.dataset import create_squad_dataset
 
     return create_squad_dataset(data, batch_size, is_training, indices=indices)
 

@@ -273,7 +273,7 @@ class MindSporeSide(Side):
     def set_threads(self, threads: int) -> None:
         import mindspore as ms
 
-        from src.training import setup_device
+        from src.device_setup import setup_device
 
         setup_device("CPU", cpu_threads=threads, seed=int(self.spec["seed"]))
         self.framework = f"mindspore {ms.__version__} (GRAPH mode)"

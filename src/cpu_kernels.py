@@ -23,13 +23,14 @@ import os
 import platform
 import shutil
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Tuple
 
 import mindspore as ms
 from mindspore import Tensor, nn, ops
+
+from src.atomic_files import atomic_path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = (KERNELS / "dnnl_matmul.cc", KERNELS / "row_ops.cc")
@@ -86,24 +87,17 @@ def _build() -> Tuple[Optional[str], str]:
         return None, f"MS_CUSTOM_AOT_WHITE_LIST does not include {target.parent}"
     if target.is_file():
         return str(target), ""
-    partial = ""
     names = ", ".join(path.name for path in SOURCES)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, partial = tempfile.mkstemp(prefix=".tmp-", suffix=".so", dir=target.parent)
-        os.close(handle)
-        command = [compiler, *FLAGS, "-o", partial, *map(str, SOURCES), f"-L{dnnl.parent}", f"-l:{dnnl.name}",
-                   f"-Wl,-rpath,{dnnl.parent}"]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        if result.returncode != 0:
-            lines = (result.stderr or result.stdout).strip().splitlines()
-            return None, f"compiling {names} failed: {lines[0] if lines else result.returncode}"
-        os.replace(partial, target)
+        with atomic_path(str(target), ".so", plain_mode=False) as partial:  # a failed build leaves nothing behind
+            command = [compiler, *FLAGS, "-o", partial, *map(str, SOURCES), f"-L{dnnl.parent}", f"-l:{dnnl.name}",
+                       f"-Wl,-rpath,{dnnl.parent}"]
+            result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            if result.returncode != 0:
+                lines = (result.stderr or result.stdout).strip().splitlines()
+                raise subprocess.SubprocessError(lines[0] if lines else f"exit code {result.returncode}")
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"compiling {names} failed: {err}"
-    finally:
-        if partial and os.path.exists(partial):  # a failed or timed-out build leaves nothing behind
-            os.remove(partial)
     return str(target), ""
 
 

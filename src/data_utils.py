@@ -135,13 +135,6 @@ def truncate_pair_from_end(ids_a: List[int], ids_b: List[int], max_tokens: int) 
         (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
 
 
-def default_file_mode() -> int:
-    """Mode a plainly created file gets under the user's umask (temporary files are created 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def check_max_seq_length(max_seq_length: int, minimum: int = 8) -> None:
     if max_seq_length < minimum:
         raise UserError(f"max_seq_length must be at least {minimum}, got {max_seq_length}")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 # A distributed worker that stops because another worker, a node or the network failed (not its own fault)
-# exits with this code (src/training.py), so that the report looks for the cause elsewhere.
+# exits with this code (src/device_setup.py), so that the report looks for the cause elsewhere.
 EXIT_CLUSTER_FAILED = 3
 EXIT_USER_ERROR = 2
 RESUME = "run the same command again on every node to resume from the newest checkpoint"

@@ -4,7 +4,7 @@ A `FinetuneTask` says only what is task-specific: its yaml, its dataset, its hea
 become predictions and metrics. `run` does the rest, the same way for every task:
 
 1. parse the task yaml into flags; check every input (data files, eval json, checkpoints) before any training;
-2. `do_train`: the pretraining machinery of src/training.py (step plan, resume, loss scaling, accumulation,
+2. `do_train`: the pretraining machinery of src/train_loop.py (step plan, resume, loss scaling, accumulation,
    checkpoints, metrics.jsonl, data parallel), initialised from `load_pretrain_checkpoint_path` where only the
    task head may be missing;
 3. `do_eval` / `do_predict`: the trained weights (or `load_finetune_checkpoint_path`) in the inference head; the
@@ -52,7 +52,8 @@ def run(task: FinetuneTask, argv: Sequence[str]) -> int:
     jobs = _check_config(task, config)
 
     from src import cpu_kernels
-    from src.training import setup_device
+    from src.device_setup import setup_device
+    from src.settings import finetune_settings
 
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
@@ -61,22 +62,21 @@ def run(task: FinetuneTask, argv: Sequence[str]) -> int:
         if device.is_main:
             print(message, flush=True)
 
-    output_dir = os.path.abspath(config.output_dir)
-    save_dir = os.path.abspath(config.save_finetune_checkpoint_path or os.path.join(output_dir, "checkpoints"))
+    settings = finetune_settings(config, task.checkpoint_prefix)
     actions = ["train"] * bool(config.do_train) + [action for action, _ in jobs]
     log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}; "
         f"kernels: {cpu_kernels.status()}")
     trained, net = None, None
     if config.do_train:
-        trained, net = _train(task, config, device, output_dir, save_dir, log)
+        trained, net = _train(task, settings, device, log)
     for action, data_file in jobs:
-        _evaluate(task, config, device, net, trained, save_dir, data_file, action, output_dir, log)
+        _evaluate(task, config, device, net, trained, settings.save_dir, data_file, action, settings.output_dir, log)
     return 0
 
 
 def _check_config(task: FinetuneTask, config: Config) -> List[tuple]:
     """Everything a run needs, checked before any time is spent; returns the (action, data file) evaluations."""
-    from dataset import check_schema
+    from src.dataset import check_schema
 
     if not (config.do_train or config.do_eval or config.do_predict):
         raise UserError("nothing to do: set at least one of --do_train, --do_eval, --do_predict to true")
@@ -108,8 +108,8 @@ def _need(config: Config, key: str, because: str) -> None:
 def _network(config: Config, data_file: str, columns: Sequence[str], checkpoint: str):
     """The AlbertConfig (yaml, else the albert_config.json beside `checkpoint`, else the preset), checked against
     the data; returns it with the data's meta and row shape."""
-    from dataset import check_schema
-    from src.training import check_data_fits, config_beside, data_meta, network_config
+    from src.dataset import check_schema
+    from src.run_config import check_data_fits, config_beside, data_meta, network_config
 
     meta = data_meta(data_file)
     shape = check_schema(data_file, "", columns)
@@ -118,53 +118,33 @@ def _network(config: Config, data_file: str, columns: Sequence[str], checkpoint:
     return net, meta, shape
 
 
-def _train(task: FinetuneTask, config: Config, device, output_dir: str, save_dir: str, log):
+def _train(task: FinetuneTask, settings, device, log):
     """Fine-tune; returns (the trained head, its AlbertConfig)."""
-    from dataset import count_rows
-    from src.training import (StepPlan, build_train_cell, check_same_start, make_callbacks, remove_stale_temporaries,
-                              resume_or_init, train, weights_digest)
+    from src.train_loop import fit
 
+    config = settings.config
     data = config.train_data_file_path
     net, meta, shape = _network(config, data, task.train_columns, config.load_pretrain_checkpoint_path)
     task.check_data(config, meta, shape, data)
-    plan = StepPlan.create(count_rows(data), config.train_batch_size, config.train_steps, config.epoch_num,
-                           device.group_size, device.rank, config.accumulation_steps, config.train_data_shuffle,
-                           config.seed)
-    log(f"plan: {plan.describe()}")
-    model = task.build_model(config, net, True)
-    network = task.build_loss(config, model)
-    optimizer, cell = build_train_cell(config, network, plan.total_steps)
     if not config.load_pretrain_checkpoint_path:
         log("no load_pretrain_checkpoint_path: the whole network starts from random weights")
-    progress = resume_or_init(cell, network, plan, config.load_pretrain_checkpoint_path, save_dir,
-                              task.checkpoint_prefix, log, init_only=True, allow_missing=("",))
-    check_same_start(progress, device, save_dir)
-    if device.is_main:  # only once every input has loaded: a run that fails to start leaves no output behind
-        os.makedirs(output_dir, exist_ok=True)
-        os.makedirs(save_dir, exist_ok=True)
-        remove_stale_temporaries(save_dir)
-        net.to_json_file(os.path.join(save_dir, "albert_config.json"))
-    if progress.micro_step < plan.total_micro_steps:
-        checkpoints = (save_dir, task.checkpoint_prefix, config.save_checkpoint_steps, config.save_checkpoint_num)
-        callbacks = make_callbacks(cell, optimizer, plan, progress, device, shape[-1], output_dir, config.log_steps,
-                                   log, checkpoints)
+    heads = []
 
-        def make_dataset(rows):
-            return task.dataset(config, data, config.train_batch_size, True, rows)
+    def make_network():
+        heads.append(task.build_model(config, net, True))
+        return task.build_loss(config, heads[0])
 
-        train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps,
-              log)
-    else:
-        log(f"nothing to train: the checkpoint already completed all {plan.total_steps} steps")
-    print(f"rank {device.rank}: final weights sha256 {weights_digest(cell)}", flush=True)
-    log(f"fine-tuned: checkpoints in {save_dir}")
-    return model, net
+    def make_dataset(rows):
+        return task.dataset(config, data, config.train_batch_size, True, rows)
+
+    fit(settings, make_network, net, device, shape[-1], make_dataset, log)
+    return heads[0], net
 
 
 def _evaluate(task: FinetuneTask, config: Config, device, net, trained, save_dir: str, data_file: str,
               action: str, output_dir: str, log) -> None:
-    from dataset import count_rows
-    from src.training import latest_checkpoint
+    from src.dataset import count_rows
+    from src.checkpoints import latest_checkpoint
     from src.utils import load_weights
 
     source = "the fine-tuned weights of this run"
@@ -200,7 +180,7 @@ def _predict_rows(task: FinetuneTask, config: Config, model, data_file: str, row
     """The head's outputs for `rows`, in that order (the last batch is padded to the compiled shape)."""
     from mindspore import Tensor
 
-    from src.training import pad_batch
+    from src.inference import pad_batch
 
     positions = [list(task.eval_columns).index(name) for name in task.head_inputs]
     dataset = task.dataset(config, data_file, config.eval_batch_size, False, rows)
@@ -219,7 +199,7 @@ def _gather_rows(outputs: List[np.ndarray], rows: np.ndarray, total: int, group_
     rank ends with the whole table; a row count column proves each row was evaluated exactly once."""
     if group_size == 1:
         return outputs
-    from src.training import all_ranks_sum
+    from src.inference import all_ranks_sum
 
     gathered = []
     for values in outputs + [np.ones(len(rows), np.float32)]:
@@ -238,7 +218,7 @@ def classification_report(config: Config, outputs: List[np.ndarray], data_file: 
     """predictions.tsv (row, predicted label, then each label's probability or the regression value) and, when
     scoring, every metric that applies (classification: accuracy, f1, macro_f1, mcc; regression: pearson and
     spearman correlation) with the yaml's assessment_method as `score`."""
-    from dataset import load_data_meta, read_column
+    from src.dataset import load_data_meta, read_column
     from src.assessment_method import METHODS
     from src.utils import save_text_atomic
 
@@ -292,7 +272,7 @@ def squad_report(config: Config, outputs: List[np.ndarray], data_file: str, fold
     """predictions.json, nbest_predictions.json and (v2, five head outputs) null_odds.json; when scoring, the
     official SQuAD metrics of those files against eval_json_path, computed exactly as
     `python -m src.squad_postprocess` would (v2 with --na_prob_thresh null_score_diff_threshold)."""
-    from dataset import read_column
+    from src.dataset import read_column
     from src.squad_get_predictions import (predictions_v1, predictions_v2, results_from_outputs,
                                            write_prediction_files)
     from src.squad_postprocess import evaluate_v1, evaluate_v2, load_inputs

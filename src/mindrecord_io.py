@@ -28,7 +28,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping
 import numpy as np
 
 from model_utils.errors import UserError
-from src.data_utils import default_file_mode, refuse_existing
+from src.atomic_files import default_file_mode
+from src.data_utils import refuse_existing
 
 META_SUFFIX = ".meta.json"
 WRITE_BATCH = 2048

@@ -12,6 +12,7 @@ import sys
 from typing import Dict, List
 
 from model_utils.errors import UserError, run_cli
+from src.atomic_files import atomic_path
 
 LOSS_KEYS = ("loss", "mlm_loss", "sop_loss")
 
@@ -56,10 +57,9 @@ def plot(rows: List[Dict[str, float]], output: str, title: str) -> None:
     lr_axis.set_xlabel("optimizer step")
     lr_axis.grid(alpha=0.3)
     figure.tight_layout()
-    tmp = output + ".tmp.png"
-    figure.savefig(tmp, dpi=100)
+    with atomic_path(output, ".png") as tmp:
+        figure.savefig(tmp, dpi=100)
     plt.close(figure)
-    os.replace(tmp, output)
 
 
 def main(argv: List[str]) -> int:

@@ -87,7 +87,7 @@ def run_rows(cell, rows: List[Dict[str, np.ndarray]], names: List[str], batch: i
     """The model's outputs for feature rows, in batches of the exported size (the last one padded)."""
     from mindspore import Tensor
 
-    from src.training import pad_batch
+    from src.inference import pad_batch
 
     size = batch if batch > 0 else len(rows)
     parts = []
@@ -159,7 +159,7 @@ def main(argv: List[str]) -> int:
     import mindspore as ms
     from mindspore import nn
 
-    from src.training import setup_device
+    from src.device_setup import setup_device
 
     setup_device(args.device_target)
     cell = nn.GraphCell(ms.load(args.model))

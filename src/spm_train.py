@@ -9,14 +9,13 @@ encoding (whitespace collapse, accent stripping, lowercasing when do_lower_case)
 `FullTokenizer(spm_model_file=..., do_lower_case=...)` will look up. Writes PREFIX.model and PREFIX.vocab.
 """
 import io
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterator, List, Sequence
 
 from model_utils.errors import UserError, run_cli
-from src.data_utils import default_file_mode, parse_tool_config, refuse_existing, resolve_input_files
+from src.atomic_files import atomic_path
+from src.data_utils import parse_tool_config, refuse_existing, resolve_input_files
 from src.tokenization import preprocess_text
 
 SEED = 12345
@@ -80,15 +79,8 @@ def _vocab_text(model: bytes) -> str:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(str(path)) as tmp, open(tmp, "wb") as out:
+        out.write(data)
 
 
 def main(argv: List[str]) -> int:

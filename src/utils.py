@@ -1,6 +1,6 @@
 """Checkpoint helpers shared by every entry point: atomic writes and loading that refuses to half-load."""
+import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
@@ -9,6 +9,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn
 
 from model_utils.errors import UserError
+from src.atomic_files import atomic_path
 
 BACKBONE_PREFIX = "albert."
 # Train-cell state that shares a checkpoint with the weights (optimizer moments, step, loss scale).
@@ -88,51 +89,21 @@ def _as_parameter(name: str, value: Union[Parameter, np.ndarray, Tensor]) -> Par
 
 def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str,
                            append_dict: Optional[Dict[str, Union[int, float, bool, str]]] = None) -> None:
-    """Write a checkpoint under a temporary name and rename it into place, so a crash never leaves half a file
-    under the final name. `append_dict` adds scalars (e.g. training progress) beside the parameters."""
+    """Write a checkpoint under a temporary name and rename it into place once it is on disk, so a crash never
+    leaves half a file under the final name. `append_dict` adds scalars (e.g. training progress) beside the
+    parameters."""
     if not path.endswith(".ckpt"):
         raise UserError(f"checkpoint file name must end with .ckpt: {path}")
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".ckpt", dir=folder)
-    os.close(handle)
-    try:
+    with atomic_path(path, ".ckpt", plain_mode=False, durable=True) as tmp:
         ms.save_checkpoint(items, tmp, append_dict=append_dict)
-        _fsync(tmp)  # on disk before it gets the final name: a power cut cannot leave an empty "checkpoint"
-        os.replace(tmp, path)
-        _fsync(folder)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-
-
-def _fsync(path: str) -> None:
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 def save_json_atomic(values: object, path: str) -> None:
     """Write json through a temporary file and a rename, so readers never see half a file."""
-    import json
-
     save_text_atomic(json.dumps(values, indent=2) + "\n", path)
 
 
 def save_text_atomic(text: str, path: str) -> None:
     """Write text through a temporary file and a rename, so readers never see half a file."""
-    from src.data_utils import default_file_mode
-
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.splitext(path)[1], dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with atomic_path(path, os.path.splitext(path)[1]) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.write(text)

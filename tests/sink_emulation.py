@@ -3,7 +3,7 @@ so that the training driver's sink path - sink size, epoch count, callbacks once
 
     python -m tests.sink_emulation run_pretrain.py [flags...]
 
-`src.training.setup_device` reports the device as GPU (MindSpore itself stays on CPU), and `Model.train` with
+`src.device_setup.setup_device` reports the device as GPU (MindSpore itself stays on CPU), and `Model.train` with
 `dataset_sink_mode=True` does what MindSpore documents for a sink: `epoch` sinks of `sink_size` steps, the callbacks'
 `on_train_step_end` once per sink with the last step's outputs. Every Model.train call is printed
 (`sink emulation: Model.train ...`) so that tests can count them.
@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from mindspore.train import Callback, Model
 
-import src.training as training
+import src.device_setup as device_setup
+import src.train_loop as train_loop
 
 
 class OncePerSink(Callback):
@@ -47,9 +48,9 @@ class SinkModel(Model):
 
 
 def main() -> None:
-    setup_device = training.setup_device
-    training.setup_device = lambda *args, **kwargs: replace(setup_device(*args, **kwargs), target="GPU")
-    training.Model = SinkModel
+    setup_device = device_setup.setup_device
+    device_setup.setup_device = lambda *args, **kwargs: replace(setup_device(*args, **kwargs), target="GPU")
+    train_loop.Model = SinkModel
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     runpy.run_path(script, run_name="__main__")

@@ -481,14 +481,15 @@ def no_work(monkeypatch):
     training, evaluation or export fails the test, since the bad input should have stopped the run before it."""
     import export
     import pretrain_eval
+    import src.device_setup
     import src.finetune
-    import src.training
+    import src.train_loop
 
     def reached(*args, **kwargs):
         raise AssertionError("the run reached its work: the bad input was not caught before it")
 
-    monkeypatch.setattr(src.training, "setup_device", lambda *args, **kwargs: src.training.Device("CPU"))
-    for module, name in ((src.training, "train"), (src.finetune, "_predict_rows"), (pretrain_eval, "evaluate"),
+    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    for module, name in ((src.train_loop, "train"), (src.finetune, "_predict_rows"), (pretrain_eval, "evaluate"),
                          (export, "export_atomically")):
         monkeypatch.setattr(module, name, reached)
     src.finetune.squad_eval_maps.cache_clear()  # a row's damaged copy must be read, not an earlier row's files

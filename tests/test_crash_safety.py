@@ -92,7 +92,7 @@ def test_pretraining_killed_at_five_points_resumes_to_the_uninterrupted_trajecto
     assert len(metrics.read_text().splitlines()) == 300, "a resumed run re-logs the steps it redoes in place"
     assert digest(resumed.stdout) == digest(reference.stdout)
     again = ok(run(args))  # a finished run started again does nothing
-    assert "nothing to do" in again.stdout and len(metrics.read_text().splitlines()) == 300
+    assert "nothing to train" in again.stdout and len(metrics.read_text().splitlines()) == 300
 
 
 def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(data, tmp_path):
@@ -113,7 +113,7 @@ CREATE = ["-m", "src.create_pretraining_data", "--max_seq_length", "32", "--max_
 
 
 def test_data_creation_killed_leaves_nothing_that_passes_for_data(data, tmp_path):
-    from dataset import count_rows, load_data_meta, read_column
+    from src.dataset import count_rows, load_data_meta, read_column
 
     def create(output: Path, *extra: str) -> List[str]:
         return CREATE + ["--input_file", str(data["folder"] / "corpus.txt"), "--output_file", str(output),

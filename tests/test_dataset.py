@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-import dataset
+import src.dataset as dataset
 from model_utils.errors import UserError
 from src import create_finetune_data as cfd
 from src import create_pretraining_data as cpd
@@ -129,3 +129,11 @@ def test_data_meta_checks(data):
     with pytest.raises(UserError, match="several data sets"):
         dataset.load_data_meta(data)
     assert dataset.load_data_meta(data / "squad_dev.mindrecord")["stats"]["examples"] == 117
+
+
+def test_the_top_level_dataset_module_reexports_the_pipelines():
+    """ModelZoo's layout has dataset.py at the top: scripts written against it keep working."""
+    import dataset
+    import src.dataset
+
+    assert dataset.__all__ and all(getattr(dataset, name) is getattr(src.dataset, name) for name in dataset.__all__)

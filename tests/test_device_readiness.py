@@ -12,8 +12,8 @@ import pytest
 
 from model_utils.errors import UserError
 from src import device_checks
-from src.training import pick_device_target
-from tests.pretrain_helpers import TINY, ok, pretrain, run, weights
+from src.device_setup import pick_device_target
+from tests.pretrain_helpers import ok, pretrain, run, weights
 
 MINDSPORE = Path(ms.__file__).parent
 
@@ -161,7 +161,7 @@ def test_sinks_count_every_step_and_resume_exactly(data, step_by_step, tmp_path)
 
 def test_a_run_over_several_epochs_builds_one_dataset_and_calls_model_train_once(data, tmp_path):
     """3 epochs of the data (MindDataset refuses more sampler indices than rows: the files are listed per epoch)."""
-    from dataset import count_rows
+    from src.dataset import count_rows
 
     rows = count_rows(data["train"])
     result = ok(run(["-m", "tests.sink_emulation", *pretrain(data, tmp_path, "--batch_size", "256", "--epoch_size", "3",

@@ -200,7 +200,7 @@ def test_task_from_yaml_keys_or_ambiguity(heads, tmp_path, project_root):
 def test_export_of_a_run_classifier_checkpoint_matches_its_eval(assets, spm_path, tmp_path):
     """The real flow: a run_classifier.py checkpoint (train cell: weights + optimizer state) exported with its
     task yaml gives the probabilities that run_classifier's own evaluation wrote."""
-    from dataset import read_column
+    from src.dataset import read_column
 
     lines = (assets / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "dev.tsv").write_text("".join(lines[:25]), encoding="utf-8")

@@ -145,7 +145,7 @@ def uniform_data(data, tmp_path_factory) -> Path:
             "--output_file", str(output), "--spm_model_file", str(data["folder"] / "spm.model"),
             "--max_seq_length", "32", "--max_predictions_per_seq", "5", "--masked_lm_prob", "0.5",
             "--short_seq_prob", "0", "--dupe_factor", "1", "--progress", "false"]))
-    from dataset import create_pretraining_dataset
+    from src.dataset import create_pretraining_dataset
     rows = create_pretraining_dataset(output, batch_size=100000, shuffle=False, drop_remainder=False)
     weights_per_row = next(rows.create_tuple_iterator(output_numpy=True))[6].sum(-1)
     assert (weights_per_row == 5).mean() > 0.99

@@ -45,7 +45,7 @@ def test_train_steps_count_optimizer_steps_with_accumulation(data, tmp_path):
 
 
 def test_epochs_come_from_the_dataset_size(data, tmp_path):
-    from dataset import count_rows
+    from src.dataset import count_rows
 
     rows = count_rows(data["train"])
     result = ok(run(pretrain(data, tmp_path, "--batch_size", "256", "--epoch_size", "2", "--log_steps", "100",
@@ -59,7 +59,7 @@ def hf_metrics(hf_model, data_file: Path) -> Dict[str, float]:
     """The four metrics computed with HF AlbertForPreTraining (torch) over every row of `data_file`."""
     import torch
 
-    from dataset import create_pretraining_dataset
+    from src.dataset import create_pretraining_dataset
 
     totals = np.zeros(6)
     dataset = create_pretraining_dataset(data_file, batch_size=64, shuffle=False, drop_remainder=False)
@@ -97,7 +97,7 @@ def test_pretrain_eval_equals_hf_on_a_converted_checkpoint(data, tmp_path):
     expected = hf_metrics(model, data["eval"])
     for key, value in expected.items():
         assert ours[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    from dataset import count_rows
+    from src.dataset import count_rows
     assert ours["examples"] == count_rows(data["eval"])  # the padded last batch adds nothing
     assert "masked_lm_accuracy" in result.stdout
 
@@ -117,6 +117,25 @@ def test_plot_metrics_writes_a_png_with_the_newest_row_per_step(tmp_path):
     metrics.write_text('{"step": 1, "loss": 2}\nnot json\n')
     bad = run(["-m", "src.plot_metrics", str(metrics)])
     assert bad.returncode == 2 and "metrics.jsonl line 2" in bad.stderr
+
+
+def test_continued_pretraining_takes_the_network_saved_beside_the_checkpoint(data, tmp_path):
+    """A converted public checkpoint X.ckpt comes with X.ckpt.json (src.convert_checkpoint): run_pretrain.py reads
+    the network from it as fine-tuning does, instead of the default preset (which would not fit)."""
+    import mindspore as ms
+
+    from src.albert_for_pre_training import AlbertPreTraining
+    from src.albert_model import AlbertConfig
+
+    config = AlbertConfig.from_preset("albert_tiny", vocab_size=1000, hidden_size=48, embedding_size=16,
+                                      num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    ms.save_checkpoint(AlbertPreTraining(config), str(tmp_path / "public.ckpt"))
+    config.to_json_file(str(tmp_path / "public.ckpt.json"))
+    result = ok(run(["run_pretrain.py", "--data_dir", str(data["train"]), "--output_dir", str(tmp_path / "out"),
+                     "--load_checkpoint_path", str(tmp_path / "public.ckpt"), "--batch_size", "8", "--train_steps",
+                     "1", "--device_target", "CPU"]))
+    assert f"network: {tmp_path / 'public.ckpt.json'}" in result.stdout
+    assert AlbertConfig.from_json_file(str(tmp_path / "out" / "albert_config.json")).hidden_size == 48
 
 
 def test_bad_input_gives_one_clear_line(data, tmp_path):

@@ -9,7 +9,10 @@ import pytest
 from model_utils.config import load_yaml_documents, parse_cli
 from model_utils.errors import UserError
 from src.albert_model import PRESETS
-from src.training import StepPlan, latest_checkpoint, list_checkpoints, pick_device_target, sink_size
+from src.checkpoints import latest_checkpoint, list_checkpoints
+from src.device_setup import pick_device_target
+from src.step_plan import StepPlan
+from src.train_loop import sink_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,7 +139,7 @@ def two_shard_data(tmp_path_factory):
 
 
 def test_dataset_reads_the_requested_rows_in_order_across_shards(two_shard_data):
-    from dataset import count_rows, create_pretraining_dataset
+    from src.dataset import count_rows, create_pretraining_dataset
 
     assert count_rows(two_shard_data) == 40
     in_file_order = create_pretraining_dataset(two_shard_data, batch_size=40, shuffle=False)
@@ -149,7 +152,7 @@ def test_dataset_reads_the_requested_rows_in_order_across_shards(two_shard_data)
 
 
 def test_schema_file_mismatch_names_the_column(two_shard_data, tmp_path):
-    from dataset import check_schema
+    from src.dataset import check_schema
 
     assert check_schema(two_shard_data, "") == (8,)
     schema = tmp_path / "schema.json"

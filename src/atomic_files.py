@@ -1,0 +1,45 @@
+"""The one way this package writes a file that others may read: under a temporary name in the same folder, renamed
+into place when complete, so a reader (or a run resumed after a crash) never sees half a file."""
+import contextlib
+import os
+import tempfile
+from typing import Iterator
+
+
+def default_file_mode() -> int:
+    """Mode a plainly created file gets under the user's umask (temporary files are created 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+@contextlib.contextmanager
+def atomic_path(path: str, suffix: str = "", plain_mode: bool = True, durable: bool = False) -> Iterator[str]:
+    """Yield a temporary file name beside `path` (`.tmp-*<suffix>`, created empty); when the block ends without an
+    exception the file becomes `path`, otherwise it is removed. `plain_mode`: give it the mode a plainly created
+    file would have (not mkstemp's 0600). `durable`: fsync the file before the rename and the folder after, so a
+    power cut cannot leave an empty file under the final name."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=suffix, dir=folder)
+    os.close(handle)
+    try:
+        yield tmp
+        if plain_mode:
+            os.chmod(tmp, default_file_mode())
+        if durable:
+            _fsync(tmp)
+        os.replace(tmp, path)
+        if durable:
+            _fsync(folder)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def _fsync(path: str) -> None:
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
