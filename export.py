@@ -14,7 +14,6 @@ The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices,
 see `python -m src.predict` for running it on raw text.
 """
 import difflib
-import importlib
 import inspect
 import os
 import re
@@ -22,26 +21,19 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
 from model_utils.errors import UserError, run_cli
+from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
 EXPORT_CONFIG = ROOT / "export_config.yaml"
-TASKS = ("classifier", "race", "squad_v1", "squad_v2")
-# The parameter prefix that only a task's head has; classifier and RACE share theirs (told apart by its width).
-HEAD_PREFIX = {"classifier": "classifier.", "race": "classifier.", "squad_v1": "qa_outputs.",
-               "squad_v2": "start_logits."}
+# Which head a checkpoint holds, by the parameter prefix only that head has (classifier and RACE share theirs and
+# are told apart by its width).
 HEAD_OWNERS = {"classifier.": "classifier/RACE", "qa_outputs.": "SQuAD v1.1 (squad_v1)",
                "start_logits.": "SQuAD v2.0 (squad_v2)"}
 ONNX_ACTIVATIONS = ("gelu", "gelu_new", "relu")  # exact GELU's Erf has no ONNX converter in MindSpore
-Signature = List[Tuple[str, str, List[object]]]  # (name, dtype, shape) of each input or output
-
-
-def task_module(task: str):
-    """The run_<task>.py module: its TASK knows the task yaml and how to build the head."""
-    return importlib.import_module(f"run_{task}")
 
 
 def infer_task(path: str) -> str:
@@ -52,7 +44,7 @@ def infer_task(path: str) -> str:
     values, _, _ = load_yaml_documents(path)
     keys = {key for key, value in flatten(values).items() if value != {}}
     fitting = [task for task in TASKS
-               if keys <= set(flatten(load_yaml_documents(task_module(task).TASK.config_file)[0]))]
+               if keys <= set(flatten(load_yaml_documents(TASKS[task].config_file)[0]))]
     if len(fitting) == 1:
         return fitting[0]
     why = f"its keys fit the {' and '.join(fitting)} yamls" if fitting else "its keys fit no task yaml"
@@ -110,7 +102,7 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
     else:
         raise UserError("say which head to export: --config_path task_<task>_config.yaml (the yaml the checkpoint "
                         f"was trained with) or --task {'|'.join(TASKS)}")
-    task_file = task_module(task).TASK.config_file
+    task_file = TASKS[task].config_file
     _check_flags(theirs, export_keys, list(flatten(load_yaml_documents(task_file)[0])))
     task_argv = (["--config_path", config_path] if config_path else []) + theirs
     return args, parse_cli(task_file, task_argv), task, source
@@ -141,7 +133,7 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
     """The checkpoint must hold the head of the yaml's task, with the yaml's class count: load_weights would
     only say 'parameters missing', which hides that the wrong checkpoint or yaml was given."""
     found = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
-    wanted = HEAD_PREFIX[task]
+    wanted = TASKS[task].head_prefix
     if not found:
         raise UserError(f"{checkpoint} has no task head (no {', '.join(p + '*' for p in HEAD_OWNERS)} weights): a "
                         f"pretraining checkpoint? Export the checkpoint of a run_{task}.py fine-tuning run")
@@ -163,23 +155,6 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
                         f"{config.num_class}: pass --num_class {outputs}{hint}")
 
 
-def input_shape(task: str, config: Config, batch: Optional[int], seq: int) -> List[Optional[int]]:
-    return [batch, config.num_class, seq] if task == "race" else [batch, seq]
-
-
-def output_signature(task: str, config: Config, batch: object, seq: int) -> Signature:
-    """What the exported graph returns, in order (ONNX names its outputs by node ids, so this is the key)."""
-    if task in ("classifier", "race"):
-        return [("logits" if task == "classifier" else "choice_logits", "float32", [batch, config.num_class])]
-    if task == "squad_v1":
-        return [("start_logits", "float32", [batch, seq]), ("end_logits", "float32", [batch, seq])]
-    beam = config.start_n_top * config.end_n_top
-    return [("start_top_log_probs", "float32", [batch, config.start_n_top]),
-            ("start_top_index", "int32", [batch, config.start_n_top]),
-            ("end_top_log_probs", "float32", [batch, beam]), ("end_top_index", "int32", [batch, beam]),
-            ("cls_logits", "float32", [batch])]
-
-
 def build_network(args: Config, task: str, task_config: Config, source: str):
     """The task head with the checkpoint's weights (every parameter loaded), in inference mode."""
     from src.run_config import config_beside, network_config
@@ -195,7 +170,7 @@ def build_network(args: Config, task: str, task_config: Config, source: str):
     if args.export_seq_length > net.max_position_embeddings:
         raise UserError(f"export_seq_length {args.export_seq_length} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
-    model = task_module(task).TASK.build_model(task_config, net, False)
+    model = TASKS[task].build_model(task_config, net, False)
     model.set_train(False)
     load_weights(model, values, name=checkpoint)
     return model, net
@@ -255,7 +230,7 @@ def main(argv: List[str]) -> int:
     model, net = build_network(args, task, task_config, source)
     seq = args.export_seq_length
     batch = None if args.dynamic_batch else args.export_batch_size
-    shape = input_shape(task, task_config, batch, seq)
+    shape = TASKS[task].input_shape(task_config, batch, seq)
     names = list(inspect.signature(model.construct).parameters)
     if batch is None:
         inputs = [Tensor(shape=shape, dtype=ms.int32) for _ in names]
@@ -268,7 +243,7 @@ def main(argv: List[str]) -> int:
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "
           f"{net.hidden_size}, {device.target}) as {args.file_format}: {', '.join(written)}")
     print(f"inputs:  {_describe([(name, 'int32', shown_shape) for name in names])}")
-    print(f"outputs: {_describe(output_signature(task, task_config, shown_batch, seq))}")
+    print(f"outputs: {_describe(TASKS[task].outputs(task_config, shown_batch, seq))}")
     return 0
 
 

@@ -66,7 +66,8 @@ def main(argv: List[str]) -> int:
     from src.device_setup import setup_device
     from src.inference import all_ranks_sum
     from src.run_config import check_data_fits, data_meta
-    from src.utils import load_weights, save_json_atomic
+    from src.atomic_files import save_json_atomic
+    from src.utils import load_weights
 
     seq_shape = check_schema(config.eval_data_dir, config.schema_dir)
     net, source = eval_network_config(config)

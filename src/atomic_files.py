@@ -1,6 +1,7 @@
 """The one way this package writes a file that others may read: under a temporary name in the same folder, renamed
 into place when complete, so a reader (or a run resumed after a crash) never sees half a file."""
 import contextlib
+import json
 import os
 import tempfile
 from typing import Iterator
@@ -43,3 +44,14 @@ def _fsync(path: str) -> None:
         os.fsync(handle)
     finally:
         os.close(handle)
+
+
+def save_text_atomic(text: str, path: str) -> None:
+    """Write text through a temporary file and a rename, so readers never see half a file."""
+    with atomic_path(path, os.path.splitext(path)[1]) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.write(text)
+
+
+def save_json_atomic(values: object, path: str) -> None:
+    """Write json through a temporary file and a rename, so readers never see half a file."""
+    save_text_atomic(json.dumps(values, indent=2) + "\n", path)

@@ -34,6 +34,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from model_utils.errors import UserError
+from src.atomic_files import save_json_atomic
 
 EXAMPLES_SUFFIX = ".examples.jsonl"
 FEATURES_SUFFIX = ".features.jsonl"
@@ -393,7 +394,6 @@ def write_prediction_files(output_dir: str, predictions: Dict[str, str], nbest: 
                            null_odds: Optional[Dict[str, float]] = None) -> List[str]:
     """predictions.json, nbest_predictions.json and (when null_odds is given) null_odds.json, each written
     atomically, in the official formats the SQuAD scorers read. Returns their paths."""
-    from src.utils import save_json_atomic  # imports MindSpore: only when files are written
 
     outputs = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
     if null_odds is not None:

@@ -28,7 +28,8 @@ from src.device_setup import Device
 from src.optimization import build_optimizer
 from src.settings import TrainSettings
 from src.step_plan import Progress, StepPlan
-from src.utils import save_checkpoint_atomic, save_text_atomic
+from src.atomic_files import save_text_atomic
+from src.utils import save_checkpoint_atomic
 
 class CountedSteps(nn.Cell):
     """The train cell plus running totals kept on the device: micro-steps, skipped updates, and the sums of the

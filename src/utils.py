@@ -1,5 +1,4 @@
 """Checkpoint helpers shared by every entry point: atomic writes and loading that refuses to half-load."""
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -96,14 +95,3 @@ def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path:
         raise UserError(f"checkpoint file name must end with .ckpt: {path}")
     with atomic_path(path, ".ckpt", plain_mode=False, durable=True) as tmp:
         ms.save_checkpoint(items, tmp, append_dict=append_dict)
-
-
-def save_json_atomic(values: object, path: str) -> None:
-    """Write json through a temporary file and a rename, so readers never see half a file."""
-    save_text_atomic(json.dumps(values, indent=2) + "\n", path)
-
-
-def save_text_atomic(text: str, path: str) -> None:
-    """Write text through a temporary file and a rename, so readers never see half a file."""
-    with atomic_path(path, os.path.splitext(path)[1]) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        out.write(text)

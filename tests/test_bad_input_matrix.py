@@ -483,6 +483,7 @@ def no_work(monkeypatch):
     import pretrain_eval
     import src.device_setup
     import src.finetune
+    import src.tasks
     import src.train_loop
 
     def reached(*args, **kwargs):
@@ -492,9 +493,9 @@ def no_work(monkeypatch):
     for module, name in ((src.train_loop, "train"), (src.finetune, "_predict_rows"), (pretrain_eval, "evaluate"),
                          (export, "export_atomically")):
         monkeypatch.setattr(module, name, reached)
-    src.finetune.squad_eval_maps.cache_clear()  # a row's damaged copy must be read, not an earlier row's files
+    src.tasks.squad_eval_maps.cache_clear()  # a row's damaged copy must be read, not an earlier row's files
     yield
-    src.finetune.squad_eval_maps.cache_clear()
+    src.tasks.squad_eval_maps.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------------------- checks

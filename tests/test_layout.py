@@ -1,0 +1,35 @@
+"""The package's layout rules that code review would otherwise have to remember: library code in src/ never
+imports an entry-point module at the top level (dataset.py, export.py, run_*.py, pretrain_eval.py), and every task
+is defined once, in src/tasks.py, for every entry point that needs one."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROOT_MODULES = {path.stem for path in ROOT.glob("*.py")}
+
+
+def imported_modules(path: Path) -> set:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_nothing_in_src_imports_a_top_level_module():
+    assert {"dataset", "export", "run_classifier", "pretrain_eval"} <= ROOT_MODULES
+    offenders = {str(path.relative_to(ROOT)): sorted(imported_modules(path) & ROOT_MODULES)
+                 for path in sorted((ROOT / "src").rglob("*.py"))}
+    assert {name: modules for name, modules in offenders.items() if modules} == {}
+
+
+def test_the_entry_points_take_their_tasks_from_the_registry():
+    from src.tasks import TASKS
+
+    assert sorted(TASKS) == ["classifier", "race", "squad_v1", "squad_v2"]
+    for name, task in TASKS.items():
+        script = (ROOT / f"run_{name}.py").read_text(encoding="utf-8")
+        assert f'TASKS["{name}"]' in script and task.config_file.is_file()
+    assert "importlib" not in (ROOT / "export.py").read_text(encoding="utf-8")
