@@ -4,7 +4,7 @@ processes and their protocol, FLOP counts, statistics, the table and the JSON.
 Why worker processes: each side (this package on MindSpore, HF transformers on PyTorch, ONNX Runtime) runs in its
 own process that builds its model once and then runs rounds of N steps when the parent asks, so
 
-- each side's peak RSS (ru_maxrss of its own process) holds only its own framework and model;
+- each side's peak RSS (VmHWM of its own process) holds only its own framework and model;
 - the sides alternate (ours, torch, torch, ours, ...; with more sides the order reverses every round) within one
   run, so a noisy shared machine slows all alike; an idle side blocks on its stdin and takes no CPU;
 - the thread count is set once per process (MindSpore's op_tuning.threads_num, torch.set_num_threads, ONNX

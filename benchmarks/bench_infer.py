@@ -243,9 +243,9 @@ def export_first(spec: Dict[str, Any]) -> Dict[str, Any]:
     steps = (["hf_export"] if len(spec["sides"]) > 1 else []) + ["export"]
     for side in steps:
         done = export_worker({**spec, **facts}, side)
-        facts["mindir"] = done.get("mindir", facts.get("mindir"))
         for key in ("onnx", "export_s"):
-            facts[key].update(done.get(key, {}))
+            facts[key].update(done.pop(key, {}))
+        facts.update(done)
     return facts
 
 
