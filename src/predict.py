@@ -213,9 +213,10 @@ def main(argv: List[str]) -> int:
                         f"{args.model}")
     if args.threads < 0:
         raise UserError(f"--threads must be >= 0, got {args.threads}")
-    missing = [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
-    if args.model.endswith(".onnx") and missing:
-        raise UserError(f"an ONNX model runs on ONNX Runtime: pip install {' '.join(missing)}")
+    if args.model.endswith(".onnx"):
+        missing = [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise UserError(f"an ONNX model runs on ONNX Runtime: pip install {' '.join(missing)}")
     inputs, model_vocab = model_signature(args.model)
     check_model(args.model, args.task, inputs)
     tokenizer = load_tokenizer(args, model_vocab)
