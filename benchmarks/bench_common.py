@@ -1,13 +1,14 @@
 """What bench_train.py and bench_infer.py share: the command line, the ALBERT config (ours and HF's), the worker
 processes and their protocol, FLOP counts, statistics, the table and the JSON.
 
-Why worker processes: each side (this package on MindSpore, HF transformers on PyTorch) runs in its own process
-that builds its model once and then runs rounds of N steps when the parent asks, so
+Why worker processes: each side (this package on MindSpore, HF transformers on PyTorch, ONNX Runtime) runs in its
+own process that builds its model once and then runs rounds of N steps when the parent asks, so
 
-- each side's peak RSS (ru_maxrss of its own process) holds only its own framework and model;
-- the two sides alternate (ours, torch, torch, ours, ...) within one run, so a noisy shared machine slows both
-  alike; the idle side blocks on its stdin and takes no CPU;
-- the thread count is set once per process (MindSpore's op_tuning.threads_num, torch.set_num_threads).
+- each side's peak RSS (VmHWM of its own process) holds only its own framework and model;
+- the sides alternate (ours, torch, torch, ours, ...; with more sides the order reverses every round) within one
+  run, so a noisy shared machine slows all alike; an idle side blocks on its stdin and takes no CPU;
+- the thread count is set once per process (MindSpore's op_tuning.threads_num, torch.set_num_threads, ONNX
+  Runtime's intra_op_num_threads).
 
 Protocol (JSON lines; the worker's stdout is kept for it, anything the frameworks print goes to its stderr,
 which the parent keeps in a log file and shows the end of when a worker fails):
@@ -53,6 +54,9 @@ HF_KEYS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "
            "inner_group_num", "num_attention_heads", "intermediate_size", "hidden_dropout_prob",
            "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size", "initializer_range",
            "layer_norm_eps")
+# What each --compare choice needs installed.
+COMPARE_MODULES = {"torch": ("torch", "transformers"),
+                   "onnxruntime": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime")}
 STAT_KEYS = ("median_ms", "min_ms", "samples_per_s", "tokens_per_s", "model_tflops", "fraction_of_peak",
              "matmul_gflops", "build_s", "first_s", "peak_rss_mb")
 
@@ -75,8 +79,22 @@ def int_list(text: str) -> List[int]:
     return values
 
 
-def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default: int) -> ArgumentParser:
-    """The flags both benchmarks take; the caller adds its own."""
+def compare_list(choices: Sequence[str]) -> Callable[[str], List[str]]:
+    """--compare parser: 'none' -> [], 'torch,onnxruntime' -> ['torch', 'onnxruntime'] (each one of `choices`)."""
+    def parse(text: str) -> List[str]:
+        names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+        if names == ["none"]:
+            return []
+        if not names or any(name not in choices for name in names):
+            raise argparse.ArgumentTypeError(f"expected none or a comma-separated list of {', '.join(choices)}, "
+                                             f"got {text!r}")
+        return names
+    return parse
+
+
+def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default: int,
+                compare: Dict[str, str]) -> ArgumentParser:
+    """The flags both benchmarks take (`compare`: --compare choice -> its help); the caller adds its own."""
     parser = ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False,
                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
     parser.add_argument("--network", default="albert_base", help="preset name (src/albert_model.py PRESETS)")
@@ -93,8 +111,8 @@ def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default
     parser.add_argument("--rounds", type=int, default=rounds_default, help="rounds per side, alternating")
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
                         help="threads of each framework (0 = the framework's default)")
-    parser.add_argument("--compare", choices=("none", "torch"), default="none",
-                        help="torch: also run HF transformers on PyTorch eager")
+    parser.add_argument("--compare", type=compare_list(tuple(compare)), default=[],
+                        help="none, or a comma-separated list of " + "; ".join(f"{k}: {v}" for k, v in compare.items()))
     parser.add_argument("--peak_size", type=int, default=2048, help="n of the n^3 sgemm measuring the matmul peak")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="after the timed rounds, profile N more steps per side and report time per operation "
@@ -110,11 +128,11 @@ def check_common(args: argparse.Namespace) -> None:
     for name, low in (("steps", 1), ("rounds", 1), ("threads", 0), ("peak_size", 16), ("profile", 0)):
         if getattr(args, name) < low:
             raise UserError(f"--{name} must be >= {low}, got {getattr(args, name)}")
-    if args.compare == "torch":
-        import importlib.util
-        missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+    import importlib.util
+    for choice in args.compare:
+        missing = [name for name in COMPARE_MODULES[choice] if importlib.util.find_spec(name) is None]
         if missing:
-            raise UserError(f"--compare torch needs {' and '.join(missing)} (pip install -r requirements-dev.txt)")
+            raise UserError(f"--compare {choice} needs {' and '.join(missing)} (pip install -r requirements-dev.txt)")
 
 
 def _parse_value(text: str) -> Any:
@@ -169,7 +187,7 @@ def hf_config(config: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
     (same FLOPs, more parameters for its optimizer) with its own random weights.
     """
     if config["ln_type"] != "postln" or config["compute_type"] != "float32":
-        raise UserError(f"--compare torch needs ln_type postln and compute_type float32 (HF ALBERT has no other), got "
+        raise UserError(f"--compare needs ln_type postln and compute_type float32 (HF ALBERT has no other), got "
                         f"{config['ln_type']} and {config['compute_type']}")
     kwargs = {key: config[key] for key in HF_KEYS}
     kwargs["hidden_act"] = HF_ACT[config["hidden_act"]]
@@ -210,7 +228,16 @@ def side_stats(times_s: Sequence[float], batch: int, seq: int, flops: float, exe
 # Worker side
 # ---------------------------------------------------------------------------------------------------------------
 def rss_mb() -> float:
-    """Peak resident set of this process so far (ru_maxrss is in KiB on Linux)."""
+    """Peak resident set of this process so far: Linux's VmHWM (KiB). Not ru_maxrss, which a child keeps from the
+    parent it was forked from across exec, so every worker would report at least the parent's RSS (which imported
+    MindSpore); ru_maxrss only where /proc is missing."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -340,6 +367,74 @@ class TorchSide(Side):
         return sorted((row for row in rows if row["ms_per_step"] > 0), key=lambda row: -row["ms_per_step"])
 
 
+class OrtSide(Side):
+    """ONNX Runtime's CPU execution provider, ORT_ENABLE_ALL graph optimizations, intra_op_num_threads threads.
+    A benchmark subclass opens `self.ort = self.open_session(self.onnx_path)` and sets the inputs `self.feed`."""
+
+    threads = 0
+    onnx_path = ""
+    ort: Any = None
+    feed: Dict[str, Any] = {}
+
+    def set_threads(self, threads: int) -> None:
+        import onnxruntime
+
+        self.threads = threads
+        self.framework = f"onnxruntime {onnxruntime.__version__} (ORT_ENABLE_ALL)"
+
+    def open_session(self, path: str, profile_prefix: str = ""):
+        """An InferenceSession of the ONNX file `path`; with `profile_prefix`, one that records ORT's profile."""
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        if profile_prefix:
+            options.enable_profiling = True
+            options.profile_file_prefix = profile_prefix
+        return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+    def matmul_gflops(self, size: int) -> float:
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper
+
+        shape = [size, size]
+        graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["c"])], "sgemm",
+                                  [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in "ab"],
+                                  [helper.make_tensor_value_info("c", TensorProto.FLOAT, shape)])
+        path = Path(self.spec["workdir"]) / f"sgemm-{self.spec['side']}.onnx"
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+        session = self.open_session(str(path))
+        rng = np.random.default_rng(0)
+        feed = {name: rng.standard_normal(shape, dtype=np.float32) for name in "ab"}
+        return _best_rate(lambda: session.run(None, feed), 2.0 * size ** 3)
+
+    def step(self) -> None:
+        self.ort.run(None, self.feed)
+
+    def profile(self, steps: int) -> List[Dict[str, Any]]:
+        """ORT's own profiler (a second session of the same file) over `steps` steps; kernel time per op type."""
+        prefix = str(Path(self.spec["workdir"]) / f"ort-profile-{self.spec['side']}")
+        timed, self.ort = self.ort, self.open_session(self.onnx_path, prefix)
+        try:
+            self.run(1 + steps)
+            trace = json.loads(Path(self.ort.end_profiling()).read_text())
+        finally:
+            self.ort = timed
+        runs = sorted(event["ts"] + event["dur"] for event in trace if event.get("name") == "model_run")
+        totals: Dict[str, List[float]] = {}
+        for event in trace:  # the kernels of the timed runs (the first one allocates the session's buffers)
+            if event.get("cat") == "Node" and event["name"].endswith("_kernel_time") and event["ts"] >= runs[0]:
+                total = totals.setdefault(event["args"]["op_name"], [0.0, 0])
+                total[0] += event["dur"] / 1e3
+                total[1] += 1
+        rows = [{"op": op, "ms_per_step": ms / steps, "calls_per_step": calls / steps}
+                for op, (ms, calls) in totals.items()]
+        return sorted(rows, key=lambda row: -row["ms_per_step"])
+
+
 def hf_state_to_ours(path: str) -> Dict[str, Any]:
     """An HF state dict saved as .npz -> our parameter names (the converter's table for the backbone and the
     pretraining heads; task heads such as classifier.* keep their names)."""
@@ -368,6 +463,15 @@ def save_hf_state(model: Any, path: str, seed: int) -> None:
             scale = 0.2 if "norm" in name.lower() else 0.05
             param.add_(torch.randn(param.shape, generator=generator) * scale)
     np.savez(path, **{name: value.detach().numpy() for name, value in model.state_dict().items()})
+
+
+def load_hf_state(model: Any, path: str) -> None:
+    """The weights save_hf_state wrote, into an HF model of the same config."""
+    import numpy as np
+    import torch
+
+    with np.load(path) as state:
+        model.load_state_dict({name: torch.from_numpy(state[name]) for name in state.files})
 
 
 def worker_main(sides: Dict[str, Type[Side]]) -> int:
@@ -455,20 +559,19 @@ class Worker:
 
 
 def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds: int, log_dir: Path,
-             before_ours: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+             prepare: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
              progress: Callable[[str], None] = print, profile_steps: int = 0) -> Dict[str, Dict[str, Any]]:
-    """Start the workers (torch first: it writes the weights ours loads), run `rounds` alternating rounds of
-    `steps` steps, profile `profile_steps` more (if any), stop them; returns per side the ready facts, step times
-    per round, the profile and the quit facts."""
+    """`prepare` (given ours' spec and "sides") returns facts for every side's spec (e.g. the exported files); then
+    start the workers (torch first: in bench_train it writes the weights ours loads), run `rounds` alternating
+    rounds of `steps` steps, profile `profile_steps` more (if any), stop them; returns per side the ready facts,
+    step times per round, the profile and the quit facts."""
     workers: Dict[str, Worker] = {}
     try:
+        prepared = prepare({**specs["ours"], "sides": sorted(specs)}) if prepare is not None else {}
         for side in sorted(specs, key=lambda name: name != "torch"):
-            spec = specs[side]
-            if side == "ours" and before_ours is not None:
-                spec = {**spec, **before_ours(spec)}
-            workers[side] = Worker(script, spec, log_dir)
+            workers[side] = Worker(script, {**specs[side], **prepared}, log_dir)
         rounds_times: Dict[str, List[List[float]]] = {side: [] for side in workers}
-        order = sorted(workers)  # "ours" before "torch"
+        order = sorted(workers)  # "ours" first
         for index in range(rounds):
             done = []
             for side in order if index % 2 == 0 else order[::-1]:
@@ -502,19 +605,20 @@ def summarize(raw: Dict[str, Dict[str, Any]], batch: int, seq: int, flops: float
                        "round_median_ms": [statistics.median(r) * 1e3 for r in side["rounds"]],
                        "times_ms": [t * 1e3 for t in times],
                        **({"op_profile": side["profile"]} if "profile" in side else {})}
-    result = {"machine_peak_gflops": machine_peak, "sides": sides, "speed_ratio": None}
-    if "torch" in sides:
-        result["speed_ratio"] = sides["torch"]["median_ms"] / sides["ours"]["median_ms"]
-    return result
+    ratios = {name: side["median_ms"] / sides["ours"]["median_ms"] for name, side in sides.items() if name != "ours"}
+    return {"machine_peak_gflops": machine_peak, "sides": sides, "speed_ratio": ratios.get("torch"),
+            "speed_ratios": ratios}
 
 
 def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]], unit: str,
              extra_spec: Dict[str, Any],
              flops_for: Callable[[Dict[str, Any], int, int], Tuple[float, Dict[str, float]]],
              check_for: Callable[[Dict[str, Dict[str, Any]]], Dict[str, Any]],
-             before_ours: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None
+             prepare: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+             compared_sides: Optional[Dict[str, Tuple[str, ...]]] = None
              ) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
-    """One fresh pair of workers per (variant, seq_length, batch_size), so each row's peak RSS is its own.
+    """Fresh workers per (variant, seq_length, batch_size), so each row's peak RSS is its own: ours and the sides
+    of each --compare choice (`compared_sides`, default {"torch": ("torch",)}).
 
     Returns (results, failures): a configuration whose worker fails (e.g. killed for memory at seq 512) becomes a
     failure naming its worker log, kept in a temporary folder, and the sweep goes on with the next configuration.
@@ -523,9 +627,10 @@ def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]],
 
     results: List[Dict[str, Any]] = []
     failures: List[Dict[str, Any]] = []
+    others = [side for choice in args.compare for side in (compared_sides or {"torch": ("torch",)})[choice]]
     tmp = Path(tempfile.mkdtemp(prefix="albert-bench-"))
     for label, config in configs:
-        hf_kwargs, same_weights = hf_config(config) if args.compare == "torch" else (None, False)
+        hf_kwargs, same_weights = hf_config(config) if args.compare else (None, False)
         for seq in args.seq_length:
             for batch in args.batch_size:
                 run_dir = tmp / f"run{len(results) + len(failures)}"
@@ -534,13 +639,11 @@ def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]],
                         "threads": args.threads, "peak_size": args.peak_size, "seed": args.seed,
                         "workdir": str(run_dir),
                         "weights": str(run_dir / "hf_weights.npz") if same_weights else "", **extra_spec}
-                specs = {"ours": {**base, "side": "ours"}}
-                if args.compare == "torch":
-                    specs["torch"] = {**base, "side": "torch"}
+                specs = {side: {**base, "side": side} for side in ["ours", *others]}
                 print(f"[{label}] batch {batch}, seq {seq}: {args.rounds} round(s) of {args.steps} {unit}(s) "
                       f"per side, {args.threads} thread(s)", flush=True)
                 try:
-                    raw = run_pair(script, specs, args.steps, args.rounds, run_dir, before_ours,
+                    raw = run_pair(script, specs, args.steps, args.rounds, run_dir, prepare,
                                    progress=lambda line: print(line, flush=True), profile_steps=args.profile)
                 except WorkerError as err:
                     print(f"  failed: {err}", flush=True)
@@ -574,7 +677,7 @@ def environment(raw_results: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def print_table(results: List[Dict[str, Any]], unit: str) -> None:
-    """One row per (variant, batch, seq, side)."""
+    """One row per (variant, batch, seq, side); ratio: that side's ms / ours' ms (> 1: ours is faster)."""
     if not results:
         return
     header = ["variant", "batch", "seq", "side", f"ms/{unit} med", "min", "samples/s", "tokens/s", "TFLOP/s",
@@ -582,7 +685,7 @@ def print_table(results: List[Dict[str, Any]], unit: str) -> None:
     rows = []
     for result in results:
         for name, side in result["sides"].items():
-            ratio = result["speed_ratio"] if name == "ours" and result["speed_ratio"] is not None else None
+            ratio = result["speed_ratios"].get(name)
             rows.append([result["variant"], str(result["batch_size"]), str(result["seq_length"]), name,
                          f"{side['median_ms']:.1f}", f"{side['min_ms']:.1f}", f"{side['samples_per_s']:.2f}",
                          f"{side['tokens_per_s']:.0f}", f"{side['model_tflops']:.4f}",

@@ -1,26 +1,35 @@
-"""Inference latency and throughput of an exported MINDIR sequence classifier and, with --compare torch, of HF
-transformers' AlbertForSequenceClassification on PyTorch eager, in one run.
+"""Inference latency and throughput of an exported MINDIR sequence classifier and, with --compare, of HF
+transformers' AlbertForSequenceClassification on PyTorch eager and of ONNX Runtime, in one run.
 
     python benchmarks/bench_infer.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 1,32] [--seq_length 128 | --sweep] [--variant KEY=VALUE ...] [--export static|dynamic]
-        [--steps 10] [--rounds 3] [--threads N] [--compare torch] [--profile N] [--output results.json]
+        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime] [--profile N] [--output results.json]
 
 Ours is what a deployment runs: AlbertForSequenceClassification of the config (random weights) exported with
 export.py's export_atomically to MINDIR (one export per batch size, or --export dynamic: one with a dynamic batch
-dimension), loaded with ms.load + nn.GraphCell. The export runs in its own short-lived process, so the serving
-worker's peak RSS holds only the loaded MINDIR. HF's model runs in eval mode under torch.no_grad(). With --compare
-torch both use HF's random weights (perturbed, converted to ours), so their logits must agree; the run reports the
-max abs difference.
+dimension), loaded with ms.load + nn.GraphCell. The exports run in their own short-lived processes, so a serving
+worker's peak RSS holds only its loaded model. The sides of --compare:
+
+    torch         HF's model in eval mode under torch.no_grad() (eager attention)
+    onnxruntime   ort_hf: HF's model exported by torch.onnx.export (the dynamo exporter), run by ONNX Runtime with
+                  ORT_ENABLE_ALL; ort_hf_fused: the same file after onnxruntime.transformers' BERT fusions
+                  (optimize_model, model_type bert, opt_level 0); ort_ours: our model exported by export.py as
+                  ONNX (fixed shapes, also with --export dynamic: MindSpore's ONNX export has no dynamic dimension),
+                  as src/predict.py serves a .onnx file
+
+With --compare every side uses HF's random weights (perturbed, converted to ours), so all logits must agree; the run
+reports each side's max abs difference from ours.
 
 Workers, rounds, threads and the reported numbers are as bench_train.py's (bench_common.py), per call of one batch:
 median and min ms/batch, samples/s, tokens/s, TFLOP/s (one forward: FLOP formula in the JSON), peak RSS, the
-speed ratio torch ms / ours ms (> 1: ours is faster). "first s" is the first call (MindSpore compiles the loaded
-graph then); build_s is loading the MINDIR (ours; export_s is the export process) or building the model (HF).
+speed ratio of each other side: its ms / ours ms (> 1: ours is faster). "first s" is the first call (MindSpore
+compiles the loaded graph then); build_s is loading the model (MINDIR, ONNX session) or building it (HF eager);
+export_s is the export that made the file (for ort_hf_fused: the fusion pass).
 """
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -45,9 +54,10 @@ def classifier_inputs(config: Dict[str, Any], batch: int, seq: int, seed: int) -
 
 
 class Exporter(common.MindSporeSide):
-    """The short-lived export process: build the classifier, load the shared weights, write the MINDIR."""
+    """The short-lived export process: build the classifier, load the shared weights, write the MINDIR (and, for
+    ort_ours, the ONNX file) with export.py's export_atomically."""
 
-    def build(self) -> Dict[str, Any]:
+    def _export(self, file_format: str, batch: Optional[int]) -> Tuple[str, float]:
         import mindspore as ms
         import numpy as np
         from mindspore import Tensor
@@ -62,12 +72,89 @@ class Exporter(common.MindSporeSide):
         model.set_train(False)
         if spec["weights"]:
             load_weights(model, common.hf_state_to_ours(spec["weights"]))
-        if spec["export"] == "dynamic":
+        if batch is None:
             inputs = [Tensor(shape=[None, spec["seq_length"]], dtype=ms.int32) for _ in range(3)]
         else:
-            inputs = [Tensor(np.zeros((spec["batch_size"], spec["seq_length"]), np.int32)) for _ in range(3)]
-        written = export_atomically(model, inputs, str(Path(spec["workdir"]) / "classifier"), "MINDIR")
-        return {"mindir": next(path for path in written if path.endswith(".mindir"))}
+            inputs = [Tensor(np.zeros((batch, spec["seq_length"]), np.int32)) for _ in range(3)]
+        start = time.perf_counter()
+        written = export_atomically(model, inputs, str(Path(spec["workdir"]) / "classifier"), file_format)
+        suffix = "." + file_format.lower()
+        return next(path for path in written if path.endswith(suffix)), time.perf_counter() - start
+
+    def build(self) -> Dict[str, Any]:
+        batch = self.spec["batch_size"]
+        mindir, seconds = self._export("MINDIR", None if self.spec["export"] == "dynamic" else batch)
+        facts = {"mindir": mindir, "export_s": {"ours": seconds}}
+        if "ort_ours" in self.spec["sides"]:
+            facts["onnx"] = {"ort_ours": None}
+            facts["onnx"]["ort_ours"], facts["export_s"]["ort_ours"] = self._export("ONNX", batch)
+        return facts
+
+    def first(self) -> Dict[str, Any]:
+        return {}
+
+
+def hf_model(spec: Dict[str, Any]):
+    """HF's AlbertForSequenceClassification of the spec (eager attention, eval mode), with the shared weights."""
+    from transformers import AlbertConfig, AlbertForSequenceClassification
+
+    model = AlbertForSequenceClassification(AlbertConfig(
+        attn_implementation="eager", num_labels=spec["num_labels"], **spec["hf_config"]))
+    if spec["weights"]:
+        common.load_hf_state(model, spec["weights"])
+    return model.eval()
+
+
+def hf_inputs(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """The benchmark batch as HF's forward takes it (int64 tensors by keyword)."""
+    import torch
+
+    ids, types, mask = (torch.from_numpy(c).long() for c in classifier_inputs(
+        spec["config"], spec["batch_size"], spec["seq_length"], spec["seed"]))
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+class HfExporter(common.TorchSide):
+    """The short-lived process before the others: HF's random weights, perturbed and saved for every side, and for
+    --compare onnxruntime HF's model exported by torch.onnx.export, plain and with ORT's BERT fusions."""
+
+    def build(self) -> Dict[str, Any]:
+        from transformers import AlbertConfig, AlbertForSequenceClassification
+
+        spec = self.spec
+        if spec["weights"]:
+            common.save_hf_state(AlbertForSequenceClassification(AlbertConfig(
+                attn_implementation="eager", num_labels=spec["num_labels"], **spec["hf_config"])),
+                spec["weights"], spec["seed"])
+        if "ort_hf" not in spec["sides"] and "ort_hf_fused" not in spec["sides"]:
+            return {}
+        plain, fused = (str(Path(spec["workdir"]) / name) for name in ("hf.onnx", "hf_fused.onnx"))
+        start = time.perf_counter()
+        self._export(plain)
+        exported = time.perf_counter()
+        self._fuse(plain, fused)
+        return {"onnx": {"ort_hf": plain, "ort_hf_fused": fused},
+                "export_s": {"ort_hf": exported - start, "ort_hf_fused": time.perf_counter() - exported}}
+
+    def _export(self, path: str) -> None:
+        import torch
+
+        inputs = hf_inputs(self.spec)
+        batch = torch.export.Dim("batch", min=1)
+        dynamic = {name: {0: batch} for name in inputs} if self.spec["export"] == "dynamic" else None
+        with torch.no_grad():
+            torch.onnx.export(hf_model(self.spec), (), path, kwargs=inputs, dynamic_shapes=dynamic,
+                              input_names=list(inputs), output_names=["logits"], dynamo=True, verbose=False)
+
+    def _fuse(self, plain: str, fused: str) -> None:
+        from onnxruntime.transformers.optimizer import optimize_model
+
+        # opt_level 0: the Python fusions only, ORT_ENABLE_ALL comes with the session as for the other files (its
+        # default, 1, also saves ORT's basic optimizations, which with ALBERT's shared weights ORT 1.32 cannot load).
+        config = self.spec["hf_config"]
+        model = optimize_model(plain, model_type="bert", num_heads=config["num_attention_heads"],
+                               hidden_size=config["hidden_size"], opt_level=0)
+        model.save_model_to_file(fused)
 
     def first(self) -> Dict[str, Any]:
         return {}
@@ -83,7 +170,7 @@ class OursInfer(common.MindSporeSide):
         self.cell = nn.GraphCell(ms.load(self.spec["mindir"]))
         self.inputs = [Tensor(column) for column in classifier_inputs(
             self.spec["config"], self.spec["batch_size"], self.spec["seq_length"], self.spec["seed"])]
-        return {"export": self.spec["export"], "export_s": self.spec["export_s"]}
+        return {"export": self.spec["export"], "export_s": self.spec["export_s"]["ours"]}
 
     def first(self) -> Dict[str, Any]:
         return {"check": self.cell(*self.inputs).asnumpy().tolist()}
@@ -96,17 +183,8 @@ class TorchInfer(common.TorchSide):
     """HF AlbertForSequenceClassification (eager attention), eval mode, torch.no_grad()."""
 
     def build(self) -> Dict[str, Any]:
-        import torch
-        from transformers import AlbertConfig, AlbertForSequenceClassification
-
-        self.model = AlbertForSequenceClassification(AlbertConfig(
-            attn_implementation="eager", num_labels=self.spec["num_labels"], **self.spec["hf_config"]))
-        if self.spec["weights"]:
-            common.save_hf_state(self.model, self.spec["weights"], self.spec["seed"])
-        self.model.eval()
-        ids, types, mask = (torch.from_numpy(c).long() for c in classifier_inputs(
-            self.spec["config"], self.spec["batch_size"], self.spec["seq_length"], self.spec["seed"]))
-        self.inputs = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+        self.model = hf_model(self.spec)
+        self.inputs = hf_inputs(self.spec)
         return {}
 
     def _call(self) -> Any:
@@ -122,45 +200,80 @@ class TorchInfer(common.TorchSide):
         self._call()
 
 
-SIDES = {"ours": OursInfer, "torch": TorchInfer, "export": Exporter}
+class OrtInfer(common.OrtSide):
+    """An ONNX file of the export step (which one: the side's name) in an ONNX Runtime session."""
+
+    def build(self) -> Dict[str, Any]:
+        import numpy as np
+
+        side = self.spec["side"]
+        self.onnx_path = self.spec["onnx"][side]
+        self.ort = self.open_session(self.onnx_path)
+        ids, types, mask = classifier_inputs(self.spec["config"], self.spec["batch_size"], self.spec["seq_length"],
+                                             self.spec["seed"])
+        columns = {"input_ids": ids, "token_type_ids": types, "input_mask": mask, "attention_mask": mask}
+        self.feed = {item.name: columns[item.name].astype(np.int64 if item.type == "tensor(int64)" else np.int32)
+                     for item in self.ort.get_inputs()}
+        return {"export_s": self.spec["export_s"][side]}
+
+    def first(self) -> Dict[str, Any]:
+        return {"check": self.ort.run(None, self.feed)[0].tolist()}
 
 
-def export_first(spec: Dict[str, Any]) -> Dict[str, Any]:
-    """Run the export in its own worker process (after the torch worker wrote the weights) and hand the MINDIR to
-    the serving worker."""
-    start = time.perf_counter()
-    worker = common.Worker(Path(__file__).resolve(), {**spec, "side": "export", "peak_size": 0},
-                           Path(spec["workdir"]))
+SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fused": OrtInfer, "ort_ours": OrtInfer,
+         "export": Exporter, "hf_export": HfExporter}
+COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours")}
+
+
+def export_worker(spec: Dict[str, Any], side: str) -> Dict[str, Any]:
+    """Run an export side in its own worker process; its ready facts."""
+    worker = common.Worker(Path(__file__).resolve(), {**spec, "side": side, "peak_size": 0}, Path(spec["workdir"]))
     try:
-        mindir = worker.ready["mindir"]
+        facts = worker.ready
         worker.quit()
     finally:
         worker.kill()
-    return {"mindir": mindir, "export_s": time.perf_counter() - start}
+    return {key: value for key, value in facts.items() if key in ("mindir", "onnx", "export_s")}
+
+
+def export_first(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """Before any serving worker starts: HF's weights (and ONNX files), then our exports, each in its own
+    process; the files and export times for every side's spec."""
+    facts: Dict[str, Any] = {"onnx": {}, "export_s": {}}
+    steps = (["hf_export"] if len(spec["sides"]) > 1 else []) + ["export"]
+    for side in steps:
+        done = export_worker({**spec, **facts}, side)
+        for key in ("onnx", "export_s"):
+            facts[key].update(done.pop(key, {}))
+        facts.update(done)
+    return facts
 
 
 def infer_flops(num_labels: int):
     def flops_for(config: Dict[str, Any], batch: int, seq: int) -> Tuple[float, Dict[str, float]]:
         flops = common.albert_forward_flops(config, batch, seq, 2 * config["hidden_size"] * num_labels)
-        return flops, {"ours": flops, "torch": flops}
+        return flops, {side: flops for side in SIDES}
     return flops_for
 
 
 def logits_check(raw: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    """Max abs difference of both sides' logits on the benchmark batch (meaningful when they share weights)."""
+    """Max abs difference of each other side's logits from ours on the benchmark batch (meaningful when they share
+    weights); logits_max_abs_diff is the largest of them."""
     import numpy as np
 
     ours = np.asarray(raw["ours"]["ready"]["check"])
-    if "torch" not in raw:
-        return {"logits_max_abs": float(np.abs(ours).max()), "logits_max_abs_diff": None}
-    torch = np.asarray(raw["torch"]["ready"]["check"])
-    return {"logits_max_abs": float(np.abs(ours).max()), "logits_max_abs_diff": float(np.abs(ours - torch).max())}
+    diffs = {side: float(np.abs(ours - np.asarray(data["ready"]["check"])).max())
+             for side, data in raw.items() if side != "ours"}
+    return {"logits_max_abs": float(np.abs(ours).max()), "logits_max_abs_diff": max(diffs.values(), default=None),
+            "logits_max_abs_diff_by_side": diffs}
 
 
 def main(argv: List[str]) -> int:
     if argv[:1] == [common.WORKER_FLAG]:
         return common.worker_main(SIDES)
-    parser = common.make_parser(__doc__, batch_default="1,32", steps_default=10, rounds_default=3)
+    parser = common.make_parser(__doc__, batch_default="1,32", steps_default=10, rounds_default=3,
+                                compare={"torch": "HF transformers on PyTorch eager",
+                                         "onnxruntime": "ONNX Runtime on HF's and our ONNX exports"})
     parser.add_argument("--export", choices=("static", "dynamic"), default="static",
                         help="static: one MINDIR per batch size; dynamic: a MINDIR with a dynamic batch dimension")
     parser.add_argument("--num_labels", type=int, default=2)
@@ -171,14 +284,15 @@ def main(argv: List[str]) -> int:
     configs = common.resolve_configs(args)
     results, failures = common.run_grid(Path(__file__).resolve(), args, configs, "batch",
                                         {"export": args.export, "num_labels": args.num_labels},
-                                        infer_flops(args.num_labels), logits_check, before_ours=export_first)
+                                        infer_flops(args.num_labels), logits_check, prepare=export_first,
+                                        compared_sides=COMPARED_SIDES)
     print()
     common.print_table(results, "batch")
     common.print_profiles(results)
     for result in results:
-        if result["logits_max_abs_diff"] is not None:
-            print(f"[{result['variant']} b{result['batch_size']} s{result['seq_length']}] logits max abs diff "
-                  f"{result['logits_max_abs_diff']:.3g} (max |logit| {result['logits_max_abs']:.3g}, "
+        for side, diff in result["logits_max_abs_diff_by_side"].items():
+            print(f"[{result['variant']} b{result['batch_size']} s{result['seq_length']}] {side} logits max abs diff "
+                  f"from ours {diff:.3g} (max |logit| {result['logits_max_abs']:.3g}, "
                   f"{'same' if result['same_weights'] else 'different'} weights)")
     report = {"benchmark": "infer", "unit": "batch",
               "flop_formula": "one forward; " + common.FORWARD_FORMULA.format(

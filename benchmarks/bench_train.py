@@ -16,7 +16,7 @@ config, the same random weights (HF's, perturbed and converted), so their first 
 Each side runs in its own worker process (bench_common.py): it builds its model once, measures its framework's
 fp32 sgemm (--peak_size^3) at the same thread count, runs the first step (MindSpore: graph compilation), then
 timed rounds of --steps steps alternate between the sides. Every (variant, seq_length, batch_size) gets fresh
-workers, so peak RSS (ru_maxrss of each worker) is that configuration's.
+workers, so peak RSS (VmHWM of each worker) is that configuration's.
 
 Reported per side: median and min ms/step over all timed steps, samples/s and tokens/s (batch x seq_length,
 padding included), model TFLOP/s and its fraction of the machine's fp32 matmul peak (the best sgemm rate either
@@ -218,7 +218,8 @@ def first_loss_check(raw: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
 def main(argv: List[str]) -> int:
     if argv[:1] == [common.WORKER_FLAG]:
         return common.worker_main(SIDES)
-    parser = common.make_parser(__doc__, batch_default="8", steps_default=5, rounds_default=3)
+    parser = common.make_parser(__doc__, batch_default="8", steps_default=5, rounds_default=3,
+                                compare={"torch": "also run HF transformers on PyTorch eager"})
     parser.add_argument("--max_predictions_per_seq", type=int, default=20, help="masked positions per row")
     args = parser.parse_args(argv)
     common.check_common(args)

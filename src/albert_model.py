@@ -195,13 +195,16 @@ class Activation(nn.Cell):
 
     The tanh approximation is x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)), the same function
     (0.5 * (1 + tanh(z)) = sigmoid(2z)): one compiled kernel with `use_kernels`, otherwise these element-wise ops,
-    which with their gradients run on CPU about 3x faster than MindSpore's fused GeLU/GeLUGrad kernels.
+    which with their gradients run on CPU about 3x faster than MindSpore's fused GeLU/GeLUGrad kernels. For ONNX
+    export (`onnx_pattern`, set by prepare_for_export) it is written 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
+    the form ONNX Runtime's FastGeluFusion turns into one kernel.
     """
 
     def __init__(self, name: str, use_kernels: bool = False):
         super().__init__()
         self.name = name
         self.use_kernels = use_kernels and name in ("gelu", "gelu_new")
+        self.onnx_pattern = False
         if self.use_kernels:
             self.gelu_kernel = cpu_kernels.gelu_tanh()
 
@@ -210,6 +213,8 @@ class Activation(nn.Cell):
             return ops.relu(x)
         if self.name == "gelu_exact":
             return ops.gelu(x, approximate="none")
+        if self.onnx_pattern:
+            return 0.5 * x * (1.0 + ops.tanh(GELU_TANH_SCALE / 2 * (x + 0.044715 * ops.pow(x, 3.0))))
         if self.use_kernels:
             return self.gelu_kernel(x)
         return x * ops.sigmoid(GELU_TANH_SCALE * (x + 0.044715 * x * x * x))
@@ -435,12 +440,19 @@ class AlbertModel(nn.Cell):
 
 
 def prepare_for_export(network: nn.Cell, file_format: str) -> None:
-    """Before ms.export: MindSpore's own operations only (the file must not need this machine's compiled kernels),
-    and for ONNX the attention heads moved by transposes (MindSpore's ONNX export has no Unstack converter)."""
+    """Before ms.export: MindSpore's own operations only (the file must not need this machine's compiled kernels).
+    For ONNX, the attention heads moved by transposes (MindSpore's ONNX export has no Unstack converter), the mask
+    added by broadcasting (ONNX Runtime needs no [B, N, S, S] copy of it: 226 MB at batch 32, seq 384), and
+    LayerNorm and the tanh GELU written as the patterns ONNX Runtime fuses into single kernels (same functions)."""
     cpu_kernels.use_native_ops(network)
+    onnx = file_format == "ONNX"
     for _, cell in network.cells_and_names():
+        if isinstance(cell, AlbertModel):
+            cell.broadcast_mask = cell.broadcast_mask and not onnx
         if isinstance(cell, AlbertAttention):
-            cell.transpose_heads = cell.transpose_heads or file_format == "ONNX"
+            cell.transpose_heads = cell.transpose_heads or onnx
+        if isinstance(cell, (cpu_kernels.LayerNorm, Activation)):
+            cell.onnx_pattern = onnx
 
 
 def count_parameters(cell: nn.Cell) -> int:

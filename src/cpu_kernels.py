@@ -228,16 +228,28 @@ class LayerNorm(nn.LayerNorm):
     def __init__(self, size: int, epsilon: float, use_kernels: bool):
         super().__init__((size,), epsilon=epsilon)
         self.use_kernels = use_kernels
+        # For ONNX export (prepare_for_export): the same function in the operations ONNX Runtime's LayerNormFusion
+        # recognises (MindSpore's converter writes its LayerNorm as a pattern ORT leaves unfused).
+        self.onnx_pattern = False
+        self.epsilon = epsilon
         if use_kernels:
             self.kernel = layer_norm()
             self.epsilon_tensor = Tensor([epsilon], ms.float32)
 
     def construct(self, x):
+        if self.onnx_pattern:
+            return self._onnx_pattern(x)
         if not self.use_kernels:
             return self.layer_norm(x, self.gamma.astype(x.dtype), self.beta.astype(x.dtype))[0]
         shape = x.shape
         y = self.kernel(x.reshape(-1, shape[-1]), self.gamma, self.beta, self.epsilon_tensor)[0]
         return y.reshape(shape)
+
+    def _onnx_pattern(self, x):
+        """ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul gamma, Add beta."""
+        centered = x - x.mean(-1, keep_dims=True)
+        variance = ops.pow(centered, 2.0).mean(-1, keep_dims=True)
+        return centered / ops.sqrt(variance + self.epsilon) * self.gamma + self.beta
 
 
 def use_native_ops(network: nn.Cell) -> None:

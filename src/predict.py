@@ -1,19 +1,25 @@
-"""Run a model exported by export.py (MINDIR) on raw text: a sentence (pair) label, or a SQuAD answer.
+"""Run a model exported by export.py (MINDIR or ONNX) on raw text: a sentence (pair) label, or a SQuAD answer.
 
     python -m src.predict --model out/albert_mrpc.mindir --task classifier --spm_model_file 30k-clean.model \
         --text_a "The cat sat." --text_b "A cat was sitting." [--labels not_equivalent,equivalent]
-    python -m src.predict --model out/albert_squad_v1.mindir --task squad_v1 --spm_model_file 30k-clean.model \
+    python -m src.predict --model out/albert_squad_v1.onnx --task squad_v1 --spm_model_file 30k-clean.model \
         --question "Who wrote it?" --context "It was written by ..."
+
+The file's suffix picks the engine. A .mindir runs on MindSpore (ms.load + nn.GraphCell, the portable path: any
+MindSpore loads it). A .onnx (export.py --file_format ONNX) runs on ONNX Runtime (ORT_ENABLE_ALL, CPU; needs
+`pip install onnxruntime onnx`, not part of requirements.txt): the same network in another engine, which on CPU
+serves it faster and in a fraction of the memory, since the process never imports MindSpore.
 
 Text becomes features exactly as the data tools make them (create_finetune_data.classifier_feature,
 create_squad_data.example_features) at the sequence length the model was exported with; SQuAD answers come from
 squad_get_predictions, as in evaluation. Prints one JSON object on stdout.
 """
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -26,11 +32,14 @@ FEATURE_KEYS = {"input_ids": "input_ids", "token_type_ids": "segment_ids", "inpu
                 "p_mask": "p_mask"}
 QAS_ID = "predict-0"
 SHOWN_ANSWERS = 5
+SUFFIXES = (".mindir", ".onnx")
+# A batch of input arrays -> the model's outputs.
+Runner = Callable[[List[np.ndarray]], List[np.ndarray]]
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--model", required=True, help="MINDIR file written by export.py")
+    parser.add_argument("--model", required=True, help="MINDIR (MindSpore) or ONNX (ONNX Runtime) file of export.py")
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--spm_model_file", default="", help="SentencePiece model the model was fine-tuned with")
     parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt (albert_zh) instead of a SentencePiece model")
@@ -45,13 +54,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--n_best_size", type=int, default=20)
     parser.add_argument("--max_answer_length", type=int, default=30)
     parser.add_argument("--null_score_diff_threshold", type=float, default=0.0, help="squad_v2: answer '' above it")
-    parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"))
+    parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"),
+                        help="MINDIR: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
+    parser.add_argument("--threads", type=int, default=0, help="ONNX: intra-op threads (0: ONNX Runtime's default)")
     return parser.parse_args(list(argv))
 
 
 def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[int]]:
     """(input name, shape) of each graph input (batch -1 when exported with a dynamic batch) and the model's
-    vocabulary size, read from the MINDIR so features can be made at the exported sequence length."""
+    vocabulary size, read from the MINDIR or ONNX file so features can be made at the exported sequence length."""
+    if path.endswith(".onnx"):
+        return _onnx_signature(path)
     from mindspore.train.mind_ir_pb2 import ModelProto
 
     proto = ModelProto()
@@ -61,6 +74,18 @@ def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[in
         raise UserError(f"{path} is not a readable MINDIR model ({type(err).__name__})") from err
     inputs = [(item.name.split(":")[-1], list(item.tensor[0].dims)) for item in proto.graph.input if item.tensor]
     vocab = [p.dims[0] for p in proto.graph.parameter if p.name.endswith("word_embeddings.embedding_table")]
+    return inputs, (int(vocab[0]) if vocab else None)
+
+
+def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[int]]:
+    import onnx
+
+    try:
+        graph = onnx.load_model(path, load_external_data=False).graph
+    except Exception as err:  # protobuf's DecodeError
+        raise UserError(f"{path} is not a readable ONNX model ({type(err).__name__})") from err
+    inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
+    vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
     return inputs, (int(vocab[0]) if vocab else None)
 
 
@@ -83,20 +108,52 @@ def load_tokenizer(args: argparse.Namespace, model_vocab: Optional[int]):
     return tokenizer
 
 
-def run_rows(cell, rows: List[Dict[str, np.ndarray]], names: List[str], batch: int) -> List[np.ndarray]:
-    """The model's outputs for feature rows, in batches of the exported size (the last one padded)."""
-    from mindspore import Tensor
+def mindspore_runner(path: str, device_target: str) -> Runner:
+    """ms.load + nn.GraphCell: the portable path."""
+    import mindspore as ms
+    from mindspore import Tensor, nn
 
-    from src.inference import pad_batch
+    from src.device_setup import setup_device
 
+    setup_device(device_target)
+    cell = nn.GraphCell(ms.load(path))
+
+    def run(arrays: List[np.ndarray]) -> List[np.ndarray]:
+        outputs = cell(*[Tensor(array) for array in arrays])
+        return [output.asnumpy() for output in (outputs if isinstance(outputs, (tuple, list)) else (outputs,))]
+    return run
+
+
+def onnxruntime_runner(path: str, threads: int) -> Runner:
+    """An ONNX Runtime session (CPU, ORT_ENABLE_ALL); inputs in the graph's order."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
+    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    names = [item.name for item in session.get_inputs()]
+
+    def run(arrays: List[np.ndarray]) -> List[np.ndarray]:
+        return session.run(None, dict(zip(names, arrays)))
+    return run
+
+
+def load_runner(args: argparse.Namespace) -> Runner:
+    if args.model.endswith(".onnx"):
+        return onnxruntime_runner(args.model, args.threads)
+    return mindspore_runner(args.model, args.device_target)
+
+
+def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], names: List[str], batch: int) -> List[np.ndarray]:
+    """The model's outputs for feature rows, in batches of the exported size (the last one padded with zero rows)."""
     size = batch if batch > 0 else len(rows)
     parts = []
     for start in range(0, len(rows), size):
         chunk = rows[start:start + size]
-        arrays = pad_batch([np.stack([row[FEATURE_KEYS[name]] for row in chunk]) for name in names], size)[:-1]
-        outputs = cell(*[Tensor(array) for array in arrays])
-        outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-        parts.append([output.asnumpy()[:len(chunk)] for output in outputs])
+        arrays = [np.stack([row[FEATURE_KEYS[name]] for row in chunk]).astype(np.int32) for name in names]
+        arrays = [np.concatenate([a, np.zeros((size - len(chunk),) + a.shape[1:], a.dtype)]) for a in arrays]
+        parts.append([output[:len(chunk)] for output in run(arrays)])
     return [np.concatenate(columns) for columns in zip(*parts)]
 
 
@@ -151,23 +208,24 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     if not Path(args.model).is_file():
         raise UserError(f"model not found: {args.model}")
-    if not args.model.endswith(".mindir"):
-        raise UserError(f"--model must be a .mindir file written by export.py (MindSpore loads no other): {args.model}")
+    if not args.model.endswith(SUFFIXES):
+        raise UserError(f"--model must be a .mindir (MindSpore) or .onnx (ONNX Runtime) file written by export.py: "
+                        f"{args.model}")
+    if args.threads < 0:
+        raise UserError(f"--threads must be >= 0, got {args.threads}")
+    if args.model.endswith(".onnx"):
+        missing = [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise UserError(f"an ONNX model runs on ONNX Runtime: pip install {' '.join(missing)}")
     inputs, model_vocab = model_signature(args.model)
     check_model(args.model, args.task, inputs)
     tokenizer = load_tokenizer(args, model_vocab)
-    import mindspore as ms
-    from mindspore import nn
-
-    from src.device_setup import setup_device
-
-    setup_device(args.device_target)
-    cell = nn.GraphCell(ms.load(args.model))
+    runner = load_runner(args)
     names = [name for name, _ in inputs]
     batch, seq = inputs[0][1]
 
     def run(rows: List[Dict[str, np.ndarray]]) -> List[np.ndarray]:
-        return run_rows(cell, rows, names, batch)
+        return run_rows(runner, rows, names, batch)
 
     result = classify(args, tokenizer, run, seq) if args.task == "classifier" else answer(args, tokenizer, run, seq)
     print(json.dumps(result, ensure_ascii=False, default=float))

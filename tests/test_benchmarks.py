@@ -5,6 +5,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 import pytest
 
@@ -24,25 +25,26 @@ def bench(script: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def check_report(path: Path, benchmark: str, unit: str) -> dict:
+def check_report(path: Path, benchmark: str, unit: str, others: Tuple[str, ...] = ("torch",)) -> dict:
     report = json.loads(path.read_text())
     assert report["benchmark"] == benchmark and report["unit"] == unit
     assert report["flop_formula"].startswith("training step = 3 x forward" if benchmark == "train" else "one forward")
-    assert set(report["environment"]["frameworks"]) == {"ours", "torch"}
+    assert set(report["environment"]["frameworks"]) == {"ours", *others}
     (result,) = report["results"]
     assert (result["variant"], result["batch_size"], result["seq_length"]) == ("base", 2, 32)
     assert result["same_weights"] is True
     for key in (f"flops_per_{unit}", "machine_peak_gflops"):
         assert math.isfinite(result[key]) and result[key] > 0, key
     sides = result["sides"]
-    for side in ("ours", "torch"):
+    for side in ("ours", *others):
         for key in bench_common.STAT_KEYS:
             value = sides[side][key]
             assert isinstance(value, float) and math.isfinite(value) and value > 0, (side, key, value)
         assert len(sides[side]["times_ms"]) == 2
         assert sides[side]["fraction_of_peak"] <= 1.5  # against the best sgemm rate measured in the same run
     assert result["machine_peak_gflops"] == max(sides[s]["matmul_gflops"] for s in sides)
-    assert result["speed_ratio"] == pytest.approx(sides["torch"]["median_ms"] / sides["ours"]["median_ms"])
+    for side in others:
+        assert result["speed_ratios"][side] == pytest.approx(sides[side]["median_ms"] / sides["ours"]["median_ms"])
     return result
 
 
@@ -71,9 +73,33 @@ def test_bench_infer_against_torch(tmp_path):
     done = bench("bench_infer.py", *TINY, "--compare", "torch", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     result = check_report(out, "infer", "batch")
+    assert result["speed_ratio"] == result["speed_ratios"]["torch"]
     assert result["sides"]["ours"]["export_s"] > 0
     assert result["logits_max_abs_diff"] < 1e-5 < result["logits_max_abs"]
     assert "ms/batch" in done.stdout
+
+
+ORT_SIDES = ("ort_hf", "ort_hf_fused", "ort_ours")
+
+
+def test_bench_infer_against_onnxruntime(tmp_path):
+    """HF's torch.onnx.export (plain and fused) and our ONNX export in ONNX Runtime: same weights, so the logits
+    of every side agree with ours; --profile reads ORT's own profile."""
+    for module in ("transformers", "onnx", "onnxscript", "onnxruntime"):
+        pytest.importorskip(module)
+    out = tmp_path / "infer.json"
+    done = bench("bench_infer.py", *TINY, "--compare", "onnxruntime", "--profile", "1", "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = check_report(out, "infer", "batch", ORT_SIDES)
+    assert result["speed_ratio"] is None  # the torch ratio: no torch side
+    assert set(result["logits_max_abs_diff_by_side"]) == set(ORT_SIDES)
+    assert result["logits_max_abs_diff"] < 1e-5 < result["logits_max_abs"]
+    for side in ORT_SIDES:
+        facts = result["sides"][side]
+        assert facts["framework"].startswith("onnxruntime ") and facts["export_s"] > 0
+        assert facts["peak_rss_mb"] < result["sides"]["ours"]["peak_rss_mb"]  # its own process: no MindSpore
+        assert {"MatMul", "Gemm", "FusedMatMul"} & {row["op"] for row in facts["op_profile"]}, side
+    assert "ort_ours logits max abs diff from ours" in done.stdout
 
 
 @pytest.mark.parametrize("script", ["bench_train.py", "bench_infer.py"])
@@ -81,6 +107,7 @@ def test_bench_infer_against_torch(tmp_path):
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--batch_size", "0"], "--batch_size"),
     (["--compare", "tf"], "--compare"),
+    (["--compare", "none,torch"], "--compare"),
     (["--steps", "0"], "--steps must be >= 1"),
 ])
 def test_bad_flag_is_one_line(script, args, message):
@@ -98,7 +125,7 @@ def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(monkeypatch, 
     """As when a worker is killed for memory at seq 512: the other configurations are still measured."""
     calls = []
 
-    def run_pair(script, specs, steps, rounds, run_dir, before_ours, progress, profile_steps):
+    def run_pair(script, specs, steps, rounds, run_dir, prepare, progress, profile_steps):
         calls.append(specs["ours"]["seq_length"])
         if specs["ours"]["seq_length"] == 512:
             raise bench_common.WorkerError("the ours worker failed: exited with code -9")
@@ -106,7 +133,7 @@ def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(monkeypatch, 
 
     monkeypatch.setattr(bench_common, "run_pair", run_pair)
     monkeypatch.setattr(bench_common, "summarize", lambda raw, *args: {"sides": raw})
-    args = bench_common.argparse.Namespace(compare="none", seq_length=[128, 512, 256], batch_size=[8], threads=2,
+    args = bench_common.argparse.Namespace(compare=[], seq_length=[128, 512, 256], batch_size=[8], threads=2,
                                            peak_size=64, seed=0, rounds=1, steps=1, profile=0)
     results, failures = bench_common.run_grid(Path("bench.py"), args, [("base", {})], "step", {},
                                               lambda config, batch, seq: (1.0, {}), lambda raw: {})
