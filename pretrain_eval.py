@@ -32,18 +32,17 @@ def metrics_from_sums(sums: np.ndarray) -> Dict[str, float]:
 
 def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -> np.ndarray:
     """This rank's metric sums over rows rank, rank + group_size, ... of the data."""
-    from mindspore import Tensor
-
     from src.dataset import count_rows, create_pretraining_dataset
-    from src.inference import pad_batch
+    from src.inference import cell_runner, run_padded
 
     rows = np.arange(count_rows(data_dir))[rank::group_size]
     sums = np.zeros(6, np.float64)
     if len(rows) == 0:
         return sums
     dataset = create_pretraining_dataset(data_dir, batch_size, drop_remainder=False, indices=rows)
-    for batch in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1):
-        sums += cell(*[Tensor(c) for c in pad_batch(list(batch), batch_size)]).asnumpy().astype(np.float64)
+    batches = (list(batch) for batch in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1))
+    for (batch_sums,), _ in run_padded(cell_runner(cell), batches, batch_size, weights=True):
+        sums += batch_sums.astype(np.float64)
     return sums
 
 
@@ -61,12 +60,11 @@ def main(argv: List[str]) -> int:
         if not config[key]:
             raise UserError(f"set --{key}")
 
-    from src.dataset import check_schema
     from src.albert_for_pre_training import AlbertPretrainEvalCell
-    from src.device_setup import setup_device
-    from src.inference import all_ranks_sum
-    from src.run_config import check_data_fits, data_meta
     from src.atomic_files import save_json_atomic
+    from src.dataset import check_schema
+    from src.device_setup import all_ranks_sum, setup_device
+    from src.run_config import check_data_fits, data_meta
     from src.utils import load_weights
 
     seq_shape = check_schema(config.eval_data_dir, config.schema_dir)

@@ -18,8 +18,7 @@ import numpy as np
 from mindspore import nn
 
 from model_utils.errors import UserError
-from src.device_setup import Device
-from src.inference import all_ranks_sum
+from src.device_setup import Device, all_ranks_sum
 from src.settings import TrainSettings
 from src.step_plan import PLAN_KEYS, Progress, StepPlan
 from src.utils import load_weights, read_checkpoint

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import mindspore as ms
+import numpy as np
+from mindspore import Tensor, nn, ops
 from mindspore.communication import get_group_size, get_rank, init
 from mindspore.context import ParallelMode
 
@@ -192,3 +194,17 @@ def stop_in_one_line_on_cluster_failure(rank: int) -> None:
         _exit_now(EXIT_CLUSTER_FAILED)
 
     sys.excepthook = hook
+
+
+class _SumOverRanks(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+
+    def construct(self, x):
+        return self.all_reduce(x)
+
+
+def all_ranks_sum(values: np.ndarray) -> np.ndarray:
+    """Element-wise sum over the ranks of a data-parallel group (float32 on the wire; CPU AllReduce only sums)."""
+    return _SumOverRanks()(Tensor(values.astype(np.float32))).asnumpy()

@@ -23,6 +23,7 @@ from model_utils.config import Config, parse_cli
 from model_utils.errors import UserError
 from src.atomic_files import save_json_atomic
 from src.dataset import check_schema, count_rows
+from src.inference import cell_runner, real_rows, run_padded
 from src.settings import finetune_settings
 from src.tasks import Task
 
@@ -154,20 +155,11 @@ def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, d
 
 def _predict_rows(task: Task, config: Config, model, data_file: str, rows: np.ndarray) -> List[np.ndarray]:
     """The head's outputs for `rows`, in that order (the last batch is padded to the compiled shape)."""
-    from mindspore import Tensor
-
-    from src.inference import pad_batch
-
     positions = [list(task.eval_columns).index(name) for name in task.head_inputs]
     dataset = task.dataset(config, data_file, config.eval_batch_size, False, rows)
-    parts: List[List[np.ndarray]] = []
-    for batch in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1):
-        real = len(batch[0])
-        inputs = pad_batch([batch[i] for i in positions], config.eval_batch_size)[:-1]
-        outputs = model(*[Tensor(column) for column in inputs])
-        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
-        parts.append([output.asnumpy()[:real] for output in outputs])
-    return [np.concatenate(columns) for columns in zip(*parts)]
+    batches = ([batch[i] for i in positions] for batch in dataset.create_tuple_iterator(output_numpy=True,
+                                                                                        num_epochs=1))
+    return real_rows(run_padded(cell_runner(model), batches, config.eval_batch_size))
 
 
 def _gather_rows(outputs: List[np.ndarray], rows: np.ndarray, total: int, group_size: int) -> List[np.ndarray]:
@@ -175,7 +167,7 @@ def _gather_rows(outputs: List[np.ndarray], rows: np.ndarray, total: int, group_
     rank ends with the whole table; a row count column proves each row was evaluated exactly once."""
     if group_size == 1:
         return outputs
-    from src.inference import all_ranks_sum
+    from src.device_setup import all_ranks_sum
 
     gathered = []
     for values in outputs + [np.ones(len(rows), np.float32)]:

@@ -1,8 +1,13 @@
-"""Helpers for running a network over a whole data set in fixed-shape batches, on one rank or many."""
-from typing import List
+"""Running a network over many rows in batches of one fixed (compiled or exported) shape: the one loop behind
+fine-tuning evaluation, `src.predict` and `pretrain_eval.py`. numpy only, so that serving an ONNX file never imports
+MindSpore."""
+from typing import Callable, Iterable, Iterator, List, Sequence, Tuple
 
 import numpy as np
-from mindspore import Tensor, nn, ops
+
+# A batch of input arrays -> the network's outputs as arrays.
+Runner = Callable[[List[np.ndarray]], Sequence[np.ndarray]]
+
 
 def pad_batch(columns: List[np.ndarray], batch_size: int) -> List[np.ndarray]:
     """Append zero rows up to `batch_size` plus the example-weight column (1 real, 0 padding), so the last batch
@@ -14,15 +19,26 @@ def pad_batch(columns: List[np.ndarray], batch_size: int) -> List[np.ndarray]:
     return padded + [weights]
 
 
-class _SumOverRanks(nn.Cell):
-    def __init__(self):
-        super().__init__()
-        self.all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+def run_padded(run: Runner, batches: Iterable[List[np.ndarray]], batch_size: int,
+               weights: bool = False) -> Iterator[Tuple[List[np.ndarray], int]]:
+    """(outputs, real rows) of each batch of input columns, run padded with zero rows to `batch_size`; with
+    `weights` the example-weight column of pad_batch is passed as the last input (networks that sum over rows)."""
+    for columns in batches:
+        padded = pad_batch(columns, batch_size)
+        yield [np.asarray(output) for output in run(padded if weights else padded[:-1])], len(columns[0])
 
-    def construct(self, x):
-        return self.all_reduce(x)
+
+def real_rows(results: Iterable[Tuple[List[np.ndarray], int]]) -> List[np.ndarray]:
+    """The per-row outputs of run_padded without the padding rows, each concatenated over the batches."""
+    parts = [[output[:real] for output in outputs] for outputs, real in results]
+    return [np.concatenate(columns) for columns in zip(*parts)]
 
 
-def all_ranks_sum(values: np.ndarray) -> np.ndarray:
-    """Element-wise sum over the ranks of a data-parallel group (float32 on the wire; CPU AllReduce only sums)."""
-    return _SumOverRanks()(Tensor(values.astype(np.float32))).asnumpy()
+def cell_runner(cell) -> Runner:
+    """A MindSpore cell (or loaded graph) as a Runner: numpy arrays in, numpy arrays out."""
+    from mindspore import Tensor  # imported here: the ONNX serving path never runs a cell
+
+    def run(arrays: List[np.ndarray]) -> List[np.ndarray]:
+        outputs = cell(*[Tensor(array) for array in arrays])
+        return [output.asnumpy() for output in (outputs if isinstance(outputs, (tuple, list)) else (outputs,))]
+    return run

@@ -1,7 +1,10 @@
-"""Run a model exported by export.py (MINDIR or ONNX) on raw text: a sentence (pair) label, or a SQuAD answer.
+"""Run a model exported by export.py (MINDIR or ONNX) on raw text: a sentence (pair) label, a RACE choice, or a
+SQuAD answer.
 
     python -m src.predict --model out/albert_mrpc.mindir --task classifier --spm_model_file 30k-clean.model \
         --text_a "The cat sat." --text_b "A cat was sitting." [--labels not_equivalent,equivalent]
+    python -m src.predict --model out/albert_race.mindir --task race --spm_model_file 30k-clean.model \
+        --article "..." --question "The writer thinks _ ." --option "..." --option "..." --option "..." --option "..."
     python -m src.predict --model out/albert_squad_v1.onnx --task squad_v1 --spm_model_file 30k-clean.model \
         --question "Who wrote it?" --context "It was written by ..."
 
@@ -10,8 +13,9 @@ MindSpore loads it). A .onnx (export.py --file_format ONNX) runs on ONNX Runtime
 `pip install onnxruntime onnx`, not part of requirements.txt): the same network in another engine, which on CPU
 serves it faster and in a fraction of the memory, since the process never imports MindSpore.
 
-Text becomes features exactly as the data tools make them (create_finetune_data.classifier_feature,
-create_squad_data.example_features) at the sequence length the model was exported with; SQuAD answers come from
+Text becomes features exactly as the data tools make them (create_finetune_data.classifier_feature and
+race_feature, create_squad_data.example_features) at the sequence length the model was exported with; the task's
+inputs come from the task registry (src/tasks.py); SQuAD answers come from
 squad_get_predictions, as in evaluation. Prints one JSON object on stdout.
 """
 import argparse
@@ -19,35 +23,37 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from model_utils.config import ArgumentParser, boolean
 from model_utils.errors import UserError, run_cli
+from src.inference import Runner, cell_runner, real_rows, run_padded
+from src.tasks import TASKS
 
-TASKS = ("classifier", "squad_v1", "squad_v2")
-# Export input name (the head's argument) -> feature key of the data tools.
-FEATURE_KEYS = {"input_ids": "input_ids", "token_type_ids": "segment_ids", "input_mask": "input_mask",
+# Feature key of the data tools (the task's head_inputs) -> the exported input's name (the head's argument).
+EXPORT_NAMES = {"input_ids": "input_ids", "segment_ids": "token_type_ids", "input_mask": "input_mask",
                 "p_mask": "p_mask"}
 QAS_ID = "predict-0"
 SHOWN_ANSWERS = 5
 SUFFIXES = (".mindir", ".onnx")
-# A batch of input arrays -> the model's outputs.
-Runner = Callable[[List[np.ndarray]], List[np.ndarray]]
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--model", required=True, help="MINDIR (MindSpore) or ONNX (ONNX Runtime) file of export.py")
-    parser.add_argument("--task", required=True, choices=TASKS)
+    parser.add_argument("--task", required=True, choices=list(TASKS))
     parser.add_argument("--spm_model_file", default="", help="SentencePiece model the model was fine-tuned with")
     parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt (albert_zh) instead of a SentencePiece model")
     parser.add_argument("--do_lower_case", type=boolean, default=True, help="true or false")
     parser.add_argument("--text_a", default=None, help="classifier: the sentence (first of the pair)")
     parser.add_argument("--text_b", default=None, help="classifier: the second sentence of a pair task")
     parser.add_argument("--labels", default="", help="classifier: comma-separated label names in label-id order")
-    parser.add_argument("--question", default=None, help="SQuAD: the question")
+    parser.add_argument("--article", default=None, help="RACE: the passage")
+    parser.add_argument("--option", action="append", default=[], help="RACE: one answer option (repeat per choice)")
+    parser.add_argument("--max_qa_length", type=int, default=128, help="RACE: as create_finetune_data")
+    parser.add_argument("--question", default=None, help="SQuAD and RACE: the question")
     parser.add_argument("--context", default=None, help="SQuAD: the paragraph to find the answer in")
     parser.add_argument("--doc_stride", type=int, default=128, help="SQuAD: as create_squad_data")
     parser.add_argument("--max_query_length", type=int, default=64, help="SQuAD: as create_squad_data")
@@ -90,11 +96,13 @@ def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[in
 
 
 def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]]) -> None:
-    wanted = ["input_ids", "token_type_ids", "input_mask"] + (["p_mask"] if task != "classifier" else [])
+    wanted = [EXPORT_NAMES[column] for column in TASKS[task].head_inputs]
+    rank = 3 if TASKS[task].choices else 2
     names = [name for name, _ in inputs]
-    if names != wanted or any(len(shape) != 2 for _, shape in inputs):
+    if names != wanted or any(len(shape) != rank for _, shape in inputs):
         found = ", ".join(f"{name} {shape}" for name, shape in inputs)
-        raise UserError(f"{path} takes ({found}), not the [batch, seq] inputs ({', '.join(wanted)}) of a {task} "
+        layout = "[batch, choices, seq]" if rank == 3 else "[batch, seq]"
+        raise UserError(f"{path} takes ({found}), not the {layout} inputs ({', '.join(wanted)}) of a {task} "
                         f"model exported by export.py")
 
 
@@ -111,17 +119,12 @@ def load_tokenizer(args: argparse.Namespace, model_vocab: Optional[int]):
 def mindspore_runner(path: str, device_target: str) -> Runner:
     """ms.load + nn.GraphCell: the portable path."""
     import mindspore as ms
-    from mindspore import Tensor, nn
+    from mindspore import nn
 
     from src.device_setup import setup_device
 
     setup_device(device_target)
-    cell = nn.GraphCell(ms.load(path))
-
-    def run(arrays: List[np.ndarray]) -> List[np.ndarray]:
-        outputs = cell(*[Tensor(array) for array in arrays])
-        return [output.asnumpy() for output in (outputs if isinstance(outputs, (tuple, list)) else (outputs,))]
-    return run
+    return cell_runner(nn.GraphCell(ms.load(path)))
 
 
 def onnxruntime_runner(path: str, threads: int) -> Runner:
@@ -145,16 +148,34 @@ def load_runner(args: argparse.Namespace) -> Runner:
     return mindspore_runner(args.model, args.device_target)
 
 
-def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], names: List[str], batch: int) -> List[np.ndarray]:
+def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], columns: Sequence[str], batch: int) -> List[np.ndarray]:
     """The model's outputs for feature rows, in batches of the exported size (the last one padded with zero rows)."""
     size = batch if batch > 0 else len(rows)
-    parts = []
-    for start in range(0, len(rows), size):
-        chunk = rows[start:start + size]
-        arrays = [np.stack([row[FEATURE_KEYS[name]] for row in chunk]).astype(np.int32) for name in names]
-        arrays = [np.concatenate([a, np.zeros((size - len(chunk),) + a.shape[1:], a.dtype)]) for a in arrays]
-        parts.append([output[:len(chunk)] for output in run(arrays)])
-    return [np.concatenate(columns) for columns in zip(*parts)]
+    batches = ([np.stack([row[column] for row in rows[start:start + size]]).astype(np.int32) for column in columns]
+               for start in range(0, len(rows), size))
+    return real_rows(run_padded(run, batches, size))
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    exp = np.exp(logits - logits.max())
+    return exp / exp.sum()
+
+
+def choose(args: argparse.Namespace, tokenizer, run, seq: int, choices: int) -> Dict[str, object]:
+    """RACE: the option the model scores highest for the article and question."""
+    from src.create_finetune_data import RaceExample, race_feature
+
+    if not args.article or not args.question or not args.option:
+        raise UserError("--task race needs --article, --question and one --option per choice")
+    if len(args.option) != choices:
+        raise UserError(f"the model chooses among {choices} options but {len(args.option)} --option were given")
+    example = RaceExample(QAS_ID, args.article, args.question, list(args.option), "A", "command line")
+    logits = run([race_feature(example, tokenizer, seq, args.max_qa_length)])[0][0].astype(np.float64)
+    probabilities = _softmax(logits)
+    letters = [chr(ord("A") + index) for index in range(choices)]
+    best = int(logits.argmax())
+    return {"answer": letters[best], "option": args.option[best],
+            "probabilities": dict(zip(letters, probabilities.tolist())), "logits": logits.tolist()}
 
 
 def classify(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
@@ -169,8 +190,7 @@ def classify(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, ob
     labels = args.labels.split(",") if args.labels else [str(i) for i in range(logits.size)]
     if len(labels) != logits.size:
         raise UserError(f"--labels names {len(labels)} labels but the model has {logits.size} classes")
-    probabilities = np.exp(logits - logits.max())
-    probabilities /= probabilities.sum()
+    probabilities = _softmax(logits)
     return {"label": labels[int(logits.argmax())], "probabilities": dict(zip(labels, probabilities.tolist())),
             "logits": logits.tolist()}
 
@@ -220,14 +240,21 @@ def main(argv: List[str]) -> int:
     inputs, model_vocab = model_signature(args.model)
     check_model(args.model, args.task, inputs)
     tokenizer = load_tokenizer(args, model_vocab)
+    if args.max_qa_length < 1:
+        raise UserError(f"--max_qa_length must be >= 1, got {args.max_qa_length}")
     runner = load_runner(args)
-    names = [name for name, _ in inputs]
-    batch, seq = inputs[0][1]
+    shape = inputs[0][1]
+    batch, seq = shape[0], shape[-1]
 
     def run(rows: List[Dict[str, np.ndarray]]) -> List[np.ndarray]:
-        return run_rows(runner, rows, names, batch)
+        return run_rows(runner, rows, TASKS[args.task].head_inputs, batch)
 
-    result = classify(args, tokenizer, run, seq) if args.task == "classifier" else answer(args, tokenizer, run, seq)
+    if args.task == "classifier":
+        result = classify(args, tokenizer, run, seq)
+    elif args.task == "race":
+        result = choose(args, tokenizer, run, seq, shape[1])
+    else:
+        result = answer(args, tokenizer, run, seq)
     print(json.dumps(result, ensure_ascii=False, default=float))
     return 0
 

@@ -353,6 +353,26 @@ def test_predict_squad_answer_from_the_context(task, fmt, request, heads, assets
                                [e["probability"] for e in nbest["predict-0"][:5]], rtol=0, atol=1e-5)
 
 
+def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokenizer, spm_path):
+    """RACE from text: the printed choice and probabilities are the in-process head's on the data tool's features."""
+    from src.create_finetune_data import race_feature, read_race_examples
+
+    example = read_race_examples(assets / "race" / "RACE" / "dev" / "high" / "80.txt")[0]
+    printed = predict("--model", str(mindirs["race"]), "--task", "race", "--spm_model_file", spm_path,
+                      "--article", example.article, "--question", example.question,
+                      *[part for option in example.choices for part in ("--option", option)])
+    feature = race_feature(example, tokenizer, SEQ, 128)
+    logits = outputs_of(heads["race"][0], [feature[k][None] for k in ("input_ids", "segment_ids",
+                                                                      "input_mask")])[0][0].astype(np.float64)
+    expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    np.testing.assert_allclose([printed["probabilities"][k] for k in "ABCD"], expected, rtol=0, atol=1e-5)
+    assert printed["answer"] == "ABCD"[int(expected.argmax())]
+    assert printed["option"] == example.choices[int(expected.argmax())]
+    too_few = run(["-m", "src.predict", "--model", str(mindirs["race"]), "--task", "race", "--spm_model_file",
+                   spm_path, "--article", example.article, "--question", example.question, "--option", "yes"])
+    assert too_few.returncode == 2 and "chooses among 4 options but 1 --option were given" in too_few.stderr
+
+
 def test_predict_rejects_a_model_of_another_task(mindirs, spm_path):
     result = run(["-m", "src.predict", "--model", str(mindirs["classifier"]), "--task", "squad_v1",
                   "--spm_model_file", spm_path, "--question", "q", "--context", "c"])
