@@ -32,15 +32,20 @@ class AlbertMLMHead(nn.Cell):
         self.LayerNorm = layer_norm(config.embedding_size, config)
         self.bias = Parameter(ops.zeros(config.vocab_size, ms.float32), name="bias")
         self.word_embeddings = word_embeddings  # the backbone's table: tied, not a second Parameter
+        self.use_kernels = uses_cpu_kernels(config)
         self.decoder_matmul = ops.MatMul(transpose_b=True)
+        if self.use_kernels:
+            self.decoder_kernel = cpu_kernels.matmul_nt_bias()  # the bias added in the product, its gradient fused
 
     def construct(self, hidden_states):
         transformed = self.LayerNorm(self.activation(self.dense(hidden_states)).astype(ms.float32))
         batch, positions, width = transformed.shape
         # One 2-D product against the [V, E] table as stored: a 3-D ops.matmul would copy the table per batch row
         # (and transpose it), which cost more than the product itself.
-        logits = self.decoder_matmul(transformed.reshape(batch * positions, width).astype(self.word_embeddings.dtype),
-                                     self.word_embeddings)
+        flat = transformed.reshape(batch * positions, width).astype(self.word_embeddings.dtype)
+        if self.use_kernels:
+            return self.decoder_kernel(flat, self.word_embeddings, self.bias).reshape(batch, positions, -1)
+        logits = self.decoder_matmul(flat, self.word_embeddings)
         return logits.reshape(batch, positions, -1) + self.bias  # [B, P, V]
 
 
@@ -78,10 +83,22 @@ class AlbertPretrainingLoss(nn.Cell):
 
     (mlm_logits [B, P, V], sop_logits [B, 2], masked_lm_ids [B, P], masked_lm_weights [B, P],
     next_sentence_labels [B] or [B, 1]) -> (total, mlm_loss, sop_loss), float32 scalars.
+    With `use_kernels` the masked-LM NLL over the vocabulary is one compiled pass (`cpu_kernels.cross_entropy`).
     """
 
+    def __init__(self, use_kernels: bool = False):
+        super().__init__()
+        self.use_kernels = use_kernels
+        if use_kernels:
+            self.cross_entropy = cpu_kernels.cross_entropy()
+
     def construct(self, mlm_logits, sop_logits, masked_lm_ids, masked_lm_weights, next_sentence_labels):
-        mlm_nll = _nll(mlm_logits, masked_lm_ids)
+        if self.use_kernels:
+            batch, positions, vocab = mlm_logits.shape
+            mlm_nll = self.cross_entropy(mlm_logits.reshape(-1, vocab),
+                                         masked_lm_ids.astype(ms.int32).reshape(-1))[0].reshape(batch, positions)
+        else:
+            mlm_nll = _nll(mlm_logits, masked_lm_ids)
         weights = masked_lm_weights.astype(ms.float32)
         mlm_loss = ops.reduce_sum(weights * mlm_nll) / (ops.reduce_sum(weights) + 1e-5)
         sop_loss = ops.reduce_mean(_nll(sop_logits, next_sentence_labels.reshape(-1)))
@@ -107,7 +124,7 @@ class AlbertNetworkWithLoss(nn.Cell):
     def __init__(self, config: AlbertConfig, is_training: bool = True, return_parts: bool = False):
         super().__init__(auto_prefix=False)  # parameter names stay AlbertPreTraining's (the checkpoint names)
         self.albert_pretraining = AlbertPreTraining(config, is_training)
-        self.loss = AlbertPretrainingLoss()
+        self.loss = AlbertPretrainingLoss(uses_cpu_kernels(config))
         self.return_parts = return_parts
 
     def construct(self, input_ids, input_mask, segment_ids, next_sentence_labels, masked_lm_positions,

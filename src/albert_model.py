@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Tuple
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn, ops
+from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
 from model_utils.errors import UserError
@@ -274,6 +274,8 @@ class AlbertAttention(nn.Cell):
         self.use_kernels = uses_cpu_kernels(config)
         if self.use_kernels:
             self.softmax_kernel = cpu_kernels.masked_softmax()
+            self.scores_kernel, self.context_kernel = cpu_kernels.attention_products(self.num_heads)
+            self.scale_tensor, self.one = Tensor([self.scale], ms.float32), Tensor([1.0], ms.float32)
 
     def _split_heads(self, x):
         """[B, S, H] -> [B, N, S, D]."""
@@ -289,8 +291,8 @@ class AlbertAttention(nn.Cell):
             return x.transpose(0, 2, 1, 3).reshape(batch, seq, -1)
         return ops.concat(ops.unstack(x, 1), -1)
 
-    def construct(self, hidden_states, attention_bias):
-        inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states
+    def _attend(self, inputs, attention_bias):
+        """[B, S, H] -> context [B, S, H] by MindSpore's operations, heads moved to [B, N, S, D] and back."""
         # The scale goes on the query ([B, N, S, D]) rather than on the scores ([B, N, S, S]): one big tensor
         # fewer per layer to compute and to keep for the backward pass.
         query = self._split_heads(self.query(inputs)) * self.scale
@@ -299,14 +301,24 @@ class AlbertAttention(nn.Cell):
         scores = self.scores_matmul(query, key)  # [B, N, S, S]
         if self.half_precision:
             scores = scores.astype(ms.float32)
-        if self.use_kernels:
-            probs = self.softmax_kernel(scores, attention_bias)
-        else:
-            probs = ops.softmax(scores + attention_bias, axis=-1)
-        probs = self.attention_dropout(probs)
+        probs = self.attention_dropout(ops.softmax(scores + attention_bias, axis=-1))
         if self.half_precision:
             probs = probs.astype(self.compute_type)
-        context = self._merge_heads(self.context_matmul(probs, value))  # [B, S, H]
+        return self._merge_heads(self.context_matmul(probs, value))
+
+    def _attend_compiled(self, inputs, attention_bias):
+        """The same with the compiled kernels: the products read each head where it lies in [B, S, H] (no split,
+        stack or transpose) and take the scale as the products' factor; softmax and mask in one pass."""
+        scores = self.scores_kernel(self.query(inputs), self.key(inputs), self.scale_tensor)  # [B, N, S, S]
+        probs = self.attention_dropout(self.softmax_kernel(scores, attention_bias))
+        return self.context_kernel(probs, self.value(inputs), self.one)
+
+    def construct(self, hidden_states, attention_bias):
+        inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states
+        if self.use_kernels:
+            context = self._attend_compiled(inputs, attention_bias)
+        else:
+            context = self._attend(inputs, attention_bias)
         projected = self.output_dropout(self.dense(context)).astype(ms.float32)
         if self.preln:
             return hidden_states + projected

@@ -154,6 +154,24 @@ def matmul_nt_bias() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
+def attention_products(num_heads: int) -> Tuple[ops.Custom, ops.Custom]:
+    """(scores, context) of multi-head attention on activations in [B, S, H] (heads never moved to [B, N, S, D]):
+    scores(q, k, scale [1]) -> [B, N, S, S] = scale * q_n k_n^T per head n, context(p [B, N, S, S], v, scale [1])
+    -> [B, S, H] = scale * p_n v_n with each head's result in its own columns; each with its gradients."""
+    plain_scores = _kernel("HeadScores", lambda q, k, s: (q[0], num_heads, q[1], q[1]))
+    plain_context = _kernel("HeadContext", lambda p, v, s: v)
+    context_t = _kernel("HeadContextT", lambda p, v, s: v)
+
+    def scores_bprop(q, k, scale, out, dout):
+        return plain_context(dout, k, scale), context_t(dout, q, scale), ops.zeros_like(scale)
+
+    def context_bprop(p, v, scale, out, dout):
+        return plain_scores(dout, v, scale), context_t(p, dout, scale), ops.zeros_like(scale)
+    return (_kernel("HeadScores", lambda q, k, s: (q[0], num_heads, q[1], q[1]), bprop=scores_bprop),
+            _kernel("HeadContext", lambda p, v, s: v, bprop=context_bprop))
+
+
+@lru_cache(maxsize=None)
 def gelu_tanh() -> ops.Custom:
     """Google's GELU (tanh form), any shape, with its gradient in one pass."""
     grad = _kernel("GeluTanhGrad", lambda x, dy: x)
@@ -173,6 +191,17 @@ def masked_softmax() -> ops.Custom:
         dscores = grad(out, dout)
         return dscores, dscores
     return _kernel("MaskedSoftmax", lambda s, b: s, bprop=bprop)
+
+
+@lru_cache(maxsize=None)
+def cross_entropy() -> ops.Custom:
+    """(logits [M, V] float32, labels [M] int32) -> (nll [M], logsumexp [M]): -log softmax(logits)[label] per row
+    (0 for a label outside [0, V), like the one-hot product); the backward gives dlogits = (softmax - onehot) dnll."""
+    grad = _kernel("CrossEntropyGrad", lambda x, t, s, d: x, lambda x, t, s, d: x)
+
+    def bprop(logits, labels, out, dout):
+        return grad(logits, labels, out[1], dout[0]), ops.zeros_like(labels)
+    return _kernel("CrossEntropy", lambda x, t: ((x[0],), (x[0],)), lambda x, t: (x, x), bprop)
 
 
 @lru_cache(maxsize=None)

@@ -124,6 +124,67 @@ def test_masked_softmax_equals_torch_values_and_gradient(shape, threads):
 
 
 @needs_kernels
+@pytest.mark.parametrize("batch, seq, heads, head_size", [(2, 5, 3, 4), (3, 16, 4, 8), (1, 1, 2, 3)])
+def test_attention_products_equal_torch_values_and_gradients(batch, seq, heads, head_size, threads):
+    """The per-head products read the heads in place in [B, S, H]: compared with torch's reshape/permute/matmul."""
+    hidden = heads * head_size
+    rng = np.random.default_rng(batch * 100 + seq)
+    q, k, v = (rng.standard_normal((batch, seq, hidden)).astype(np.float32) for _ in range(3))
+    probs = rng.random((batch, heads, seq, seq)).astype(np.float32)
+    scale = np.array([0.37], np.float32)
+
+    def split(x):
+        return x.reshape(batch, seq, heads, head_size).permute(0, 2, 1, 3)
+
+    scores_op, context_op = cpu_kernels.attention_products(heads)
+    sens = rng.standard_normal((batch, heads, seq, seq)).astype(np.float32)
+    want, want_grads = torch_reference(lambda a, b, s: split(a) @ split(b).transpose(-1, -2) * s, (q, k, scale), sens)
+    got, got_grads = forward_and_input_grads(scores_op, (q, k, scale), sens)
+    assert_close(got.asnumpy(), want)
+    for got_grad, want_grad in zip(got_grads[:2], want_grads[:2]):
+        assert_close(got_grad, want_grad)
+
+    sens = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
+    merge = lambda x: x.permute(0, 2, 1, 3).reshape(batch, seq, hidden)  # noqa: E731
+    want, want_grads = torch_reference(lambda p, b, s: merge(p @ split(b)) * s, (probs, v, scale), sens)
+    got, got_grads = forward_and_input_grads(context_op, (probs, v, scale), sens)
+    assert_close(got.asnumpy(), want)
+    for got_grad, want_grad in zip(got_grads[:2], want_grads[:2]):
+        assert_close(got_grad, want_grad)
+
+
+@needs_kernels
+def test_cross_entropy_equals_torch_and_the_one_hot_product(threads):
+    """Per-row NLL over a vocabulary and its gradient as torch's cross_entropy; a label outside the vocabulary
+    gives 0 and no gradient, as the portable path's one-hot product does."""
+    rng = np.random.default_rng(5)
+    logits = (rng.standard_normal((37, 1000)) * 6).astype(np.float32)
+    labels = rng.integers(0, 1000, 37).astype(np.int32)
+    labels[[3, 11]] = [-1, 1000]
+    dnll = rng.standard_normal(37).astype(np.float32)
+    inside = (labels >= 0) & (labels < 1000)
+
+    def reference(x):
+        nll = torch.nn.functional.cross_entropy(x, torch.tensor(np.where(inside, labels, 0), dtype=torch.long),
+                                                reduction="none")
+        return nll * torch.tensor(inside, dtype=torch.float64)
+
+    want, (want_grad,) = torch_reference(reference, (logits,), dnll)
+    kernel = cpu_kernels.cross_entropy()
+
+    class FirstOutput(nn.Cell):
+        def construct(self, x, t):
+            return kernel(x, t)[0]
+
+    nll, grads = forward_and_input_grads(FirstOutput(), (logits, labels), dnll)
+    assert_close(nll.asnumpy(), want)
+    logsumexp = Call(kernel)(Tensor(logits), Tensor(labels))[1].asnumpy()
+    assert_close(logsumexp, torch.logsumexp(torch.tensor(logits, dtype=torch.float64), -1).numpy())
+    assert_close(grads[0], want_grad)
+    assert not grads[0][[3, 11]].any()
+
+
+@needs_kernels
 def test_scaled_squared_norm_equals_numpy_and_sees_inf_and_nan(threads):
     rng = np.random.default_rng(3)
     grad = (rng.standard_normal((300, 700)) * 1e30).astype(np.float32)  # squares beyond float32: summed in double

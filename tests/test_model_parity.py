@@ -137,7 +137,8 @@ def test_pretraining_loss_gradients_equal_hf(name, path):
             cell.transpose_heads = path == "mindspore_ops_transposed_heads"
     kernels = path == "cpu_kernels"
     assert _kernel_use(net) == {"Dense": kernels, "LayerNorm": kernels, "AlbertAttention": kernels,
-                                "Activation": kernels and kwargs["hidden_act"] == "gelu_new"}
+                                "Activation": kernels and kwargs["hidden_act"] == "gelu_new",
+                                "AlbertMLMHead": kernels, "AlbertPretrainingLoss": kernels}
     load_weights(net, convert_hf(_hf_state(hf))[0])
     weights = net.trainable_params()
     names = [p.name for p in weights]  # before the wrapper below prefixes them

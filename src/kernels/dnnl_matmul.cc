@@ -39,6 +39,55 @@ int Gemm(bool ta, bool tb, bool with_bias, void **params, int *ndims, int64_t **
   return 0;
 }
 
+// The attention products of every (batch row, head) pair, reading and writing the heads where they lie in the
+// [B, S, H] activations (head n is columns n*D .. n*D+D-1, leading dimension H) instead of moving them to
+// [B, N, S, D] first; S x S matrices are [B, N, S, S]. out = scale * op(x) op(y) per pair, with
+//   kScores:       x, y [B, S, H]          -> [B, N, S, S]   x_bn y_bn^T
+//   kContext:      x [B, N, S, S], y [B, S, H] -> [B, S, H]  x_bn y_bn
+//   kContextT:     x [B, N, S, S], y [B, S, H] -> [B, S, H]  x_bn^T y_bn
+// The pairs are split over the threads; each pair is one single-threaded sgemm. N is read from the [B, N, S, S]
+// operand's shape; scale is a one-element tensor.
+enum class HeadProduct { kScores, kContext, kContextT };
+
+int HeadGemm(HeadProduct kind, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (!albert::AllFloat32(4, dtypes) || ndims[0] < 3 || ndims[1] != 3 || ndims[3] < 3) return 1;
+  const bool scores = kind == HeadProduct::kScores;
+  const int64_t *square = scores ? shapes[3] : shapes[0];  // [B, N, S, S]
+  const int64_t *rows = shapes[1];                         // [B, S, H]
+  const int64_t batch = rows[0], seq = rows[1], hidden = rows[2], heads = square[1];
+  if ((scores ? ndims[3] : ndims[0]) != 4 || square[0] != batch || square[2] != seq || square[3] != seq ||
+      heads < 1 || hidden % heads != 0) {
+    return 1;
+  }
+  const int64_t *other = scores ? shapes[0] : shapes[3];  // the second [B, S, H] tensor of the call
+  if (other[0] != batch || other[1] != seq || other[2] != hidden) return 1;
+  const int64_t head = hidden / heads, square_size = seq * seq;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *y = static_cast<const float *>(params[1]);
+  const float scale = *static_cast<const float *>(params[2]);
+  float *out = static_cast<float *>(params[3]);
+  std::vector<int> status(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(batch * heads, 1, [&](int64_t part, int64_t begin, int64_t end) {
+    for (int64_t pair = begin; pair < end && status[part] == 0; ++pair) {
+      const int64_t b = pair / heads, n = pair % heads;
+      const int64_t columns = b * seq * hidden + n * head;  // head n of row b in a [B, S, H] tensor
+      const float *y_bn = y + columns;
+      if (scores) {
+        status[part] = dnnl_sgemm('N', 'T', seq, seq, head, scale, x + columns, hidden, y_bn, hidden, 0.0f,
+                                  out + pair * square_size, seq);
+      } else {
+        const bool transposed = kind == HeadProduct::kContextT;
+        status[part] = dnnl_sgemm(transposed ? 'T' : 'N', 'N', seq, head, seq, scale, x + pair * square_size, seq,
+                                  y_bn, hidden, 0.0f, out + columns, hidden);
+      }
+    }
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (status[p] != 0) return 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -55,5 +104,14 @@ int MatMulTN(int, void **p, int *d, int64_t **s, const char **t, void *, void *)
 // x [m, k], w [n, k], bias [n] -> x w^T + bias: nn.Dense in one call.
 int MatMulNTBias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   return Gemm(false, true, true, p, d, s, t);
+}
+int HeadScores(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  return HeadGemm(HeadProduct::kScores, p, d, s, t);
+}
+int HeadContext(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  return HeadGemm(HeadProduct::kContext, p, d, s, t);
+}
+int HeadContextT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  return HeadGemm(HeadProduct::kContextT, p, d, s, t);
 }
 }

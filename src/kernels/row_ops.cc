@@ -1,9 +1,10 @@
 // Fused element-wise and row-wise kernels for MindSpore's Custom op (func_type "aot") on CPU: LayerNorm, the tanh
-// GELU, softmax of (scores + mask bias), each with its backward, column sums (bias gradients), and for the train
-// step the squared norm of a gradient (overflow check and clipping in one read) and its division by one number. MindSpore 2.10
-// runs these as chains of single-purpose CPU kernels (GELU's backward alone is ~15 passes over a [B*S, I] tensor)
-// or, for LayerNormGrad and BiasAddGrad, at a small fraction of memory speed. Every function below reads its
-// inputs once or twice and writes each output once; rows are split over albert::Threads() threads.
+// GELU, softmax of (scores + mask bias), the masked-LM cross entropy over the vocabulary, each with its backward,
+// column sums (bias gradients), and for the train step the squared norm of a gradient (overflow check and clipping
+// in one read) and its division by one number. MindSpore 2.10 runs these as chains of single-purpose CPU kernels
+// (GELU's backward alone is ~15 passes over a [B*S, I] tensor) or, for LayerNormGrad and BiasAddGrad, at a small
+// fraction of memory speed. Every function below reads its inputs once or twice and writes each output once; rows
+// are split over albert::Threads() threads.
 // Inputs come first in `params`, then outputs (MindSpore's AOT calling convention). See src/cpu_kernels.py.
 #include <cmath>
 
@@ -260,6 +261,57 @@ int ScaledSquaredNorm(int, void **params, int *ndims, int64_t **shapes, const ch
   double total = 0.0;
   for (int64_t p = 0; p < parts; ++p) total += partial[p];
   out[0] = static_cast<float>(total);
+  return 0;
+}
+
+// (logits [M, V], labels [M] int32) -> (nll [M], logsumexp [M]): nll = logsumexp(row) - row[label], the
+// cross entropy of each row, in one read of the row (plus one while it is in cache). A label outside [0, V) gives
+// nll 0 and no gradient, as the one-hot product of the portable path does.
+int CrossEntropy(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (ndims[0] != 2 || std::strcmp(dtypes[0], "float32") != 0 || std::strcmp(dtypes[1], "int32") != 0) return 2;
+  const float *logits = static_cast<const float *>(params[0]);
+  const int32_t *labels = static_cast<const int32_t *>(params[1]);
+  float *nll = static_cast<float *>(params[2]);
+  float *lse = static_cast<float *>(params[3]);
+  const int64_t rows = shapes[0][0], cols = shapes[0][1];
+  albert::ParallelFor(rows, 1, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *row = logits + r * cols;
+      float top = row[0];
+      for (int64_t c = 1; c < cols; ++c) top = std::max(top, row[c]);
+      float total = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) total += Exp(row[c] - top);
+      lse[r] = top + std::log(total);
+      const int32_t label = labels[r];
+      nll[r] = label >= 0 && label < cols ? lse[r] - row[label] : 0.0f;
+    }
+  });
+  return 0;
+}
+
+// (logits [M, V], labels [M], logsumexp [M], dnll [M]) -> dlogits = (softmax(row) - onehot(label)) * dnll per row.
+int CrossEntropyGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  if (ndims[0] != 2 || std::strcmp(dtypes[1], "int32") != 0) return 2;
+  const float *logits = static_cast<const float *>(params[0]);
+  const int32_t *labels = static_cast<const int32_t *>(params[1]);
+  const float *lse = static_cast<const float *>(params[2]);
+  const float *dnll = static_cast<const float *>(params[3]);
+  float *dlogits = static_cast<float *>(params[4]);
+  const int64_t rows = shapes[0][0], cols = shapes[0][1];
+  albert::ParallelFor(rows, 1, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const float *row = logits + r * cols;
+      float *out = dlogits + r * cols;
+      const int32_t label = labels[r];
+      if (label < 0 || label >= cols) {
+        std::fill(out, out + cols, 0.0f);
+        continue;
+      }
+      const float shift = lse[r], scale = dnll[r];
+      for (int64_t c = 0; c < cols; ++c) out[c] = Exp(row[c] - shift) * scale;
+      out[label] -= scale;
+    }
+  });
   return 0;
 }
 
