@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
-from model_utils.errors import UserError, run_cli
+from model_utils.errors import UserError, as_user_error, run_cli
 from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
@@ -155,8 +155,26 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
                         f"{config.num_class}: pass --num_class {outputs}{hint}")
 
 
-def build_network(args: Config, task: str, task_config: Config, source: str):
-    """The task head with the checkpoint's weights (every parameter loaded), in inference mode."""
+def export_runtime(file_format: str, target: str, compute_type: str):
+    """How a network is built for export to `file_format` on `target` (a src.albert_model.Runtime): never with the
+    compiled CPU kernels (the file must load where this machine's .so is not). MINDIR and AIR keep the layout the
+    network has on `target`. ONNX moves the heads by transposes (MindSpore's ONNX export has no Unstack converter),
+    adds the mask by broadcasting, and writes LayerNorm and the tanh GELU as the patterns ONNX Runtime fuses.
+    A compute type `target` cannot run is refused as for training."""
+    from dataclasses import replace
+
+    from src.albert_model import Runtime
+    from src.device_setup import model_runtime
+
+    on_device = model_runtime(target, compute_type)
+    if file_format == "ONNX":
+        return Runtime(onnx_patterns=True)
+    return replace(on_device, kernels=False)
+
+
+def build_network(args: Config, task: str, task_config: Config, source: str, target: str):
+    """The task head with the checkpoint's weights (every parameter loaded), in inference mode, built for export
+    from `target`."""
     from src.run_config import config_beside, network_config
     from src.utils import load_weights, read_checkpoint
 
@@ -170,21 +188,21 @@ def build_network(args: Config, task: str, task_config: Config, source: str):
     if args.export_seq_length > net.max_position_embeddings:
         raise UserError(f"export_seq_length {args.export_seq_length} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
-    model = TASKS[task].build_model(task_config, net, False)
+    runtime = export_runtime(args.file_format, target, net.compute_type)
+    with as_user_error():
+        model = TASKS[task].build_model(task_config, net, False, runtime)
     model.set_train(False)
     load_weights(model, values, name=checkpoint)
     return model, net
 
 
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str) -> List[str]:
-    """ms.export into a hidden folder beside the target, then move what it wrote into place: a failed export
-    leaves nothing behind and readers never see half a file. MindSpore appends the format's suffix itself (and
-    writes <name>_graph.mindir + <name>_variables/ for models over 1 GB); returns the written paths."""
+    """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target,
+    then move what it wrote into place: a failed export leaves nothing behind and readers never see half a file.
+    MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
+    over 1 GB); returns the written paths."""
     import mindspore as ms
 
-    from src.albert_model import prepare_for_export
-
-    prepare_for_export(model, file_format)
     suffix = "." + file_format.lower()
     base = file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name
     if not os.path.basename(base) or os.path.isdir(base):
@@ -227,7 +245,7 @@ def main(argv: List[str]) -> int:
     from mindspore import Tensor
 
     device = setup_device(args.device_target, args.device_id)
-    model, net = build_network(args, task, task_config, source)
+    model, net = build_network(args, task, task_config, source, device.target)
     seq = args.export_seq_length
     batch = None if args.dynamic_batch else args.export_batch_size
     shape = TASKS[task].input_shape(task_config, batch, seq)

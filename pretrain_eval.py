@@ -63,7 +63,7 @@ def main(argv: List[str]) -> int:
     from src.albert_for_pre_training import AlbertPretrainEvalCell
     from src.atomic_files import save_json_atomic
     from src.dataset import check_schema
-    from src.device_setup import all_ranks_sum, setup_device
+    from src.device_setup import all_ranks_sum, model_runtime, setup_device
     from src.run_config import check_data_fits, data_meta
     from src.utils import load_weights
 
@@ -72,7 +72,7 @@ def main(argv: List[str]) -> int:
     check_data_fits(data_meta(config.eval_data_dir), net, seq_shape, config.eval_data_dir)
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
-    cell = AlbertPretrainEvalCell(net)
+    cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))
     cell.set_train(False)
     load_weights(cell, config.eval_ckpt)
     sums = evaluate(cell, config.eval_data_dir, config.eval_batch_size, device.rank, device.group_size)

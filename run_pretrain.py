@@ -23,10 +23,9 @@ def main(argv: List[str]) -> int:
     if not config.data_dir:
         raise UserError("set --data_dir to the pretraining MindRecord (see src.create_pretraining_data)")
 
-    from src import cpu_kernels
     from src.albert_for_pre_training import AlbertNetworkWithLoss
     from src.dataset import check_schema, create_pretraining_dataset
-    from src.device_setup import setup_device
+    from src.device_setup import kernels_status, setup_device
     from src.run_config import check_data_fits, config_beside, data_meta, network_config
     from src.settings import pretrain_settings
     from src.train_loop import fit
@@ -45,13 +44,15 @@ def main(argv: List[str]) -> int:
 
     log(f"device: {device.target} ({device.group_size} worker(s)); "
         f"network: {config.albert_config_file or config_beside(config.load_checkpoint_path) or config.albert_network}; "
-        f"kernels: {cpu_kernels.status()}")
+        f"kernels: {kernels_status(device.target)}")
 
     def make_dataset(rows):
         return create_pretraining_dataset(config.data_dir, config.batch_size, indices=rows)
 
-    fit(settings, lambda: AlbertNetworkWithLoss(net, is_training=True, return_parts=True), net, device,
-        seq_shape[-1], make_dataset, log)
+    def make_network(runtime):
+        return AlbertNetworkWithLoss(net, is_training=True, return_parts=True, runtime=runtime)
+
+    fit(settings, make_network, net, device, seq_shape[-1], make_dataset, log)
     return 0
 
 

@@ -43,7 +43,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from model_utils.config import ArgumentParser  # noqa: E402  (light: no framework import in the CLI checks)
-from model_utils.errors import UserError  # noqa: E402
+from model_utils.errors import UserError, as_user_error  # noqa: E402
 
 WORKER_FLAG = "--worker"  # internal: `python bench_x.py --worker` is a worker process
 PAUSE_S = 0.3  # between rounds, so the previous side's thread pool has gone to sleep before the next starts
@@ -165,13 +165,14 @@ def resolve_configs(args: argparse.Namespace) -> List[Tuple[str, Dict[str, Any]]
     """(label, our AlbertConfig as a dict) of the base config and of each --variant, validated."""
     from src.albert_model import AlbertConfig
 
-    base = AlbertConfig.from_json_file(args.albert_config_file) if args.albert_config_file \
-        else AlbertConfig.from_preset(args.network)
-    base = AlbertConfig.from_dict({**base.to_dict(), **parse_overrides(args.overrides, "--set")}, source="--set")
-    configs = [("base", base.to_dict())]
-    for text in args.variant:
-        changes = parse_overrides([part for part in text.split(",") if part.strip()], "--variant")
-        configs.append((text, AlbertConfig.from_dict({**base.to_dict(), **changes}, source="--variant").to_dict()))
+    with as_user_error():
+        base = AlbertConfig.from_json_file(args.albert_config_file) if args.albert_config_file \
+            else AlbertConfig.from_preset(args.network)
+        base = AlbertConfig.from_dict({**base.to_dict(), **parse_overrides(args.overrides, "--set")}, source="--set")
+        configs = [("base", base.to_dict())]
+        for text in args.variant:
+            changes = parse_overrides([part for part in text.split(",") if part.strip()], "--variant")
+            configs.append((text, AlbertConfig.from_dict({**base.to_dict(), **changes}, source="--variant").to_dict()))
     longest = max(args.seq_length)
     for label, config in configs:
         if longest > config["max_position_embeddings"]:
@@ -295,14 +296,15 @@ class Side:
 
 
 class MindSporeSide(Side):
-    """GRAPH mode on CPU through the package's own setup_device (threads via op_tuning.threads_num)."""
+    """GRAPH mode on CPU through the package's own setup_device (threads via op_tuning.threads_num); `device` is
+    what it set up."""
 
     def set_threads(self, threads: int) -> None:
         import mindspore as ms
 
         from src.device_setup import setup_device
 
-        setup_device("CPU", cpu_threads=threads, seed=int(self.spec["seed"]))
+        self.device = setup_device("CPU", cpu_threads=threads, seed=int(self.spec["seed"]))
         self.framework = f"mindspore {ms.__version__} (GRAPH mode)"
 
     def matmul_gflops(self, size: int) -> float:

@@ -62,13 +62,15 @@ class Exporter(common.MindSporeSide):
         import numpy as np
         from mindspore import Tensor
 
-        from export import export_atomically
+        from export import export_atomically, export_runtime
         from src.albert_model import AlbertConfig
         from src.finetune_eval_model import AlbertForSequenceClassification
         from src.utils import load_weights
 
         spec = self.spec
-        model = AlbertForSequenceClassification(AlbertConfig(**spec["config"]), spec["num_labels"])
+        config = AlbertConfig(**spec["config"])
+        runtime = export_runtime(file_format, self.device.target, config.compute_type)
+        model = AlbertForSequenceClassification(config, spec["num_labels"], runtime=runtime)
         model.set_train(False)
         if spec["weights"]:
             load_weights(model, common.hf_state_to_ours(spec["weights"]))

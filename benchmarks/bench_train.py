@@ -87,25 +87,27 @@ class OursTrain(common.MindSporeSide):
     def build(self) -> Dict[str, Any]:
         from mindspore import Tensor
 
-        from src import cpu_kernels
         from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertTrainOneStepCell
         from src.albert_model import AlbertConfig
+        from src.device_setup import kernels_status, model_runtime
         from src.optimization import build_optimizer
         from src.utils import load_weights
 
         train = self.spec["train"]
-        net = AlbertNetworkWithLoss(AlbertConfig(**self.spec["config"]), is_training=True)
+        config = AlbertConfig(**self.spec["config"])
+        runtime = model_runtime(self.device.target, config.compute_type)  # the training path users get
+        net = AlbertNetworkWithLoss(config, is_training=True, runtime=runtime)
         if self.spec["weights"]:
             load_weights(net, common.hf_state_to_ours(self.spec["weights"]))
         optimizer = build_optimizer("AdamWeightDecay", net.trainable_params(), train["adam"], train["total_steps"])
         self.cell = AlbertTrainOneStepCell(net, optimizer, loss_scale=train["loss_scale"],
                                            scale_factor=train["scale_factor"], scale_window=train["scale_window"],
-                                           clip_norm=train["clip_norm"])
+                                           clip_norm=train["clip_norm"], use_kernels=runtime.kernels)
         self.cell.set_train(True)
         self.inputs = [Tensor(column) for column in _batch(self.spec).values()]
         self.overflows = 0
         return {"parameters": sum(p.size for p in net.trainable_params()),
-                "masked_positions": int(self.inputs[4].shape[1]), "kernels": cpu_kernels.status()}
+                "masked_positions": int(self.inputs[4].shape[1]), "kernels": kernels_status(self.device.target)}
 
     def _call(self) -> float:
         loss, overflow = self.cell(*self.inputs)[:2]

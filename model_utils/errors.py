@@ -2,16 +2,29 @@
 
 A traceback tells a user nothing about which file or key was wrong, so entry points raise `UserError`
 with a message naming the culprit and `run_cli` prints just that line. `--verbose` shows the traceback.
+The model's config and cells refuse a value with ValueError, in their own terms; entry points wrap the calls that
+load a config or build a network from the user's values in `as_user_error()`.
 """
 import sys
 import traceback
-from typing import Callable, List, Optional, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterator, List, Optional, Sequence
 
 EXIT_USER_ERROR = 2
 
 
 class UserError(Exception):
     """Bad input from the user (file, key, value): printed as one line, exit code 2."""
+
+
+@contextmanager
+def as_user_error() -> Iterator[None]:
+    """A ValueError raised inside becomes a UserError with the same message. Only around calls whose values come
+    from the user (a network config, a head's options): elsewhere a ValueError is a bug and keeps its traceback."""
+    try:
+        yield
+    except ValueError as err:
+        raise UserError(str(err)) from err
 
 
 def run_cli(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[str]] = None) -> int:

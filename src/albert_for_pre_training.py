@@ -7,10 +7,9 @@ from mindspore.common.initializer import TruncatedNormal
 from mindspore.communication import get_group_size
 from mindspore.context import ParallelMode
 
-from model_utils.errors import UserError
 from src import cpu_kernels
-from src.albert_model import (Activation, AlbertConfig, AlbertModel, dense_layer, layer_norm,
-                              name_parameters_by_path, uses_cpu_kernels)
+from src.albert_model import (PORTABLE, Activation, AlbertConfig, AlbertModel, Runtime, dense_layer, layer_norm,
+                              name_parameters_by_path)
 
 
 def gather_positions(sequence, positions):
@@ -25,17 +24,18 @@ def gather_positions(sequence, positions):
 class AlbertMLMHead(nn.Cell):
     """H -> E transform, activation, LayerNorm, then logits against the (tied) word embeddings plus a bias."""
 
-    def __init__(self, config: AlbertConfig, word_embeddings: Parameter):
+    def __init__(self, config: AlbertConfig, word_embeddings: Parameter, runtime: Runtime = PORTABLE):
         super().__init__()
-        self.dense = dense_layer(config.hidden_size, config.embedding_size, config)
-        self.activation = Activation(config.hidden_act, uses_cpu_kernels(config))
-        self.LayerNorm = layer_norm(config.embedding_size, config)
+        self.dense = dense_layer(config.hidden_size, config.embedding_size, config, runtime)
+        self.activation = Activation(config.hidden_act, runtime.kernels, runtime.onnx_patterns)
+        self.LayerNorm = layer_norm(config.embedding_size, config, runtime)
         self.bias = Parameter(ops.zeros(config.vocab_size, ms.float32), name="bias")
         self.word_embeddings = word_embeddings  # the backbone's table: tied, not a second Parameter
-        self.use_kernels = uses_cpu_kernels(config)
-        self.decoder_matmul = ops.MatMul(transpose_b=True)
+        self.use_kernels = runtime.kernels
         if self.use_kernels:
             self.decoder_kernel = cpu_kernels.matmul_nt_bias()  # the bias added in the product, its gradient fused
+        else:
+            self.decoder_matmul = ops.MatMul(transpose_b=True)
 
     def construct(self, hidden_states):
         transformed = self.LayerNorm(self.activation(self.dense(hidden_states)).astype(ms.float32))
@@ -63,10 +63,10 @@ class AlbertSOPHead(nn.Cell):
 class AlbertPreTraining(nn.Cell):
     """(input_ids, token_type_ids, input_mask, masked_lm_positions) -> (mlm_logits [B, P, V], sop_logits [B, 2])."""
 
-    def __init__(self, config: AlbertConfig, is_training: bool = False):
+    def __init__(self, config: AlbertConfig, is_training: bool = False, runtime: Runtime = PORTABLE):
         super().__init__()
-        self.albert = AlbertModel(config, is_training)
-        self.predictions = AlbertMLMHead(config, self.albert.embeddings.word_embeddings.embedding_table)
+        self.albert = AlbertModel(config, is_training, runtime)
+        self.predictions = AlbertMLMHead(config, self.albert.embeddings.word_embeddings.embedding_table, runtime)
         self.sop_classifier = AlbertSOPHead(config)
         name_parameters_by_path(self)
 
@@ -121,10 +121,11 @@ class AlbertNetworkWithLoss(nn.Cell):
     `AlbertTrainOneStepCell` takes either form and differentiates the total).
     """
 
-    def __init__(self, config: AlbertConfig, is_training: bool = True, return_parts: bool = False):
+    def __init__(self, config: AlbertConfig, is_training: bool = True, return_parts: bool = False,
+                 runtime: Runtime = PORTABLE):
         super().__init__(auto_prefix=False)  # parameter names stay AlbertPreTraining's (the checkpoint names)
-        self.albert_pretraining = AlbertPreTraining(config, is_training)
-        self.loss = AlbertPretrainingLoss(uses_cpu_kernels(config))
+        self.albert_pretraining = AlbertPreTraining(config, is_training, runtime)
+        self.loss = AlbertPretrainingLoss(runtime.kernels)
         self.return_parts = return_parts
 
     def construct(self, input_ids, input_mask, segment_ids, next_sentence_labels, masked_lm_positions,
@@ -159,7 +160,8 @@ class AlbertTrainOneStepCell(nn.Cell):
     - Clipping: the averaged, unscaled gradients are clipped to global norm `clip_norm` (None or 0 = off).
       Unscaling, averaging and clipping are one division of each gradient by one number, after one read of all of
       them for the global norm (which is also the overflow check): an ALBERT with 90M parameters kept three
-      extra copies of its gradients otherwise.
+      extra copies of its gradients otherwise. With `use_kernels` (the network's Runtime has the compiled CPU
+      kernels; float32 weights) the norm and the division are one compiled pass each.
 
     Returns (loss, overflow, loss_scale, *extra network outputs). `overflow` is True when this call's optimizer
     update was skipped because of inf/nan gradients; calls that only accumulate report False.
@@ -167,13 +169,15 @@ class AlbertTrainOneStepCell(nn.Cell):
 
     def __init__(self, network: nn.Cell, optimizer: nn.Optimizer, loss_scale: Optional[float] = None,
                  scale_factor: float = 2.0, scale_window: int = 1000, clip_norm: Optional[float] = 1.0,
-                 accumulation_steps: int = 1, float_status: bool = False):
+                 accumulation_steps: int = 1, float_status: bool = False, use_kernels: bool = False):
         super().__init__(auto_prefix=False)
         _check_train_options(loss_scale, scale_factor, scale_window, clip_norm, accumulation_steps)
         self.network = network
         self.network.set_grad()
         self.optimizer = optimizer
         self.weights = optimizer.parameters
+        if use_kernels and any(weight.dtype != ms.float32 for weight in self.weights):
+            raise ValueError("use_kernels needs float32 weights: the compiled CPU kernels take float32 gradients")
         self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
         self.hyper_map = ops.HyperMap()
         self.use_loss_scale = loss_scale is not None
@@ -194,8 +198,8 @@ class AlbertTrainOneStepCell(nn.Cell):
             self.grad_reducer = nn.DistributedGradReducer(self.weights, ms.get_auto_parallel_context("gradients_mean"),
                                                           get_group_size())
             self.overflow_all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
-        self.use_kernels = cpu_kernels.active() and all(weight.dtype == ms.float32 for weight in self.weights)
-        if self.use_kernels:
+        self.use_kernels = use_kernels
+        if use_kernels:
             self.norm_kernel, self.divide_kernel = cpu_kernels.scaled_squared_norm(), cpu_kernels.divide_by_scalar()
 
     def construct(self, *inputs):
@@ -268,12 +272,12 @@ class AlbertTrainOneStepCell(nn.Cell):
 def _check_train_options(loss_scale: Optional[float], scale_factor: float, scale_window: int,
                          clip_norm: Optional[float], accumulation_steps: int) -> None:
     if loss_scale is not None and (loss_scale < 1 or scale_factor <= 1 or scale_window < 1):
-        raise UserError(f"loss scaling needs loss_scale_value >= 1, scale_factor > 1 and scale_window >= 1; got "
-                        f"{loss_scale}, {scale_factor}, {scale_window}")
+        raise ValueError(f"loss scaling needs loss_scale_value >= 1, scale_factor > 1 and scale_window >= 1; got "
+                         f"{loss_scale}, {scale_factor}, {scale_window}")
     if clip_norm is not None and clip_norm < 0:
-        raise UserError(f"clip_norm must be >= 0 (0 = no clipping), got {clip_norm}")
+        raise ValueError(f"clip_norm must be >= 0 (0 = no clipping), got {clip_norm}")
     if accumulation_steps < 1:
-        raise UserError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
+        raise ValueError(f"accumulation_steps must be >= 1, got {accumulation_steps}")
 
 
 class AlbertPretrainEvalCell(nn.Cell):
@@ -283,9 +287,9 @@ class AlbertPretrainEvalCell(nn.Cell):
     (masked-LM correct weight, masked-LM weight, masked-LM weighted NLL, SOP correct, SOP NLL, examples).
     """
 
-    def __init__(self, config: AlbertConfig):
+    def __init__(self, config: AlbertConfig, runtime: Runtime = PORTABLE):
         super().__init__(auto_prefix=False)  # parameter names stay AlbertPreTraining's (the checkpoint names)
-        self.albert_pretraining = AlbertPreTraining(config, is_training=False)
+        self.albert_pretraining = AlbertPreTraining(config, is_training=False, runtime=runtime)
 
     def construct(self, input_ids, input_mask, segment_ids, next_sentence_labels, masked_lm_positions,
                   masked_lm_ids, masked_lm_weights, example_weights):

@@ -3,6 +3,9 @@
 One class per concept, named like HF transformers' `modeling_albert.py`, so a checkpoint name is the attribute path:
 `albert.encoder.albert_layer_groups.0.albert_layers.1.attention.query.weight`.
 
+How the cells build their graph for where they run (compiled CPU kernels, how attention heads move, the mask's
+shape, ONNX patterns) is a `Runtime` passed to them; no cell asks the device. Invalid values raise ValueError.
+
 Shapes: B batch, S sequence, E embedding size, H hidden size, N heads, D = H / N head size.
 """
 import copy
@@ -16,9 +19,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
-from model_utils.errors import UserError
 from src import cpu_kernels
-from src.device_checks import compute_type_problem
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
 SHARE_TYPES = ("all", "attention", "ffn", "none")
@@ -79,7 +80,7 @@ class AlbertConfig:
             checks.append((0.0 <= getattr(self, name) < 1.0, f"{name} must be in [0, 1), got {getattr(self, name)}"))
         for ok, message in checks:
             if not ok:
-                raise UserError(f"invalid ALBERT config: {message}")
+                raise ValueError(f"invalid ALBERT config: {message}")
 
     @classmethod
     def from_dict(cls, values: Dict[str, Any], source: str = "config") -> "AlbertConfig":
@@ -89,11 +90,11 @@ class AlbertConfig:
         act = values.get("hidden_act", "gelu")
         if is_hf:
             if act not in HF_ACTIVATIONS:
-                raise UserError(f"{source}: hidden_act {act!r} has no ALBERT equivalent")
+                raise ValueError(f"{source}: hidden_act {act!r} has no ALBERT equivalent")
             values["hidden_act"] = HF_ACTIVATIONS[act]
             if values.get("position_embedding_type", "absolute") != "absolute":
-                raise UserError(f"{source}: position_embedding_type "
-                                f"{values['position_embedding_type']!r} is not supported (only 'absolute')")
+                raise ValueError(f"{source}: position_embedding_type "
+                                 f"{values['position_embedding_type']!r} is not supported (only 'absolute')")
         known = {f.name for f in fields(cls)}
         kwargs = {k: v for k, v in values.items() if k in known}
         types = {f.name: f.type for f in fields(cls)}
@@ -102,7 +103,7 @@ class AlbertConfig:
             if expected is float and isinstance(value, int) and not isinstance(value, bool):
                 kwargs[key] = float(value)
             elif not isinstance(value, expected) or isinstance(value, bool):
-                raise UserError(f"{source}: key '{key}' expects {expected.__name__}, got {value!r}")
+                raise ValueError(f"{source}: key '{key}' expects {expected.__name__}, got {value!r}")
         return cls(**kwargs)
 
     @classmethod
@@ -112,17 +113,17 @@ class AlbertConfig:
             with open(path, encoding="utf-8") as handle:
                 values = json.load(handle)
         except FileNotFoundError:
-            raise UserError(f"config file not found: {path}") from None
+            raise ValueError(f"config file not found: {path}") from None
         except json.JSONDecodeError as err:
-            raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from None
+            raise ValueError(f"{path} line {err.lineno}: malformed json ({err.msg})") from None
         if not isinstance(values, dict):
-            raise UserError(f"{path}: expected a json object of config keys")
+            raise ValueError(f"{path}: expected a json object of config keys")
         return cls.from_dict(values, source=str(path))
 
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> "AlbertConfig":
         if name not in PRESETS:
-            raise UserError(f"unknown ALBERT preset {name!r}; choose from {sorted(PRESETS)}")
+            raise ValueError(f"unknown ALBERT preset {name!r}; choose from {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
 
     def replace(self, **changes: Any) -> "AlbertConfig":
@@ -164,14 +165,49 @@ PRESETS["albert_zh_xlarge"] = _chinese(2048, 24, 32)
 PRESETS["albert_tiny"] = dict(_english(128, 4, 4, 0.0), embedding_size=64)
 
 
-def uses_cpu_kernels(config: AlbertConfig) -> bool:
-    """Whether cells built now for `config` run the compiled CPU kernels (float32 on CPU, src/cpu_kernels.py)."""
-    return config.compute_type == "float32" and cpu_kernels.active()
+@dataclass(frozen=True)
+class Runtime:
+    """How the cells build their graph: the same function on every path (tests/test_model_parity.py checks each
+    against HF transformers), with the operations that suit where the network runs. Chosen once, by
+    `src.device_setup.model_runtime` for training and evaluation and by export.py's `export_runtime` for exported
+    files, and passed down to every cell; no cell looks at the device itself.
+
+    kernels: dense layers, LayerNorm, the tanh GELU, the attention products and softmax, and in pretraining the
+        masked-LM decoder and cross entropy as the compiled CPU kernels (src/cpu_kernels.py): float32 only, and
+        never in an exported file (it must load without this machine's .so). The attention products read the heads
+        in place in [B, S, H] (split_heads then does not apply); the compiled softmax takes the mask in the scores'
+        shape, so kernels need `broadcast_mask`.
+    split_heads: attention heads moved between [B, S, H] and [B, N, S, D] by a split and a stack instead of
+        transposes: on CPU MindSpore's Transpose kernels each keep about twice their output's size allocated for the
+        whole run (~100 MB per layer at batch 32) and are slower than a split and a stack. MindSpore's ONNX export
+        cannot convert them (it has no Unstack converter).
+    broadcast_mask: the additive mask broadcast once to the scores' shape [B, N, S, S]: on CPU a broadcasting Add in
+        every layer keeps its own broadcast copies (~100 MB per layer at batch 32). Otherwise [B, 1, 1, S] is added
+        as it is (ONNX Runtime needs no [B, N, S, S] copy: 226 MB at batch 32, seq 384).
+    onnx_patterns: LayerNorm and the tanh GELU written as the operations ONNX Runtime fuses into single kernels
+        (MindSpore's converter writes its own LayerNorm as a pattern ONNX Runtime leaves unfused).
+    """
+
+    kernels: bool = False
+    split_heads: bool = False
+    broadcast_mask: bool = False
+    onnx_patterns: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kernels and not self.broadcast_mask:
+            raise ValueError("the compiled CPU kernels need broadcast_mask (their softmax takes the mask in the "
+                             "scores' shape)")
 
 
-def dense_layer(in_size: int, out_size: int, config: AlbertConfig, has_bias: bool = True) -> nn.Dense:
+# MindSpore's own operations, heads moved by transposes, the mask added by broadcasting: valid on any device and for
+# any export.
+PORTABLE = Runtime()
+
+
+def dense_layer(in_size: int, out_size: int, config: AlbertConfig, runtime: Runtime,
+                has_bias: bool = True) -> nn.Dense:
     """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
-    layer = cpu_kernels.Dense(in_size, out_size, uses_cpu_kernels(config),
+    layer = cpu_kernels.Dense(in_size, out_size, runtime.kernels,
                               weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros",
                               has_bias=has_bias)
     if config.compute_type != "float32":
@@ -179,8 +215,8 @@ def dense_layer(in_size: int, out_size: int, config: AlbertConfig, has_bias: boo
     return layer
 
 
-def layer_norm(size: int, config: AlbertConfig) -> nn.LayerNorm:
-    return cpu_kernels.LayerNorm(size, config.layer_norm_eps, uses_cpu_kernels(config))
+def layer_norm(size: int, config: AlbertConfig, runtime: Runtime) -> nn.LayerNorm:
+    return cpu_kernels.LayerNorm(size, config.layer_norm_eps, runtime.kernels, runtime.onnx_patterns)
 
 
 def _embedding(count: int, size: int, config: AlbertConfig) -> nn.Embedding:
@@ -195,16 +231,16 @@ class Activation(nn.Cell):
 
     The tanh approximation is x * sigmoid(2 * sqrt(2/pi) * (x + 0.044715 x^3)), the same function
     (0.5 * (1 + tanh(z)) = sigmoid(2z)): one compiled kernel with `use_kernels`, otherwise these element-wise ops,
-    which with their gradients run on CPU about 3x faster than MindSpore's fused GeLU/GeLUGrad kernels. For ONNX
-    export (`onnx_pattern`, set by prepare_for_export) it is written 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))),
-    the form ONNX Runtime's FastGeluFusion turns into one kernel.
+    which with their gradients run on CPU about 3x faster than MindSpore's fused GeLU/GeLUGrad kernels. With
+    `onnx_pattern` (ONNX export) it is written 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the form ONNX
+    Runtime's FastGeluFusion turns into one kernel.
     """
 
-    def __init__(self, name: str, use_kernels: bool = False):
+    def __init__(self, name: str, use_kernels: bool = False, onnx_pattern: bool = False):
         super().__init__()
         self.name = name
         self.use_kernels = use_kernels and name in ("gelu", "gelu_new")
-        self.onnx_pattern = False
+        self.onnx_pattern = onnx_pattern
         if self.use_kernels:
             self.gelu_kernel = cpu_kernels.gelu_tanh()
 
@@ -223,12 +259,12 @@ class Activation(nn.Cell):
 class AlbertEmbeddings(nn.Cell):
     """Word + position + token-type embeddings of size E, then LayerNorm and dropout (projection to H is later)."""
 
-    def __init__(self, config: AlbertConfig, is_training: bool):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
         super().__init__()
         self.word_embeddings = _embedding(config.vocab_size, config.embedding_size, config)
         self.position_embeddings = _embedding(config.max_position_embeddings, config.embedding_size, config)
         self.token_type_embeddings = _embedding(config.type_vocab_size, config.embedding_size, config)
-        self.LayerNorm = layer_norm(config.embedding_size, config)
+        self.LayerNorm = layer_norm(config.embedding_size, config, runtime)
         self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
 
     def construct(self, input_ids, token_type_ids):
@@ -245,10 +281,11 @@ class AlbertAttention(nn.Cell):
     postln: LayerNorm(x + Attn(x)).   preln: x + Attn(LayerNorm(x)).
     The query-key product runs in compute_type (a float16 product leaves as float16; the query is scaled by
     1/sqrt(head_size) beforehand, which keeps the scores small); the scores are widened to float32 before the mask
-    and the softmax, whatever compute_type is.
+    and the softmax, whatever compute_type is. Heads move by transposes, or by a split and a stack with
+    `runtime.split_heads` (see Runtime).
     """
 
-    def __init__(self, config: AlbertConfig, is_training: bool):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
@@ -256,40 +293,36 @@ class AlbertAttention(nn.Cell):
         self.compute_type = COMPUTE_TYPES[config.compute_type]
         self.half_precision = config.compute_type != "float32"
         self.preln = config.ln_type == "preln"
-        self.query = dense_layer(config.hidden_size, config.hidden_size, config)
-        self.key = dense_layer(config.hidden_size, config.hidden_size, config)
-        self.value = dense_layer(config.hidden_size, config.hidden_size, config)
-        self.dense = dense_layer(config.hidden_size, config.hidden_size, config)
-        self.LayerNorm = layer_norm(config.hidden_size, config)
+        self.query = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
+        self.key = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
+        self.value = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
+        self.dense = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
+        self.LayerNorm = layer_norm(config.hidden_size, config, runtime)
         self.attention_dropout = nn.Dropout(p=config.attention_probs_dropout_prob if is_training else 0.0)
         self.output_dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
-        # Batched products on [B, N, ...] as they are (no broadcasting, key used untransposed).
-        self.scores_matmul = ops.BatchMatMul(transpose_b=True)
-        self.context_matmul = ops.BatchMatMul()
-        # Heads move between [B, S, H] and [B, N, S, D] by transposes, except on CPU: there MindSpore's Transpose
-        # kernels each keep about twice their output's size allocated for the whole run (~100 MB per layer at
-        # batch 32) and are slower than a split and a stack (which MindSpore's ONNX export cannot convert:
-        # prepare_for_export switches ONNX back to transposes).
-        self.transpose_heads = ms.get_context("device_target") != "CPU"
-        self.use_kernels = uses_cpu_kernels(config)
+        self.split_heads = runtime.split_heads
+        self.use_kernels = runtime.kernels
         if self.use_kernels:
             self.softmax_kernel = cpu_kernels.masked_softmax()
             self.scores_kernel, self.context_kernel = cpu_kernels.attention_products(self.num_heads)
             self.scale_tensor, self.one = Tensor([self.scale], ms.float32), Tensor([1.0], ms.float32)
+        else:  # batched products on [B, N, ...] as they are (no broadcasting, key used untransposed)
+            self.scores_matmul = ops.BatchMatMul(transpose_b=True)
+            self.context_matmul = ops.BatchMatMul()
 
     def _split_heads(self, x):
         """[B, S, H] -> [B, N, S, D]."""
-        if self.transpose_heads:
-            batch, seq, _ = x.shape
-            return x.reshape(batch, seq, self.num_heads, self.head_size).transpose(0, 2, 1, 3)
-        return ops.stack(ops.split(x, self.head_size, -1), 1)
+        if self.split_heads:
+            return ops.stack(ops.split(x, self.head_size, -1), 1)
+        batch, seq, _ = x.shape
+        return x.reshape(batch, seq, self.num_heads, self.head_size).transpose(0, 2, 1, 3)
 
     def _merge_heads(self, x):
         """[B, N, S, D] -> [B, S, H]."""
-        if self.transpose_heads:
-            batch, _, seq, _ = x.shape
-            return x.transpose(0, 2, 1, 3).reshape(batch, seq, -1)
-        return ops.concat(ops.unstack(x, 1), -1)
+        if self.split_heads:
+            return ops.concat(ops.unstack(x, 1), -1)
+        batch, _, seq, _ = x.shape
+        return x.transpose(0, 2, 1, 3).reshape(batch, seq, -1)
 
     def _attend(self, inputs, attention_bias):
         """[B, S, H] -> context [B, S, H] by MindSpore's operations, heads moved to [B, N, S, D] and back."""
@@ -333,14 +366,14 @@ class AlbertLayer(nn.Cell):
 
     FFN_CELLS = ("ffn", "ffn_output", "full_layer_layer_norm")
 
-    def __init__(self, config: AlbertConfig, is_training: bool):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
         super().__init__()
         self.preln = config.ln_type == "preln"
-        self.attention = AlbertAttention(config, is_training)
-        self.ffn = dense_layer(config.hidden_size, config.intermediate_size, config)
-        self.ffn_output = dense_layer(config.intermediate_size, config.hidden_size, config)
-        self.full_layer_layer_norm = layer_norm(config.hidden_size, config)
-        self.activation = Activation(config.hidden_act, uses_cpu_kernels(config))
+        self.attention = AlbertAttention(config, is_training, runtime)
+        self.ffn = dense_layer(config.hidden_size, config.intermediate_size, config, runtime)
+        self.ffn_output = dense_layer(config.intermediate_size, config.hidden_size, config, runtime)
+        self.full_layer_layer_norm = layer_norm(config.hidden_size, config, runtime)
+        self.activation = Activation(config.hidden_act, runtime.kernels, runtime.onnx_patterns)
         self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
 
     def construct(self, hidden_states, attention_bias):
@@ -355,9 +388,10 @@ class AlbertLayer(nn.Cell):
 class AlbertLayerGroup(nn.Cell):
     """`inner_group_num` distinct blocks applied in sequence; a group is the unit Google's ALBERT shares."""
 
-    def __init__(self, config: AlbertConfig, is_training: bool):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
         super().__init__()
-        self.albert_layers = nn.CellList([AlbertLayer(config, is_training) for _ in range(config.inner_group_num)])
+        self.albert_layers = nn.CellList([AlbertLayer(config, is_training, runtime)
+                                          for _ in range(config.inner_group_num)])
 
     def construct(self, hidden_states, attention_bias):
         for layer in self.albert_layers:
@@ -378,12 +412,13 @@ class AlbertTransformer(nn.Cell):
     as in the group Google's rule would pick, so it has one Parameter and one checkpoint name.
     """
 
-    def __init__(self, config: AlbertConfig, is_training: bool):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
         super().__init__()
         layers, groups = config.num_hidden_layers, config.num_hidden_groups
-        self.embedding_hidden_mapping_in = dense_layer(config.embedding_size, config.hidden_size, config)
+        self.embedding_hidden_mapping_in = dense_layer(config.embedding_size, config.hidden_size, config, runtime)
         own_groups = groups if config.share_type == "all" else layers
-        self.albert_layer_groups = nn.CellList([AlbertLayerGroup(config, is_training) for _ in range(own_groups)])
+        self.albert_layer_groups = nn.CellList([AlbertLayerGroup(config, is_training, runtime)
+                                                for _ in range(own_groups)])
         if config.share_type == "all":
             self.layer_to_group = [group_index(i, layers, groups) for i in range(layers)]
         else:
@@ -421,21 +456,17 @@ def name_parameters_by_path(cell: nn.Cell) -> None:
 class AlbertModel(nn.Cell):
     """(input_ids, token_type_ids, input_mask) [B, S] int -> (sequence_output [B, S, H], pooled_output [B, H])."""
 
-    def __init__(self, config: AlbertConfig, is_training: bool = False):
+    def __init__(self, config: AlbertConfig, is_training: bool = False, runtime: Runtime = PORTABLE):
         super().__init__()
         config = copy.deepcopy(config)
         config.validate()
-        problem = compute_type_problem(ms.get_context("device_target"), config.compute_type)
-        if problem:
-            raise UserError(problem)
+        if runtime.kernels and config.compute_type != "float32":
+            raise ValueError(f"the compiled CPU kernels are float32 only, compute_type is {config.compute_type}")
         self.config = config
-        self.embeddings = AlbertEmbeddings(config, is_training)
-        self.encoder = AlbertTransformer(config, is_training)
-        self.pooler = dense_layer(config.hidden_size, config.hidden_size, config)
-        # On CPU the mask is broadcast once to the scores' shape [B, N, S, S]: a broadcasting Add in every layer
-        # would keep its own broadcast copies there (~100 MB per layer at batch 32), and the compiled softmax takes
-        # operands of one shape. Elsewhere [B, 1, 1, S] is added as it is.
-        self.broadcast_mask = ms.get_context("device_target") == "CPU"
+        self.embeddings = AlbertEmbeddings(config, is_training, runtime)
+        self.encoder = AlbertTransformer(config, is_training, runtime)
+        self.pooler = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
+        self.broadcast_mask = runtime.broadcast_mask
         self.num_heads = config.num_attention_heads
         name_parameters_by_path(self)
 
@@ -449,22 +480,6 @@ class AlbertModel(nn.Cell):
         sequence_output = self.encoder(self.embeddings(input_ids, token_type_ids), attention_bias)
         pooled_output = ops.tanh(self.pooler(sequence_output[:, 0]).astype(ms.float32))
         return sequence_output, pooled_output
-
-
-def prepare_for_export(network: nn.Cell, file_format: str) -> None:
-    """Before ms.export: MindSpore's own operations only (the file must not need this machine's compiled kernels).
-    For ONNX, the attention heads moved by transposes (MindSpore's ONNX export has no Unstack converter), the mask
-    added by broadcasting (ONNX Runtime needs no [B, N, S, S] copy of it: 226 MB at batch 32, seq 384), and
-    LayerNorm and the tanh GELU written as the patterns ONNX Runtime fuses into single kernels (same functions)."""
-    cpu_kernels.use_native_ops(network)
-    onnx = file_format == "ONNX"
-    for _, cell in network.cells_and_names():
-        if isinstance(cell, AlbertModel):
-            cell.broadcast_mask = cell.broadcast_mask and not onnx
-        if isinstance(cell, AlbertAttention):
-            cell.transpose_heads = cell.transpose_heads or onnx
-        if isinstance(cell, (cpu_kernels.LayerNorm, Activation)):
-            cell.onnx_pattern = onnx
 
 
 def count_parameters(cell: nn.Cell) -> int:

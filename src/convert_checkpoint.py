@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from model_utils.config import ArgumentParser
-from model_utils.errors import UserError, run_cli
+from model_utils.errors import UserError, as_user_error, run_cli
 from src.albert_model import AlbertConfig
 
 Tensors = Dict[str, np.ndarray]
@@ -83,8 +83,14 @@ def read_hf(path: str, config_path: Optional[str]) -> Tuple[Tensors, AlbertConfi
         raise UserError(f"input not found: {path}")
     if os.path.getsize(weights) == 0:
         raise UserError(f"{weights}: empty file (an interrupted download?)")
-    config = AlbertConfig.from_json_file(config_path)
+    config = read_config(config_path)
     return (_read_safetensors(weights) if weights.endswith(".safetensors") else _read_torch_bin(weights)), config
+
+
+def read_config(path: str) -> AlbertConfig:
+    """The network config json given with (or beside) the weights."""
+    with as_user_error():
+        return AlbertConfig.from_json_file(path)
 
 
 def _read_safetensors(path: str) -> Tensors:
@@ -170,7 +176,7 @@ def read_tf(prefix: str, config_path: Optional[str]) -> Tuple[Tensors, AlbertCon
     from src.tf_checkpoint import read_tf_checkpoint
     if not config_path:
         raise UserError("--config albert_config.json is required with --src tf")
-    config = AlbertConfig.from_json_file(config_path)
+    config = read_config(config_path)
     try:
         return read_tf_checkpoint(prefix), config
     except (ValueError, OSError) as err:

@@ -11,11 +11,11 @@ products, and some products too:
 
 Nothing new is installed: the sources are compiled once with the system C++ compiler (for this CPU) into a per-user
 cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`) and loaded as Custom ops of type "aot", each with
-its own backward. MindSpore's own operations are used instead, with results equal up to float32 rounding, when the
-device target is not CPU, compute_type is not float32, no C++ compiler or oneDNN library is found, the compilation
-fails, `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set; `status()` says which.
-Exported models always use MindSpore's operations (`use_native_ops`, via `albert_model.prepare_for_export`), so a MINDIR
-never needs the .so.
+its own backward. Cells use them when their `albert_model.Runtime` says so: `src.device_setup.model_runtime` asks for
+them on CPU in float32 when `available()`. MindSpore's own operations are used instead, with results equal up to
+float32 rounding, on other devices, in other compute types, and when no C++ compiler or oneDNN library is found, the
+compilation fails, `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says
+which). Exported models never use them (export.py's `export_runtime`), so a MINDIR never needs the .so.
 """
 import ctypes
 import hashlib
@@ -102,16 +102,14 @@ def _build() -> Tuple[Optional[str], str]:
 
 
 def status() -> str:
-    """One line for logs: whether the network uses the compiled CPU kernels, and if not, why."""
-    if ms.get_context("device_target") != "CPU":
-        return "MindSpore operations (not on CPU)"
+    """One line for logs: whether float32 networks on CPU use the compiled kernels, and if not, why."""
     path, why = _build()
     return f"compiled CPU kernels, oneDNN sgemm ({path})" if path else f"MindSpore operations ({why})"
 
 
-def active() -> bool:
-    """True when cells built now take the compiled-kernel path."""
-    return ms.get_context("device_target") == "CPU" and _build()[0] is not None
+def available() -> bool:
+    """True when the kernel library is built (or was built now) and loadable by MindSpore on this machine."""
+    return _build()[0] is not None
 
 
 def set_threads(threads: int) -> None:
@@ -122,7 +120,10 @@ def set_threads(threads: int) -> None:
 
 
 def _kernel(name: str, out_shape, out_dtype=None, bprop=None) -> ops.Custom:
-    return ops.Custom(f"{_build()[0]}:{name}", out_shape=out_shape, out_dtype=out_dtype or (lambda *types: types[0]),
+    path, why = _build()
+    if path is None:
+        raise RuntimeError(f"the compiled CPU kernels are not available here ({why})")
+    return ops.Custom(f"{path}:{name}", out_shape=out_shape, out_dtype=out_dtype or (lambda *types: types[0]),
                       func_type="aot", bprop=bprop)
 
 
@@ -252,14 +253,14 @@ class Dense(nn.Dense):
 
 class LayerNorm(nn.LayerNorm):
     """nn.LayerNorm over the last axis (same parameters, names and initialisation) computed by `layer_norm` when
-    `use_kernels`."""
+    `use_kernels`, or written as `_onnx_pattern` with `onnx_pattern`."""
 
-    def __init__(self, size: int, epsilon: float, use_kernels: bool):
+    def __init__(self, size: int, epsilon: float, use_kernels: bool, onnx_pattern: bool = False):
         super().__init__((size,), epsilon=epsilon)
         self.use_kernels = use_kernels
-        # For ONNX export (prepare_for_export): the same function in the operations ONNX Runtime's LayerNormFusion
-        # recognises (MindSpore's converter writes its LayerNorm as a pattern ORT leaves unfused).
-        self.onnx_pattern = False
+        # For ONNX export: the same function in the operations ONNX Runtime's LayerNormFusion recognises
+        # (MindSpore's converter writes its LayerNorm as a pattern ORT leaves unfused).
+        self.onnx_pattern = onnx_pattern
         self.epsilon = epsilon
         if use_kernels:
             self.kernel = layer_norm()
@@ -280,9 +281,3 @@ class LayerNorm(nn.LayerNorm):
         variance = ops.pow(centered, 2.0).mean(-1, keep_dims=True)
         return centered / ops.sqrt(variance + self.epsilon) * self.gamma + self.beta
 
-
-def use_native_ops(network: nn.Cell) -> None:
-    """Switch every cell of `network` to MindSpore's own operations (before export: a MINDIR must not need the .so)."""
-    for _, cell in network.cells_and_names():
-        if hasattr(cell, "use_kernels"):
-            cell.use_kernels = False

@@ -5,7 +5,7 @@
 when it is created). `auto` says why a device the host has was passed over (src/device_checks.py). A distributed
 worker dies with its launcher, reports a cluster that does not form and a peer that stops (a collective op that
 fails) in one line, and exits 3 in the latter case (src/distributed_launch.py names the failed rank or node for the
-scripts).
+scripts). `model_runtime` then says how networks are built to run on the device (src/albert_model.py's Runtime).
 """
 import atexit
 import ctypes
@@ -24,7 +24,8 @@ from mindspore.context import ParallelMode
 
 from model_utils.errors import UserError
 from src import cpu_kernels
-from src.device_checks import ascend_unavailable_reason, gpu_unavailable_reason
+from src.albert_model import PORTABLE, Runtime
+from src.device_checks import ascend_unavailable_reason, compute_type_problem, gpu_unavailable_reason
 from src.distributed_launch import EXIT_CLUSTER_FAILED, EXIT_USER_ERROR
 
 DEVICE_TARGETS = ("auto", "CPU", "GPU", "Ascend")
@@ -101,6 +102,24 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
     if seed is not None:
         ms.set_seed(seed)
     return Device(target=target, rank=rank, group_size=group_size)
+
+
+def model_runtime(target: str, compute_type: str) -> Runtime:
+    """How networks of `compute_type` are built to train and evaluate on `target`: on CPU heads split and stacked and
+    the mask broadcast once, plus the compiled kernels in float32 when they are available; elsewhere MindSpore's own
+    operations as they are (Runtime says why). A compute type the target cannot run is the user's error."""
+    problem = compute_type_problem(target, compute_type)
+    if problem:
+        raise UserError(problem)
+    if target != "CPU":
+        return PORTABLE
+    return Runtime(kernels=compute_type == "float32" and cpu_kernels.available(), split_heads=True,
+                   broadcast_mask=True)
+
+
+def kernels_status(target: str) -> str:
+    """One line for logs: whether float32 networks on `target` run the compiled CPU kernels, and if not, why."""
+    return cpu_kernels.status() if target == "CPU" else "MindSpore operations (not on CPU)"
 
 
 def stop_with_launcher() -> None:

@@ -20,7 +20,7 @@ from typing import List, Sequence
 import numpy as np
 
 from model_utils.config import Config, parse_cli
-from model_utils.errors import UserError
+from model_utils.errors import UserError, as_user_error
 from src.atomic_files import save_json_atomic
 from src.dataset import check_schema, count_rows
 from src.inference import cell_runner, real_rows, run_padded
@@ -33,8 +33,7 @@ def run(task: Task, argv: Sequence[str]) -> int:
     config = parse_cli(task.config_file, argv, task.description)
     jobs = _check_config(task, config)
 
-    from src import cpu_kernels
-    from src.device_setup import setup_device
+    from src.device_setup import kernels_status, setup_device
 
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
@@ -46,7 +45,7 @@ def run(task: Task, argv: Sequence[str]) -> int:
     settings = finetune_settings(config, task.checkpoint_prefix)
     actions = ["train"] * bool(config.do_train) + [action for action, _ in jobs]
     log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}; "
-        f"kernels: {cpu_kernels.status()}")
+        f"kernels: {kernels_status(device.target)}")
     trained, net = None, None
     if config.do_train:
         trained, net = _train(task, settings, device, log)
@@ -109,8 +108,8 @@ def _train(task: Task, settings, device, log):
         log("no load_pretrain_checkpoint_path: the whole network starts from random weights")
     heads = []
 
-    def make_network():
-        heads.append(task.build_model(config, net, True))
+    def make_network(runtime):
+        heads.append(task.build_model(config, net, True, runtime))
         return task.build_loss(config, heads[0])
 
     def make_dataset(rows):
@@ -123,6 +122,7 @@ def _train(task: Task, settings, device, log):
 def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, data_file: str,
               action: str, output_dir: str, log) -> None:
     from src.checkpoints import latest_checkpoint
+    from src.device_setup import model_runtime
     from src.utils import load_weights
 
     source = "the fine-tuned weights of this run"
@@ -133,7 +133,9 @@ def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, d
                             f"this task in {save_dir} either)")
         net, _, _ = _network(config, data_file, task.eval_columns, checkpoint)
         source = checkpoint
-    model = task.build_model(config, net, False)
+    runtime = model_runtime(device.target, net.compute_type)
+    with as_user_error():
+        model = task.build_model(config, net, False, runtime)
     model.set_train(False)
     load_weights(model, {p.name: p for p in trained.get_parameters()} if trained is not None else source)
     total = count_rows(data_file)

@@ -3,13 +3,13 @@
 `answer_class.*`), so a pretraining checkpoint loads by name and only the head is new.
 
 Every head takes (input_ids, token_type_ids, input_mask [, p_mask]) and returns float32 outputs; these are also
-the inputs and outputs of the models `export.py` writes.
+the inputs and outputs of the models `export.py` writes. Each takes the `Runtime` its backbone is built with.
 """
 import mindspore as ms
 from mindspore import nn, ops
 
-from model_utils.errors import UserError
-from src.albert_model import AlbertConfig, AlbertModel, dense_layer, layer_norm, name_parameters_by_path
+from src.albert_model import (PORTABLE, AlbertConfig, AlbertModel, Runtime, dense_layer, layer_norm,
+                              name_parameters_by_path)
 
 # Added to logits where the answer cannot be (p_mask = 1), as Google's v2 model; logits are float32 there.
 MASKED_LOGIT = 1e30
@@ -27,14 +27,15 @@ class AlbertForSequenceClassification(nn.Cell):
     (input_ids, token_type_ids, input_mask) [B, S] -> logits [B, num_labels].
     """
 
-    def __init__(self, config: AlbertConfig, num_labels: int, dropout_prob: float = 0.1, is_training: bool = False):
+    def __init__(self, config: AlbertConfig, num_labels: int, dropout_prob: float = 0.1, is_training: bool = False,
+                 runtime: Runtime = PORTABLE):
         super().__init__()
         if num_labels < 1:
-            raise UserError(f"num_class must be >= 1 (1 = regression), got {num_labels}")
+            raise ValueError(f"num_class must be >= 1 (1 = regression), got {num_labels}")
         self.num_labels = num_labels
-        self.albert = AlbertModel(config, is_training)
+        self.albert = AlbertModel(config, is_training, runtime)
         self.dropout = nn.Dropout(p=dropout_prob if is_training else 0.0)
-        self.classifier = dense_layer(config.hidden_size, num_labels, config)
+        self.classifier = dense_layer(config.hidden_size, num_labels, config, runtime)
         name_parameters_by_path(self)
 
     def construct(self, input_ids, token_type_ids, input_mask):
@@ -49,11 +50,12 @@ class AlbertForMultipleChoice(nn.Cell):
     (input_ids, token_type_ids, input_mask) [B, C, S] -> scores [B, C].
     """
 
-    def __init__(self, config: AlbertConfig, dropout_prob: float = 0.1, is_training: bool = False):
+    def __init__(self, config: AlbertConfig, dropout_prob: float = 0.1, is_training: bool = False,
+                 runtime: Runtime = PORTABLE):
         super().__init__()
-        self.albert = AlbertModel(config, is_training)
+        self.albert = AlbertModel(config, is_training, runtime)
         self.dropout = nn.Dropout(p=dropout_prob if is_training else 0.0)
-        self.classifier = dense_layer(config.hidden_size, 1, config)
+        self.classifier = dense_layer(config.hidden_size, 1, config, runtime)
         name_parameters_by_path(self)
 
     def construct(self, input_ids, token_type_ids, input_mask):
@@ -70,10 +72,10 @@ class AlbertForQuestionAnswering(nn.Cell):
     (input_ids, token_type_ids, input_mask, p_mask) [B, S] -> (start_logits [B, S], end_logits [B, S]).
     """
 
-    def __init__(self, config: AlbertConfig, is_training: bool = False):
+    def __init__(self, config: AlbertConfig, is_training: bool = False, runtime: Runtime = PORTABLE):
         super().__init__()
-        self.albert = AlbertModel(config, is_training)
-        self.qa_outputs = dense_layer(config.hidden_size, 2, config)
+        self.albert = AlbertModel(config, is_training, runtime)
+        self.qa_outputs = dense_layer(config.hidden_size, 2, config, runtime)
         name_parameters_by_path(self)
 
     def construct(self, input_ids, token_type_ids, input_mask, p_mask):
@@ -85,9 +87,9 @@ class AlbertForQuestionAnswering(nn.Cell):
 class PoolerStartLogits(nn.Cell):
     """One logit per token: where the answer starts."""
 
-    def __init__(self, config: AlbertConfig):
+    def __init__(self, config: AlbertConfig, runtime: Runtime = PORTABLE):
         super().__init__()
-        self.dense = dense_layer(config.hidden_size, 1, config)
+        self.dense = dense_layer(config.hidden_size, 1, config, runtime)
 
     def construct(self, sequence_output, p_mask):
         return mask_logits(self.dense(sequence_output).astype(ms.float32).squeeze(-1), p_mask)  # [B, S]
@@ -99,11 +101,11 @@ class PoolerEndLogits(nn.Cell):
     sequence_output [..., S, H], start_states [..., S, H] (the start representation repeated along S) -> [..., S].
     """
 
-    def __init__(self, config: AlbertConfig):
+    def __init__(self, config: AlbertConfig, runtime: Runtime = PORTABLE):
         super().__init__()
-        self.dense_0 = dense_layer(2 * config.hidden_size, config.hidden_size, config)
-        self.LayerNorm = layer_norm(config.hidden_size, config)
-        self.dense_1 = dense_layer(config.hidden_size, 1, config)
+        self.dense_0 = dense_layer(2 * config.hidden_size, config.hidden_size, config, runtime)
+        self.LayerNorm = layer_norm(config.hidden_size, config, runtime)
+        self.dense_1 = dense_layer(config.hidden_size, 1, config, runtime)
 
     def construct(self, sequence_output, start_states, p_mask):
         hidden = ops.tanh(self.dense_0(ops.concat((sequence_output, start_states), -1)).astype(ms.float32))
@@ -115,11 +117,11 @@ class PoolerAnswerClass(nn.Cell):
     """One logit per example that the question has no answer, from [CLS] and the expected start representation
     (no dependence on the end, so every example gets a single score)."""
 
-    def __init__(self, config: AlbertConfig, dropout_prob: float, is_training: bool):
+    def __init__(self, config: AlbertConfig, dropout_prob: float, is_training: bool, runtime: Runtime = PORTABLE):
         super().__init__()
-        self.dense_0 = dense_layer(2 * config.hidden_size, config.hidden_size, config)
+        self.dense_0 = dense_layer(2 * config.hidden_size, config.hidden_size, config, runtime)
         self.dropout = nn.Dropout(p=dropout_prob if is_training else 0.0)
-        self.dense_1 = dense_layer(config.hidden_size, 1, config, has_bias=False)
+        self.dense_1 = dense_layer(config.hidden_size, 1, config, runtime, has_bias=False)
 
     def construct(self, start_states, cls_states):
         hidden = ops.tanh(self.dense_0(ops.concat((start_states, cls_states), -1)).astype(ms.float32))
@@ -138,15 +140,15 @@ class AlbertForSquadV2(nn.Cell):
     """
 
     def __init__(self, config: AlbertConfig, dropout_prob: float = 0.1, is_training: bool = False,
-                 start_n_top: int = 5, end_n_top: int = 5):
+                 start_n_top: int = 5, end_n_top: int = 5, runtime: Runtime = PORTABLE):
         super().__init__()
         if start_n_top < 1 or end_n_top < 1:
-            raise UserError(f"start_n_top and end_n_top must be >= 1, got {start_n_top} and {end_n_top}")
+            raise ValueError(f"start_n_top and end_n_top must be >= 1, got {start_n_top} and {end_n_top}")
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
-        self.albert = AlbertModel(config, is_training)
-        self.start_logits = PoolerStartLogits(config)
-        self.end_logits = PoolerEndLogits(config)
-        self.answer_class = PoolerAnswerClass(config, dropout_prob, is_training)
+        self.albert = AlbertModel(config, is_training, runtime)
+        self.start_logits = PoolerStartLogits(config, runtime)
+        self.end_logits = PoolerEndLogits(config, runtime)
+        self.answer_class = PoolerAnswerClass(config, dropout_prob, is_training, runtime)
         name_parameters_by_path(self)
 
     def _answer_class(self, sequence_output, start_logits):

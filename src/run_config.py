@@ -4,7 +4,7 @@ import os
 from typing import Optional, Sequence
 
 from model_utils.config import Config
-from model_utils.errors import UserError
+from model_utils.errors import UserError, as_user_error
 from src.albert_model import AlbertConfig
 from src.dataset import check_data_meta, load_data_meta
 
@@ -14,13 +14,14 @@ def network_config(config: Config, data_vocab_size: Optional[int], config_file: 
     vocabulary unless net_cfg.vocab_size sets it."""
     overrides = {key: value for key, value in config.net_cfg.to_dict().items() if value is not None}
     config_file = config.albert_config_file or config_file
-    if config_file:
-        base = AlbertConfig.from_json_file(config_file)
-    else:
-        base = AlbertConfig.from_preset(config.albert_network)
-        if data_vocab_size is not None:
-            overrides.setdefault("vocab_size", data_vocab_size)
-    return base.replace(**overrides)
+    with as_user_error():
+        if config_file:
+            base = AlbertConfig.from_json_file(config_file)
+        else:
+            base = AlbertConfig.from_preset(config.albert_network)
+            if data_vocab_size is not None:
+                overrides.setdefault("vocab_size", data_vocab_size)
+        return base.replace(**overrides)
 
 
 def config_beside(checkpoint: str) -> str:

@@ -43,7 +43,7 @@ class Task:
     eval_columns: Sequence[str]
     head_inputs: Sequence[str]  # eval columns given to the head, in its argument order
     dataset: Callable[..., object]  # (config, data, batch_size, is_training, indices) -> batched dataset
-    build_model: Callable[[Config, object, bool], object]  # (config, AlbertConfig, is_training) -> head
+    build_model: Callable[[Config, object, bool, object], object]  # (config, AlbertConfig, is_training, Runtime)
     build_loss: Callable[[Config, object], object]  # (config, head) -> network with loss (train columns in)
     report: Report
     head_prefix: str  # parameter names only this head has (classifier and RACE share theirs)
@@ -71,10 +71,11 @@ def classifier_dataset(config: Config, data, batch_size: int, is_training: bool,
                                          indices=indices)
 
 
-def classifier_model(config: Config, net, is_training: bool):
+def classifier_model(config: Config, net, is_training: bool, runtime):
     from src.finetune_eval_model import AlbertForSequenceClassification
 
-    return AlbertForSequenceClassification(net, config.num_class, config.classifier_dropout_prob, is_training)
+    return AlbertForSequenceClassification(net, config.num_class, config.classifier_dropout_prob, is_training,
+                                           runtime)
 
 
 def classifier_loss(config: Config, model):
@@ -155,10 +156,10 @@ def race_dataset(config: Config, data, batch_size: int, is_training: bool, indic
     return create_race_dataset(data, batch_size, is_training, indices=indices)
 
 
-def race_model(config: Config, net, is_training: bool):
+def race_model(config: Config, net, is_training: bool, runtime):
     from src.finetune_eval_model import AlbertForMultipleChoice
 
-    return AlbertForMultipleChoice(net, config.classifier_dropout_prob, is_training)
+    return AlbertForMultipleChoice(net, config.classifier_dropout_prob, is_training, runtime)
 
 
 def check_choices(config: Config, meta: dict, shape, path: str) -> None:
@@ -187,10 +188,10 @@ def squad_dataset(config: Config, data, batch_size: int, is_training: bool, indi
     return create_squad_dataset(data, batch_size, is_training, indices=indices)
 
 
-def squad_v1_model(config: Config, net, is_training: bool):
+def squad_v1_model(config: Config, net, is_training: bool, runtime):
     from src.finetune_eval_model import AlbertForQuestionAnswering
 
-    return AlbertForQuestionAnswering(net, is_training)
+    return AlbertForQuestionAnswering(net, is_training, runtime)
 
 
 def squad_v1_loss(config: Config, model):
@@ -199,10 +200,11 @@ def squad_v1_loss(config: Config, model):
     return AlbertSquadWithLoss(model)
 
 
-def squad_v2_model(config: Config, net, is_training: bool):
+def squad_v2_model(config: Config, net, is_training: bool, runtime):
     from src.finetune_eval_model import AlbertForSquadV2
 
-    return AlbertForSquadV2(net, config.classifier_dropout_prob, is_training, config.start_n_top, config.end_n_top)
+    return AlbertForSquadV2(net, config.classifier_dropout_prob, is_training, config.start_n_top, config.end_n_top,
+                            runtime)
 
 
 def squad_v2_loss(config: Config, model):

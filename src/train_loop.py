@@ -17,14 +17,14 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.train import Callback, Model
 
 from model_utils.config import Config
-from model_utils.errors import UserError
+from model_utils.errors import UserError, as_user_error
 from src.albert_for_pre_training import AlbertTrainOneStepCell
-from src.albert_model import AlbertConfig
+from src.albert_model import AlbertConfig, Runtime
 from src.checkpoints import (check_checkpoint_space, check_same_start, latest_checkpoint, list_checkpoints,
                              remove_stale_temporaries, resume_or_init, weights_digest)
 from src.dataset import count_rows
 from src.device_checks import overflow_needs_float_status
-from src.device_setup import Device
+from src.device_setup import Device, model_runtime
 from src.optimization import build_optimizer
 from src.settings import TrainSettings
 from src.step_plan import Progress, StepPlan
@@ -265,16 +265,18 @@ def sink_size(batches: int, requested: int, accumulation_steps: int) -> int:
     return per_sink * accumulation_steps
 
 
-def build_train_cell(config: Config, network: nn.Cell, total_steps: int) -> Tuple[nn.Optimizer, nn.Cell]:
+def build_train_cell(config: Config, network: nn.Cell, total_steps: int, target: str,
+                     use_kernels: bool) -> Tuple[nn.Optimizer, nn.Cell]:
     """The optimizer named by `config.optimizer` and the train-step cell around `network` (a network with loss),
-    from the yaml keys every training script shares (loss scaling, clipping, accumulation)."""
+    from the yaml keys every training script shares (loss scaling, clipping, accumulation), for the device `target`;
+    `use_kernels` when the network was built with the compiled CPU kernels."""
     section = config.optimizer_cfg[config.optimizer].to_dict()
     optimizer = build_optimizer(config.optimizer, network.trainable_params(), section, total_steps)
     cell = AlbertTrainOneStepCell(network, optimizer,
                                   loss_scale=float(config.loss_scale_value) if config.enable_lossscale else None,
                                   scale_factor=float(config.scale_factor), scale_window=int(config.scale_window),
                                   clip_norm=float(config.clip_norm), accumulation_steps=int(config.accumulation_steps),
-                                  float_status=overflow_needs_float_status(ms.get_context("device_target")))
+                                  float_status=overflow_needs_float_status(target), use_kernels=use_kernels)
     return optimizer, cell
 
 
@@ -302,19 +304,22 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
     return callbacks
 
 
-def fit(settings: TrainSettings, make_network: Callable[[], nn.Cell], net: AlbertConfig, device: Device,
+def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net: AlbertConfig, device: Device,
         seq_length: int, make_dataset: Callable[[np.ndarray], object], log: Callable[[str], None] = print) -> nn.Cell:
     """Pretraining and fine-tuning alike: the step plan (checked before any cell is built), the train cell around
-    `make_network()` (a network with loss), resume or initial weights, the output folders (created only once all of
-    that worked, so a run that cannot start leaves nothing behind), the callbacks and the loop. Returns the train
-    cell; every rank prints the digest of its final weights."""
+    `make_network(runtime)` (a network with loss, built for `device` and net's compute type), resume or initial
+    weights, the output folders (created only once all of that worked, so a run that cannot start leaves nothing
+    behind), the callbacks and the loop. Returns the train cell; every rank prints the digest of its final
+    weights."""
     config = settings.config
     plan = StepPlan.create(count_rows(settings.data), settings.batch_size, config.train_steps, settings.epochs,
                            device.group_size, device.rank, config.accumulation_steps, settings.shuffle, config.seed,
                            settings.flag)
     log(f"plan: {plan.describe()}")
-    network = make_network()
-    optimizer, cell = build_train_cell(config, network, plan.total_steps)
+    runtime = model_runtime(device.target, net.compute_type)
+    with as_user_error():
+        network = make_network(runtime)
+        optimizer, cell = build_train_cell(config, network, plan.total_steps, device.target, runtime.kernels)
     progress = resume_or_init(cell, network, plan, settings, log)
     check_same_start(progress, device, settings)
     if device.is_main:

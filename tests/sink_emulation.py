@@ -3,7 +3,8 @@ so that the training driver's sink path - sink size, epoch count, callbacks once
 
     python -m tests.sink_emulation run_pretrain.py [flags...]
 
-`src.device_setup.setup_device` reports the device as GPU (MindSpore itself stays on CPU), and `Model.train` with
+`src.device_setup.setup_device` reports the device as GPU (MindSpore itself stays on CPU; the network is built as
+for GPU: model_runtime("GPU", ...)), and `Model.train` with
 `dataset_sink_mode=True` does what MindSpore documents for a sink: `epoch` sinks of `sink_size` steps, the callbacks'
 `on_train_step_end` once per sink with the last step's outputs. Every Model.train call is printed
 (`sink emulation: Model.train ...`) so that tests can count them.

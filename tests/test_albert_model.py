@@ -1,6 +1,9 @@
-"""Backbone structure: presets, parameter counts against HF, sharing, pre-LN, compute types, config files."""
+"""Backbone structure: presets, parameter counts against HF, sharing, pre-LN, compute types, config files, and the
+Runtime every cell is built with (never read from the device)."""
 import functools
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,9 +12,12 @@ from mindspore import Tensor
 from mindspore.nn.utils import no_init_parameters
 
 from hf_reference import random_batch
-from model_utils.errors import UserError
-from src.albert_for_pre_training import AlbertPreTraining
-from src.albert_model import PRESETS, AlbertConfig, AlbertModel, count_parameters
+from src import cpu_kernels
+from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining
+from src.albert_model import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertModel, Runtime, \
+    count_parameters
+from src.finetune_eval_model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
+                                     AlbertForSequenceClassification, AlbertForSquadV2)
 
 TINY = dict(vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
             intermediate_size=40, max_position_embeddings=32)
@@ -254,11 +260,6 @@ def test_float16_model_keeps_the_residual_stream_in_float32():
     assert np.abs(_layer_norm(stream, ones, zeros) + offset - sequence_full).max() > 0.3
 
 
-def test_bfloat16_on_cpu_is_a_clear_error():
-    with pytest.raises(UserError, match="bfloat16 needs Ascend"):
-        AlbertModel(AlbertConfig(compute_type="bfloat16", **TINY))
-
-
 def test_sequence_length_is_not_baked_in():
     net = AlbertModel(AlbertConfig(**TINY))
     net.set_train(False)
@@ -302,16 +303,95 @@ def test_config_files_of_google_hf_and_brightmart(tmp_path):
     (dict(hidden_act="swish"), "hidden_act"), (dict(num_hidden_groups=9), "num_hidden_groups"),
     (dict(compute_type="int8"), "compute_type"), (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob")])
 def test_invalid_configs_name_the_key(changes, culprit):
-    with pytest.raises(UserError, match=culprit):
+    with pytest.raises(ValueError, match=culprit):
         AlbertConfig(**{**TINY, **changes})
 
 
 def test_bad_config_files(tmp_path):
     (tmp_path / "bad.json").write_text('{"hidden_size": 32,\n "vocab_size": }')
-    with pytest.raises(UserError, match=r"bad.json line 2"):
+    with pytest.raises(ValueError, match=r"bad.json line 2"):
         AlbertConfig.from_json_file(str(tmp_path / "bad.json"))
     (tmp_path / "type.json").write_text('{"hidden_size": "large"}')
-    with pytest.raises(UserError, match="hidden_size"):
+    with pytest.raises(ValueError, match="hidden_size"):
         AlbertConfig.from_json_file(str(tmp_path / "type.json"))
-    with pytest.raises(UserError, match="not found"):
+    with pytest.raises(ValueError, match="not found"):
         AlbertConfig.from_json_file(str(tmp_path / "missing.json"))
+
+
+# ------------------------------------------------------------------------------------------------------- Runtime
+KERNELS = Runtime(kernels=True, split_heads=True, broadcast_mask=True)
+RUNTIMES = {"portable": PORTABLE, "split_heads": Runtime(split_heads=True, broadcast_mask=True), "kernels": KERNELS,
+            "onnx": Runtime(onnx_patterns=True)}
+NETWORKS = {"AlbertModel": lambda config, runtime: AlbertModel(config, runtime=runtime),
+            "AlbertPreTraining": lambda config, runtime: AlbertPreTraining(config, runtime=runtime),
+            "AlbertNetworkWithLoss": lambda config, runtime: AlbertNetworkWithLoss(config, runtime=runtime),
+            "classifier": lambda config, runtime: AlbertForSequenceClassification(config, 3, runtime=runtime),
+            "race": lambda config, runtime: AlbertForMultipleChoice(config, runtime=runtime),
+            "squad_v1": lambda config, runtime: AlbertForQuestionAnswering(config, runtime=runtime),
+            "squad_v2": lambda config, runtime: AlbertForSquadV2(config, runtime=runtime)}
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture
+def device_unreadable(monkeypatch):
+    """mindspore.get_context fails when src/ calls it (MindSpore's own Custom op reads it, so only src/'s calls),
+    and so does cpu_kernels.available, however it is called."""
+    import mindspore
+    import mindspore.context
+
+    original = mindspore.context.get_context
+
+    def get_context(*args, **kwargs):
+        if sys._getframe(1).f_code.co_filename.startswith(SRC):
+            raise AssertionError(f"src/ read mindspore.get_context{args}")
+        return original(*args, **kwargs)
+
+    def available() -> bool:
+        raise AssertionError("src/ asked cpu_kernels.available()")
+
+    for module in (mindspore, mindspore.context):
+        monkeypatch.setattr(module, "get_context", get_context)
+    monkeypatch.setattr(cpu_kernels, "available", available)
+
+
+def test_the_spy_catches_a_device_read(device_unreadable):
+    from src.device_checks import is_ascend_910a
+
+    with pytest.raises(AssertionError, match="get_context"):
+        is_ascend_910a()
+
+
+@pytest.mark.parametrize("network", sorted(NETWORKS))
+@pytest.mark.parametrize("name", sorted(RUNTIMES))
+def test_networks_are_built_as_their_runtime_says_without_asking_the_device(name, network, request):
+    """Every cell takes the Runtime it is given (kernels, head layout, mask, ONNX patterns) and nothing else: the
+    device and the kernel library are not consulted while any network is built."""
+    runtime = RUNTIMES[name]
+    if runtime.kernels and not cpu_kernels.available():
+        pytest.skip(f"compiled CPU kernels unavailable: {cpu_kernels.status()}")
+    request.getfixturevalue("device_unreadable")
+    config = AlbertConfig(hidden_act="gelu", **TINY)
+    with no_init_parameters():
+        net = NETWORKS[network](config, runtime)
+    cells = [cell for _, cell in net.cells_and_names()]
+
+    def values(kinds, flag: str) -> set:
+        return {getattr(cell, flag) for cell in cells if isinstance(cell, kinds)}
+
+    assert values((cpu_kernels.Dense, cpu_kernels.LayerNorm, Activation, AlbertAttention), "use_kernels") == \
+        {runtime.kernels}
+    assert values((cpu_kernels.LayerNorm, Activation), "onnx_pattern") == {runtime.onnx_patterns}
+    assert values(AlbertAttention, "split_heads") == {runtime.split_heads}
+    assert values(AlbertModel, "broadcast_mask") == {runtime.broadcast_mask}
+
+
+def test_a_runtime_or_network_asked_for_the_impossible_is_a_value_error():
+    """The model refuses in its own terms (the entry points turn these into one-line user errors)."""
+    with pytest.raises(ValueError, match="need broadcast_mask"):
+        Runtime(kernels=True)
+    with pytest.raises(ValueError, match="float32 only, compute_type is float16"):
+        AlbertModel(AlbertConfig(compute_type="float16", **TINY), runtime=KERNELS)
+    with pytest.raises(ValueError, match="num_class must be >= 1"):
+        AlbertForSequenceClassification(AlbertConfig(**TINY), 0)
+    with pytest.raises(ValueError, match="start_n_top and end_n_top must be >= 1"):
+        AlbertForSquadV2(AlbertConfig(**TINY), start_n_top=0)

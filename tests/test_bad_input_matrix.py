@@ -147,6 +147,8 @@ MATRIX: List[Row] = [
     row(PRE, "scale_factor 1", "--scale_factor 1", ["key 'scale_factor' must be in (1, inf), got 1"]),
     row(PRE, "dropout out of range", "--net_cfg.hidden_dropout_prob 1.5",
         ["hidden_dropout_prob must be in [0, 1), got 1.5"]),
+    row(PRE, "bfloat16 on CPU", "--net_cfg.compute_type bfloat16",
+        ["compute_type bfloat16 needs Ascend: MindSpore's CPU kernels have no bfloat16 (use float32 or float16)"]),
     row(PRE, "seq_length > max_position_embeddings", "--net_cfg.max_position_embeddings 16",
         ["{fx}/pt.mindrecord: sequences of 32 tokens but the network's max_position_embeddings is 16"]),
     row(PRE, "token ids >= vocab_size", "--net_cfg.vocab_size 1000",

@@ -11,7 +11,7 @@ from mindspore import Tensor, nn, ops  # noqa: E402
 from src import cpu_kernels  # noqa: E402
 
 # The reason's wording makes this skip a failure in CI (tests/ci_skips.py), where .ci/run installs a compiler.
-needs_kernels = pytest.mark.skipif(not cpu_kernels.active(),
+needs_kernels = pytest.mark.skipif(not cpu_kernels.available(),
                                    reason=f"compiled CPU kernels unavailable: {cpu_kernels.status()}")
 
 
@@ -251,18 +251,21 @@ def _kernel_flags(model):
 
 
 @needs_kernels
-def test_float32_networks_use_them_and_exports_do_not():
+def test_float32_networks_on_cpu_use_them_and_exports_and_float16_do_not():
+    from export import export_runtime
     from src.albert_model import AlbertConfig, AlbertModel
+    from src.device_setup import model_runtime
 
     config = AlbertConfig.from_preset("albert_tiny", vocab_size=100, hidden_size=32, embedding_size=16,
                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
-    model = AlbertModel(config, is_training=False)
+    model = AlbertModel(config, is_training=False, runtime=model_runtime("CPU", "float32"))
     kinds = {type(cell).__name__ for _, cell in model.cells_and_names() if getattr(cell, "use_kernels", False)}
     assert kinds == {"Dense", "LayerNorm", "Activation", "AlbertAttention"}
-    cpu_kernels.use_native_ops(model)
-    assert not any(_kernel_flags(model))
-    half = AlbertConfig.from_dict({**config.to_dict(), "compute_type": "float16"})
-    assert not any(_kernel_flags(AlbertModel(half, False)))
+    for file_format in ("MINDIR", "ONNX"):
+        exported = AlbertModel(config, runtime=export_runtime(file_format, "CPU", "float32"))
+        assert _kernel_flags(exported) and not any(_kernel_flags(exported))
+    half = config.replace(compute_type="float16")
+    assert not any(_kernel_flags(AlbertModel(half, runtime=model_runtime("CPU", "float16"))))
 
 
 @pytest.fixture
@@ -279,18 +282,22 @@ def fresh_build(monkeypatch, tmp_path):
 
 def test_switched_off_they_fall_back_and_say_why(fresh_build, monkeypatch):
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
-    assert not cpu_kernels.active()
+    assert not cpu_kernels.available()
     assert cpu_kernels.status() == "MindSpore operations (ALBERT_CPU_KERNELS=0)"
     from src.albert_model import AlbertConfig, AlbertModel
+    from src.device_setup import model_runtime
 
     config = AlbertConfig(vocab_size=10, hidden_size=8, embedding_size=4, num_hidden_layers=1,
                           num_attention_heads=2, intermediate_size=16)
-    assert not any(_kernel_flags(AlbertModel(config)))
+    runtime = model_runtime("CPU", "float32")
+    assert not runtime.kernels and runtime.split_heads
+    model = AlbertModel(config, runtime=runtime)
+    assert _kernel_flags(model) and not any(_kernel_flags(model))
 
 
 def test_without_a_compiler_they_fall_back(fresh_build, monkeypatch):
     monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
-    assert not cpu_kernels.active() and "no C++ compiler" in cpu_kernels.status()
+    assert not cpu_kernels.available() and "no C++ compiler" in cpu_kernels.status()
 
 
 def test_a_failing_build_falls_back_and_leaves_no_partial_library(fresh_build, monkeypatch):
@@ -299,10 +306,10 @@ def test_a_failing_build_falls_back_and_leaves_no_partial_library(fresh_build, m
     broken = fresh_build / "broken.cc"
     broken.write_text("this is not C++\n")
     monkeypatch.setattr(cpu_kernels, "SOURCES", cpu_kernels.SOURCES + (broken,))
-    assert not cpu_kernels.active() and "failed" in cpu_kernels.status() and "broken.cc" in cpu_kernels.status()
+    assert not cpu_kernels.available() and "failed" in cpu_kernels.status() and "broken.cc" in cpu_kernels.status()
     assert list((fresh_build / "cache").iterdir()) == []
 
 
 def test_a_white_list_without_the_cache_falls_back(fresh_build, monkeypatch):
     monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", str(fresh_build / "elsewhere"))
-    assert not cpu_kernels.active() and "MS_CUSTOM_AOT_WHITE_LIST" in cpu_kernels.status()
+    assert not cpu_kernels.available() and "MS_CUSTOM_AOT_WHITE_LIST" in cpu_kernels.status()

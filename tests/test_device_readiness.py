@@ -1,5 +1,6 @@
 """GPU/Ascend readiness, tested on CPU as far as MindSpore allows: why a present GPU is not used (fake nvidia-smi and
-nvcc), which compute types each device refuses (with the installed wheel's own files as evidence), the float-status
+nvcc), which compute types each device refuses (with the installed wheel's own files as evidence), how networks are
+built for each device (model_runtime: a function of target, compute type and the kernel library), the float-status
 overflow path of the train cell, and the data-sink step accounting (MindSpore's sink loop emulated by
 tests/sink_emulation.py) against a step-by-step run, including exact resume."""
 import json
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError
-from src import device_checks
-from src.device_setup import pick_device_target
+from src import cpu_kernels, device_checks
+from src.albert_model import Runtime
+from src.device_setup import kernels_status, model_runtime, pick_device_target
 from tests.pretrain_helpers import ok, pretrain, run, weights
 
 MINDSPORE = Path(ms.__file__).parent
@@ -76,6 +78,31 @@ def test_compute_types_each_device_refuses(monkeypatch):
     monkeypatch.setattr(device_checks, "is_ascend_910a", lambda: False)
     assert device_checks.compute_type_problem("Ascend", "bfloat16") == ""
     assert not device_checks.overflow_needs_float_status("CPU")
+
+
+@pytest.mark.parametrize("built", [True, False], ids=["kernels_built", "no_kernels"])
+def test_model_runtime_of_each_target_and_compute_type(built, monkeypatch):
+    """CPU: heads split and stacked, the mask broadcast once, and the compiled kernels for float32 when they are
+    built; GPU and Ascend: MindSpore's operations as they are, heads by transposes."""
+    monkeypatch.setattr(cpu_kernels, "available", lambda: built)
+    monkeypatch.setattr(device_checks, "is_ascend_910a", lambda: False)
+    assert model_runtime("CPU", "float32") == Runtime(kernels=built, split_heads=True, broadcast_mask=True)
+    assert model_runtime("CPU", "float16") == Runtime(kernels=False, split_heads=True, broadcast_mask=True)
+    for target, compute_type in (("GPU", "float32"), ("GPU", "float16"), ("Ascend", "float32"),
+                                 ("Ascend", "bfloat16")):
+        assert model_runtime(target, compute_type) == Runtime(), (target, compute_type)
+
+
+def test_model_runtime_refuses_what_the_device_cannot_run(monkeypatch):
+    with pytest.raises(UserError, match=r"^compute_type bfloat16 needs Ascend: MindSpore's CPU kernels have no "
+                                        r"bfloat16 \(use float32 or float16\)$"):
+        model_runtime("CPU", "bfloat16")
+    with pytest.raises(UserError, match="compute_type bfloat16 is not available on GPU"):
+        model_runtime("GPU", "bfloat16")
+    monkeypatch.setattr(device_checks, "is_ascend_910a", lambda: True)
+    with pytest.raises(UserError, match="not available on Ascend 910A"):
+        model_runtime("Ascend", "bfloat16")
+    assert kernels_status("GPU") == "MindSpore operations (not on CPU)"
 
 
 def test_the_float_status_overflow_path_compiles_and_skips_an_overflowing_step():

@@ -167,7 +167,7 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
     from transformers import AlbertConfig as HfConfig
     from transformers import AlbertForSequenceClassification as HfClassifier
 
-    from export import export_atomically
+    from export import export_atomically, export_runtime
     from hf_reference import TINY_CONFIGS, random_batch
     from src.albert_model import AlbertConfig
     from src.convert_checkpoint import hf_name
@@ -183,7 +183,9 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
             param.add_(torch.randn_like(param) * 0.1)
     weights = {(key if key.startswith("classifier.") else hf_name(key)): value.numpy()
                for key, value in hf.state_dict().items()}
-    ours = AlbertForSequenceClassification(AlbertConfig.from_dict(hf.config.to_dict()), NUM_CLASS)
+    config = AlbertConfig.from_dict(hf.config.to_dict())
+    ours = AlbertForSequenceClassification(config, NUM_CLASS,
+                                           runtime=export_runtime("ONNX", "CPU", config.compute_type))
     ours.set_train(False)
     load_weights(ours, {key: value for key, value in weights.items() if key is not None})
     input_ids, token_type_ids, input_mask, _ = random_batch(hf.config.vocab_size, hf.config.type_vocab_size)
@@ -201,6 +203,25 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
                       attention_mask=torch.from_numpy(input_mask).long()).logits.numpy()
     assert np.abs(expected).max() > 0.1  # not a degenerate model
     np.testing.assert_allclose(logits, expected, rtol=0, atol=1e-5)
+
+
+def test_exports_never_need_the_kernels_and_onnx_takes_the_patterns_onnxruntime_fuses(monkeypatch):
+    """MINDIR and AIR keep the layout of the device they are exported on, without the compiled kernels even where
+    they are built; ONNX moves heads by transposes, adds the mask by broadcasting and writes LayerNorm and GELU as
+    ONNX Runtime's fusable patterns, on any device; a compute type the device cannot run is refused."""
+    from export import export_runtime
+    from model_utils.errors import UserError
+    from src import cpu_kernels
+    from src.albert_model import Runtime
+
+    monkeypatch.setattr(cpu_kernels, "available", lambda: True)
+    assert export_runtime("MINDIR", "CPU", "float32") == Runtime(split_heads=True, broadcast_mask=True)
+    assert export_runtime("MINDIR", "GPU", "float16") == Runtime()
+    assert export_runtime("AIR", "Ascend", "float32") == Runtime()
+    for target in ("CPU", "GPU", "Ascend"):
+        assert export_runtime("ONNX", target, "float32") == Runtime(onnx_patterns=True)
+    with pytest.raises(UserError, match="compute_type bfloat16 needs Ascend"):
+        export_runtime("MINDIR", "CPU", "bfloat16")
 
 
 ERRORS = {

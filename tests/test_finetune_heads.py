@@ -2,7 +2,8 @@
 
 Classifier, multiple choice and SQuAD v1 are checked against HF transformers' AlbertFor{SequenceClassification,
 MultipleChoice,QuestionAnswering}; the SQuAD v2 head against HF's XLNet SQuAD poolers (the head Google's ALBERT v2
-model uses) on top of HF's AlbertModel, with the beam search and loss written out in torch here.
+model uses) on top of HF's AlbertModel, with the beam search and loss written out in torch here. The heads are built
+as fine-tuning on CPU builds them (model_runtime: the compiled kernels when they are built).
 """
 import mindspore as ms
 import numpy as np
@@ -15,6 +16,7 @@ from transformers.models.xlnet import modeling_xlnet
 from src.albert_for_finetune import AlbertClassifierWithLoss, AlbertSquadV2WithLoss, AlbertSquadWithLoss
 from src.albert_model import AlbertConfig
 from src.convert_checkpoint import hf_name
+from src.device_setup import model_runtime
 from src.finetune_eval_model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
                                      AlbertForSequenceClassification, AlbertForSquadV2)
 from src.utils import load_weights, save_checkpoint_atomic
@@ -28,6 +30,7 @@ OURS = AlbertConfig(vocab_size=99, embedding_size=16, hidden_size=32, num_hidden
                     inner_group_num=1, num_attention_heads=4, intermediate_size=37, hidden_act="gelu_new",
                     max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 BATCH, SEQ = 3, 20
+RUNTIME = model_runtime("CPU", OURS.compute_type)
 TOLERANCE = 1e-5
 
 
@@ -93,7 +96,7 @@ def assert_close(ours: np.ndarray, reference: np.ndarray, what: str) -> None:
 def test_sequence_classification_equals_hf(num_labels):
     hf = perturbed(transformers.AlbertForSequenceClassification(
         transformers.AlbertConfig(num_labels=num_labels, attn_implementation="eager", **HF_KWARGS)))
-    model = AlbertForSequenceClassification(OURS, num_labels)
+    model = AlbertForSequenceClassification(OURS, num_labels, runtime=RUNTIME)
     model.set_train(False)
     report = load_weights(model, our_weights(hf.state_dict()))
     assert report.missing == [] and report.unused == []
@@ -114,7 +117,7 @@ def test_sequence_classification_equals_hf(num_labels):
 def test_multiple_choice_equals_hf():
     hf = perturbed(transformers.AlbertForMultipleChoice(
         transformers.AlbertConfig(attn_implementation="eager", **HF_KWARGS)))
-    model = AlbertForMultipleChoice(OURS)
+    model = AlbertForMultipleChoice(OURS, runtime=RUNTIME)
     model.set_train(False)
     assert load_weights(model, our_weights(hf.state_dict())).missing == []
     inputs = batch(choices=4)
@@ -130,7 +133,7 @@ def test_multiple_choice_equals_hf():
 def test_squad_v1_equals_hf_and_masks_outside_the_context():
     hf = perturbed(transformers.AlbertForQuestionAnswering(
         transformers.AlbertConfig(attn_implementation="eager", **HF_KWARGS)))
-    model = AlbertForQuestionAnswering(OURS)
+    model = AlbertForQuestionAnswering(OURS, runtime=RUNTIME)
     model.set_train(False)
     weights = our_weights(hf.state_dict())  # HF's span head has no pooler; ours has one (unused by the head)
     weights.update({"albert.pooler.weight": np.zeros((32, 32), np.float32),
@@ -208,7 +211,7 @@ class TorchSquadV2(torch.nn.Module):
 
 def squad_v2_pair(k1: int = 3, k2: int = 4):
     reference = TorchSquadV2()
-    model = AlbertForSquadV2(OURS, dropout_prob=0.0, start_n_top=k1, end_n_top=k2)
+    model = AlbertForSquadV2(OURS, dropout_prob=0.0, start_n_top=k1, end_n_top=k2, runtime=RUNTIME)
     model.set_train(False)
     report = load_weights(model, our_weights(reference.state_dict()))
     assert report.missing == [] and report.unused == [], report
@@ -250,7 +253,7 @@ def test_squad_v2_loss_equals_the_torch_reference_and_falls():
     optimizer = build_optimizer("AdamWeightDecay", loss_net.trainable_params(),
                                 dict(learning_rate=1e-3, end_learning_rate=0.0, power=1.0, warmup_steps=0,
                                      weight_decay=0.0), 30)
-    cell = AlbertTrainOneStepCell(loss_net, optimizer, loss_scale=65536.0)
+    cell = AlbertTrainOneStepCell(loss_net, optimizer, loss_scale=65536.0, use_kernels=RUNTIME.kernels)
     losses = [float(cell(*columns)[0].asnumpy()) for _ in range(30)]
     assert losses[-1] < 0.3 * losses[0], losses
 

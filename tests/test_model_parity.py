@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
-from src.albert_for_pre_training import AlbertPreTraining
-from src.albert_model import AlbertConfig
+from src import cpu_kernels
+from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining
+from src.albert_model import AlbertAttention, AlbertConfig, Runtime
 from src.convert_checkpoint import convert, convert_hf
 from src.utils import load_weights
 from mindspore import Tensor
@@ -104,23 +105,29 @@ def _kernel_use(net) -> dict:
     return {kind: values.pop() for kind, values in use.items()}
 
 
-@pytest.mark.parametrize("path", ["cpu_kernels", "mindspore_ops", "mindspore_ops_transposed_heads"])
+# The runtimes the package builds networks with: CPU float32 with the compiled kernels, CPU without them (other
+# compute types, no compiler), and GPU/Ascend/ONNX (heads by transposes, the mask added by broadcasting).
+PATHS = {"cpu_kernels": Runtime(kernels=True, split_heads=True, broadcast_mask=True),
+         "mindspore_ops": Runtime(split_heads=True, broadcast_mask=True),
+         "mindspore_ops_transposed_heads": Runtime()}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("name", sorted(TINY_CONFIGS))
 def test_pretraining_loss_gradients_equal_hf(name, path):
     """Our pretraining loss and every weight's gradient equal HF's by torch autograd: this covers the backward of
     each layer, computed by the compiled CPU kernels (their own bprops) or by MindSpore's operations, with the
-    attention heads moved by split/stack (CPU) or by transposes (GPU, Ascend, ONNX export).
+    attention heads moved by split/stack and the mask broadcast once (CPU) or by transposes and a broadcasting add
+    (GPU, Ascend, ONNX export).
 
     The cpu_kernels case first proves the kernels are built and that every dense layer, LayerNorm, attention and
     tanh GELU of the network runs them; without a compiler it is skipped (a failure in CI, tests/ci_skips.py)
     rather than silently re-testing the native path."""
-    from src.albert_model import AlbertAttention
     from mindspore import nn, ops
-    from src import cpu_kernels
-    from src.albert_for_pre_training import AlbertNetworkWithLoss
 
     kwargs = TINY_CONFIGS[name]
-    if path == "cpu_kernels" and not cpu_kernels.active():
+    runtime = PATHS[path]
+    if runtime.kernels and not cpu_kernels.available():
         pytest.skip(f"compiled CPU kernels unavailable: {cpu_kernels.status()}")
     hf = make_hf_pretraining(kwargs, seed=7)
     batch = random_batch(kwargs["vocab_size"], kwargs.get("type_vocab_size", 2), seed=8)
@@ -129,16 +136,15 @@ def test_pretraining_loss_gradients_equal_hf(name, path):
     sop_labels = rng.integers(0, 2, len(batch[0])).astype(np.int32)
     hf_loss, hf_grads = _hf_loss_gradients(hf, batch, masked_ids, sop_labels)
 
-    net = AlbertNetworkWithLoss(AlbertConfig.from_dict({**kwargs, "model_type": "albert"}), is_training=True)
-    if path != "cpu_kernels":
-        cpu_kernels.use_native_ops(net)
-    for _, cell in net.cells_and_names():
-        if isinstance(cell, AlbertAttention):
-            cell.transpose_heads = path == "mindspore_ops_transposed_heads"
-    kernels = path == "cpu_kernels"
+    net = AlbertNetworkWithLoss(AlbertConfig.from_dict({**kwargs, "model_type": "albert"}), is_training=True,
+                                runtime=runtime)
+    kernels = runtime.kernels
     assert _kernel_use(net) == {"Dense": kernels, "LayerNorm": kernels, "AlbertAttention": kernels,
                                 "Activation": kernels and kwargs["hidden_act"] == "gelu_new",
                                 "AlbertMLMHead": kernels, "AlbertPretrainingLoss": kernels}
+    assert {cell.split_heads for _, cell in net.cells_and_names() if isinstance(cell, AlbertAttention)} == \
+        {runtime.split_heads}
+    assert net.albert_pretraining.albert.broadcast_mask == runtime.broadcast_mask
     load_weights(net, convert_hf(_hf_state(hf))[0])
     weights = net.trainable_params()
     names = [p.name for p in weights]  # before the wrapper below prefixes them

@@ -1,5 +1,6 @@
 """Pretraining loss and the train-step cell (loss scale, overflow skip, accumulation, clipping), GRAPH mode on CPU,
-each checked against an independent computation (numpy loss, plain gradients, one big batch)."""
+each checked against an independent computation (numpy loss, plain gradients, one big batch). Networks and train
+cells are built as training on CPU builds them (model_runtime: the compiled kernels when they are built)."""
 from typing import Dict, List
 
 import mindspore as ms
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn, ops
 
-from model_utils.errors import UserError
 from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining, AlbertTrainOneStepCell
 from src.albert_model import AlbertConfig
+from src.device_setup import model_runtime
 from src.optimization import build_optimizer
 from src.utils import load_weights, save_checkpoint_atomic
 
@@ -17,6 +18,8 @@ CONFIG = AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hid
                       intermediate_size=37, max_position_embeddings=32, hidden_dropout_prob=0.0,
                       attention_probs_dropout_prob=0.0)
 SEQ, PREDICTIONS = 16, 4
+RUNTIME = model_runtime("CPU", CONFIG.compute_type)
+KERNELS = RUNTIME.kernels
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -44,7 +47,7 @@ def pretraining_batch(size: int, seed: int = 0, all_weights: bool = False) -> Li
 
 def network(return_parts: bool = True) -> AlbertNetworkWithLoss:
     ms.set_seed(1)
-    return AlbertNetworkWithLoss(CONFIG, is_training=True, return_parts=return_parts)
+    return AlbertNetworkWithLoss(CONFIG, is_training=True, return_parts=return_parts, runtime=RUNTIME)
 
 
 def snapshot(net: nn.Cell) -> Dict[str, np.ndarray]:
@@ -99,7 +102,8 @@ def test_overflow_skips_updates_and_lowers_the_scale_then_training_proceeds():
     gamma.set_data(Tensor(np.full(gamma.shape, 64.0, np.float32)))
     optimizer = build_optimizer("Lamb", net.trainable_params(), dict(
         learning_rate=1e-3, end_learning_rate=0.0, power=1.0, warmup_steps=0, weight_decay=0.01), 100)
-    cell = AlbertTrainOneStepCell(net, optimizer, loss_scale=2.0 ** 127, scale_factor=4.0, scale_window=2)
+    cell = AlbertTrainOneStepCell(net, optimizer, loss_scale=2.0 ** 127, scale_factor=4.0, scale_window=2,
+                                  use_kernels=KERNELS)
     batch = pretraining_batch(2)
     overflows, scales, losses = [], [], []
     for _ in range(12):
@@ -120,7 +124,7 @@ def sgd_cell(accumulation_steps: int, clip_norm=None, loss_scale=2.0 ** 10, retu
     net = network(return_parts)
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.5)
     return net, AlbertTrainOneStepCell(net, optimizer, loss_scale=loss_scale, clip_norm=clip_norm,
-                                       accumulation_steps=accumulation_steps)
+                                       accumulation_steps=accumulation_steps, use_kernels=KERNELS)
 
 
 def test_four_micro_batches_of_two_equal_one_batch_of_eight():
@@ -192,7 +196,7 @@ def test_each_step_is_unscaled_by_its_own_loss_scale(loss_scale, scale_window):
     step is still divided by the scale it was computed with. Either way SGD's update is exactly lr * 0.5."""
     net = Linear()
     cell = AlbertTrainOneStepCell(net, nn.SGD(net.trainable_params(), learning_rate=0.5), loss_scale=loss_scale,
-                                  scale_window=scale_window, clip_norm=None)
+                                  scale_window=scale_window, clip_norm=None, use_kernels=KERNELS)
     for step in range(1, 4):
         _, overflow, scale = cell(Tensor(np.full(4, 0.5, np.float32)))
         assert not overflow.asnumpy()
@@ -212,8 +216,12 @@ def test_train_state_names_and_bad_options():
     for options, message in ((dict(accumulation_steps=0), "accumulation_steps"), (dict(clip_norm=-1.0), "clip_norm"),
                              (dict(loss_scale=0.5), "loss_scale_value >= 1"),
                              (dict(loss_scale=8.0, scale_factor=1.0), "scale_factor > 1")):
-        with pytest.raises(UserError, match=message):
+        with pytest.raises(ValueError, match=message):
             AlbertTrainOneStepCell(net, optimizer, **options)
+    half = Linear()
+    half.weight = ms.Parameter(Tensor(np.ones(4, np.float16)), name="weight")
+    with pytest.raises(ValueError, match="use_kernels needs float32 weights"):
+        AlbertTrainOneStepCell(half, nn.SGD(half.trainable_params()), use_kernels=True)
 
 
 def lamb_cell(accumulation_steps: int) -> AlbertTrainOneStepCell:
@@ -221,7 +229,7 @@ def lamb_cell(accumulation_steps: int) -> AlbertTrainOneStepCell:
     optimizer = build_optimizer("Lamb", net.trainable_params(), dict(
         learning_rate=1e-2, end_learning_rate=0.0, power=1.0, warmup_steps=2, weight_decay=0.01), 10)
     return AlbertTrainOneStepCell(net, optimizer, loss_scale=2.0 ** 16, scale_window=1,
-                                  accumulation_steps=accumulation_steps)
+                                  accumulation_steps=accumulation_steps, use_kernels=KERNELS)
 
 
 def test_checkpoint_mid_window_resumes_exactly(tmp_path):
