@@ -368,8 +368,6 @@ def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PR
     """Check that `data` holds `columns` (and, when `schema_file` is set, exactly the columns, kinds and shapes of
     that ModelZoo-style schema json: {"columns": {name: {"type": "int64", "shape": [128]}}}); returns the shape of
     the first column's rows (e.g. (max_seq_length,) for input_ids)."""
-    import json
-
     files = resolve_mindrecord_files(data)
     found = _mind_dataset(files, shuffle=False)
     names = found.get_col_names()
