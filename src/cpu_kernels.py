@@ -159,17 +159,22 @@ def attention_products(num_heads: int) -> Tuple[ops.Custom, ops.Custom]:
     """(scores, context) of multi-head attention on activations in [B, S, H] (heads never moved to [B, N, S, D]):
     scores(q, k, scale [1]) -> [B, N, S, S] = scale * q_n k_n^T per head n, context(p [B, N, S, S], v, scale [1])
     -> [B, S, H] = scale * p_n v_n with each head's result in its own columns; each with its gradients."""
-    plain_scores = _kernel("HeadScores", lambda q, k, s: (q[0], num_heads, q[1], q[1]))
-    plain_context = _kernel("HeadContext", lambda p, v, s: v)
-    context_t = _kernel("HeadContextT", lambda p, v, s: v)
+    def scores_shape(q, k, scale):
+        return q[0], num_heads, q[1], q[1]
+
+    def context_shape(p, v, scale):
+        return v
+
+    plain_scores, plain_context = _kernel("HeadScores", scores_shape), _kernel("HeadContext", context_shape)
+    context_t = _kernel("HeadContextT", context_shape)
 
     def scores_bprop(q, k, scale, out, dout):
         return plain_context(dout, k, scale), context_t(dout, q, scale), ops.zeros_like(scale)
 
     def context_bprop(p, v, scale, out, dout):
         return plain_scores(dout, v, scale), context_t(p, dout, scale), ops.zeros_like(scale)
-    return (_kernel("HeadScores", lambda q, k, s: (q[0], num_heads, q[1], q[1]), bprop=scores_bprop),
-            _kernel("HeadContext", lambda p, v, s: v, bprop=context_bprop))
+    return _kernel("HeadScores", scores_shape, bprop=scores_bprop), _kernel("HeadContext", context_shape,
+                                                                             bprop=context_bprop)
 
 
 @lru_cache(maxsize=None)
