@@ -175,8 +175,8 @@ class Runtime:
     kernels: dense layers, LayerNorm, the tanh GELU, the attention products and softmax, and in pretraining the
         masked-LM decoder and cross entropy as the compiled CPU kernels (src/cpu_kernels.py): float32 only, and
         never in an exported file (it must load without this machine's .so). The attention products read the heads
-        in place in [B, S, H] (split_heads then does not apply); the compiled softmax takes the mask in the scores'
-        shape, so kernels need `broadcast_mask`.
+        in place in [B, S, H] (split_heads then does not apply) and add the mask inside the softmax, [B, 1, 1, S]
+        as it is (broadcast_mask only costs a copy there).
     split_heads: attention heads moved between [B, S, H] and [B, N, S, D] by a split and a stack instead of
         transposes: on CPU MindSpore's Transpose kernels each keep about twice their output's size allocated for the
         whole run (~100 MB per layer at batch 32) and are slower than a split and a stack. MindSpore's ONNX export
@@ -192,11 +192,6 @@ class Runtime:
     split_heads: bool = False
     broadcast_mask: bool = False
     onnx_patterns: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kernels and not self.broadcast_mask:
-            raise ValueError("the compiled CPU kernels need broadcast_mask (their softmax takes the mask in the "
-                             "scores' shape)")
 
 
 # MindSpore's own operations, heads moved by transposes, the mask added by broadcasting: valid on any device and for
@@ -303,8 +298,8 @@ class AlbertAttention(nn.Cell):
         self.split_heads = runtime.split_heads
         self.use_kernels = runtime.kernels
         if self.use_kernels:
-            self.softmax_kernel = cpu_kernels.masked_softmax()
-            self.scores_kernel, self.context_kernel = cpu_kernels.attention_products(self.num_heads)
+            self.qkv_kernel = cpu_kernels.dense_qkv()
+            self.probs_kernel, self.context_kernel = cpu_kernels.attention(self.num_heads)
             self.scale_tensor, self.one = Tensor([self.scale], ms.float32), Tensor([1.0], ms.float32)
         else:  # batched products on [B, N, ...] as they are (no broadcasting, key used untransposed)
             self.scores_matmul = ops.BatchMatMul(transpose_b=True)
@@ -340,11 +335,15 @@ class AlbertAttention(nn.Cell):
         return self._merge_heads(self.context_matmul(probs, value))
 
     def _attend_compiled(self, inputs, attention_bias):
-        """The same with the compiled kernels: the products read each head where it lies in [B, S, H] (no split,
-        stack or transpose) and take the scale as the products' factor; softmax and mask in one pass."""
-        scores = self.scores_kernel(self.query(inputs), self.key(inputs), self.scale_tensor)  # [B, N, S, S]
-        probs = self.attention_dropout(self.softmax_kernel(scores, attention_bias))
-        return self.context_kernel(probs, self.value(inputs), self.one)
+        """The same with the compiled kernels: query, key and value layers in one call (the query, key and value
+        cells' weights); the products read each head where it lies in [B, S, H] (no split, stack or transpose) and
+        take the scale as the products' factor; mask and softmax run inside the product."""
+        shape = inputs.shape
+        query, key, value = self.qkv_kernel(inputs.reshape(-1, shape[-1]), self.query.weight, self.key.weight,
+                                            self.value.weight, self.query.bias, self.key.bias, self.value.bias)
+        probs = self.probs_kernel(query.reshape(shape), key.reshape(shape), attention_bias, self.scale_tensor)
+        probs = self.attention_dropout(probs)  # [B, N, S, S]
+        return self.context_kernel(probs, value.reshape(shape), self.one)
 
     def construct(self, hidden_states, attention_bias):
         inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states

@@ -7,7 +7,8 @@ products, and some products too:
   gradients as products reading their operands transposed in place (`src/kernels/dnnl_matmul.cc`);
 - LayerNormGrad and BiasAddGrad ran at ~8 and ~2 ms per call on [1024, 768] (17% of a train step), GELU and softmax
   are chains of element-wise kernels forward and backward, and the overflow check and clipping of the train step
-  made three copies of every gradient; here each is one pass (`src/kernels/row_ops.cc`).
+  made three copies of every gradient; here each is one pass (`src/kernels/row_ops.cc`; the softmax runs inside the
+  attention products, on each head's scores while they are in cache).
 
 Nothing new is installed: the sources are compiled once with the system C++ compiler (for this CPU) into a per-user
 cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`) and loaded as Custom ops of type "aot", each with
@@ -34,7 +35,7 @@ from src.atomic_files import atomic_path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = (KERNELS / "dnnl_matmul.cc", KERNELS / "row_ops.cc")
-HEADERS = (KERNELS / "parallel.h",)
+HEADERS = (KERNELS / "parallel.h", KERNELS / "vector_math.h")
 # -march=native: the library is built on, and for, the machine that runs it (the CPU is part of the cache key).
 # Reassociating float sums lets GCC vectorise the row reductions; NaN and inf still propagate (no -ffinite-math).
 FLAGS = ("-O3", "-march=native", "-std=c++14", "-shared", "-fPIC", "-pthread", "-fno-math-errno",
@@ -155,26 +156,43 @@ def matmul_nt_bias() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def attention_products(num_heads: int) -> Tuple[ops.Custom, ops.Custom]:
-    """(scores, context) of multi-head attention on activations in [B, S, H] (heads never moved to [B, N, S, D]):
-    scores(q, k, scale [1]) -> [B, N, S, S] = scale * q_n k_n^T per head n, context(p [B, N, S, S], v, scale [1])
-    -> [B, S, H] = scale * p_n v_n with each head's result in its own columns; each with its gradients."""
-    def scores_shape(q, k, scale):
-        return q[0], num_heads, q[1], q[1]
+def dense_qkv() -> ops.Custom:
+    """(x [M, K], wq, wk, wv [N, K], bq, bk, bv [N]) -> (q, k, v) [M, N]: attention's query, key and value layers in
+    one call. Their input gradient is the three products summed in place (no AddN of three [M, K] tensors)."""
+    three_products = _kernel("DenseQKVInputGrad", lambda dq, dk, dv, wq, wk, wv: (dq[0], wq[1]))
+    _, tn_product, column_sum = _products()
+
+    def bprop(x, wq, wk, wv, bq, bk, bv, out, dout):
+        dq, dk, dv = dout
+        return (three_products(dq, dk, dv, wq, wk, wv), tn_product(dq, x), tn_product(dk, x), tn_product(dv, x),
+                column_sum(dq), column_sum(dk), column_sum(dv))
+    return _kernel("DenseQKV", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x), bprop)
+
+
+@lru_cache(maxsize=None)
+def attention(num_heads: int) -> Tuple[ops.Custom, ops.Custom]:
+    """(probs, context) of multi-head attention on activations in [B, S, H] (heads never moved to [B, N, S, D]):
+    probs(q, k, bias, scale [1]) -> [B, N, S, S] = softmax(scale q_n k_n^T + bias) per head n, the mask bias
+    [B, 1, 1, S] or [B, N, S, S] (no gradient: it is the mask); context(p [B, N, S, S], v, scale [1]) -> [B, S, H]
+    = scale p_n v_n, each head's result in its own columns. Each with its gradients; the softmax and its gradient run
+    inside the products (src/kernels/dnnl_matmul.cc)."""
+    def square_shape(x, y, *_):
+        return x[0], num_heads, x[1], x[1]
 
     def context_shape(p, v, scale):
         return v
 
-    plain_scores, plain_context = _kernel("HeadScores", scores_shape), _kernel("HeadContext", context_shape)
-    context_t = _kernel("HeadContextT", context_shape)
+    probs_grad = _kernel("HeadProbsGrad", lambda p, dp, q, k, s: (q, k), lambda p, dp, q, k, s: (q, k))
+    dprobs, dvalue = _kernel("HeadScores", square_shape), _kernel("HeadContextT", context_shape)
 
-    def scores_bprop(q, k, scale, out, dout):
-        return plain_context(dout, k, scale), context_t(dout, q, scale), ops.zeros_like(scale)
+    def probs_bprop(q, k, bias, scale, out, dout):
+        dq, dk = probs_grad(out, dout, q, k, scale)
+        return dq, dk, ops.zeros_like(bias), ops.zeros_like(scale)
 
     def context_bprop(p, v, scale, out, dout):
-        return plain_scores(dout, v, scale), context_t(p, dout, scale), ops.zeros_like(scale)
-    return _kernel("HeadScores", scores_shape, bprop=scores_bprop), _kernel("HeadContext", context_shape,
-                                                                             bprop=context_bprop)
+        return dprobs(dout, v, scale), dvalue(p, dout, scale), ops.zeros_like(scale)
+    return (_kernel("HeadProbs", square_shape, bprop=probs_bprop),
+            _kernel("HeadContext", context_shape, bprop=context_bprop))
 
 
 @lru_cache(maxsize=None)
@@ -185,18 +203,6 @@ def gelu_tanh() -> ops.Custom:
     def bprop(x, out, dout):
         return (grad(x, dout),)
     return _kernel("GeluTanh", lambda x: x, bprop=bprop)
-
-
-@lru_cache(maxsize=None)
-def masked_softmax() -> ops.Custom:
-    """(scores, bias) of one shape -> softmax(scores + bias) along the last axis. The bias (the attention mask) gets
-    the scores' gradient, which is what it is; callers stop it."""
-    grad = _kernel("MaskedSoftmaxGrad", lambda p, dp: p)
-
-    def bprop(scores, bias, out, dout):
-        dscores = grad(out, dout)
-        return dscores, dscores
-    return _kernel("MaskedSoftmax", lambda s, b: s, bprop=bprop)
 
 
 @lru_cache(maxsize=None)

@@ -105,16 +105,18 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
 
 
 def model_runtime(target: str, compute_type: str) -> Runtime:
-    """How networks of `compute_type` are built to train and evaluate on `target`: on CPU heads split and stacked and
-    the mask broadcast once, plus the compiled kernels in float32 when they are available; elsewhere MindSpore's own
-    operations as they are (Runtime says why). A compute type the target cannot run is the user's error."""
+    """How networks of `compute_type` are built to train and evaluate on `target`: on CPU the compiled kernels in
+    float32 when they are available, otherwise MindSpore's operations with heads split and stacked and the mask
+    broadcast once; elsewhere MindSpore's own operations as they are (Runtime says why). A compute type the target
+    cannot run is the user's error."""
     problem = compute_type_problem(target, compute_type)
     if problem:
         raise UserError(problem)
     if target != "CPU":
         return PORTABLE
-    return Runtime(kernels=compute_type == "float32" and cpu_kernels.available(), split_heads=True,
-                   broadcast_mask=True)
+    if compute_type == "float32" and cpu_kernels.available():
+        return Runtime(kernels=True)
+    return Runtime(split_heads=True, broadcast_mask=True)
 
 
 def kernels_status(target: str) -> str:

@@ -1,5 +1,5 @@
-"""src/cpu_kernels.py: the compiled CPU kernels (oneDNN sgemm products, LayerNorm, GELU, masked softmax, column
-sums), each forward and gradient checked against an independent reference (numpy in float64, PyTorch autograd in
+"""src/cpu_kernels.py: the compiled CPU kernels (oneDNN sgemm products, attention, LayerNorm, GELU, cross entropy,
+column sums), each forward and gradient checked against an independent reference (numpy in float64, PyTorch autograd in
 float64, MindSpore's own cells), and their fallbacks (switched off, no compiler, a failing build, white list)."""
 import numpy as np
 import pytest
@@ -79,6 +79,30 @@ def test_products_equal_numpy_in_float64(m, k, n, threads):
     assert_close(db, dy64.sum(0))
 
 
+@needs_kernels
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (200, 70, 130)])
+def test_dense_qkv_equals_numpy_in_float64(m, k, n, threads):
+    """Three dense layers of one input in one call (attention's query, key and value); its input gradient is the
+    three products summed in place."""
+    rng = np.random.default_rng(m + k)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
+    biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    sens = [rng.standard_normal((m, n)).astype(np.float32) for _ in range(3)]
+    cell = Call(cpu_kernels.dense_qkv())
+    tensors = [Tensor(value) for value in (x, *weights, *biases)]
+    outputs = cell(*tensors)
+    grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, tuple(Tensor(d) for d in sens))
+    x64, w64, dy64 = x.astype(np.float64), [w.astype(np.float64) for w in weights], [d.astype(np.float64)
+                                                                                      for d in sens]
+    for output, w, b in zip(outputs, w64, biases):
+        assert_close(output.asnumpy(), x64 @ w.T + b)
+    assert_close(grads[0].asnumpy(), sum(dy @ w for dy, w in zip(dy64, w64)))
+    for i, dy in enumerate(dy64):
+        assert_close(grads[1 + i].asnumpy(), dy.T @ x64)
+        assert_close(grads[4 + i].asnumpy(), dy.sum(0))
+
+
 def _gelu_tanh(x):
     """Google's formula as written in its code: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     return 0.5 * x * (1.0 + torch.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
@@ -108,42 +132,38 @@ def test_gelu_keeps_nan_and_inf_visible():
 
 
 @needs_kernels
-@pytest.mark.parametrize("shape", [(2, 3, 17, 33), (4, 2, 64, 64)])
-def test_masked_softmax_equals_torch_values_and_gradient(shape, threads):
-    rng = np.random.default_rng(sum(shape))
-    scores = (rng.standard_normal(shape) * 4).astype(np.float32)
-    padding = rng.random((shape[0], 1, 1, shape[-1])) < 0.3
-    padding[..., 0] = False  # every row attends to something, as with real data ([CLS] is never padding)
-    bias = np.broadcast_to(np.where(padding, -10000.0, 0.0), shape).astype(np.float32)
-    dprobs = rng.standard_normal(shape).astype(np.float32)
-    want, (want_dscores, _) = torch_reference(lambda s, b: torch.softmax(s + b, -1), (scores, bias), dprobs)
-    got, (got_dscores, got_dbias) = forward_and_input_grads(cpu_kernels.masked_softmax(), (scores, bias), dprobs)
-    assert_close(got.asnumpy(), want)
-    assert_close(got_dscores, want_dscores)
-    np.testing.assert_array_equal(got_dbias, got_dscores)  # d(scores + bias)/d(bias) is the same gradient
-
-
-@needs_kernels
-@pytest.mark.parametrize("batch, seq, heads, head_size", [(2, 5, 3, 4), (3, 16, 4, 8), (1, 1, 2, 3)])
-def test_attention_products_equal_torch_values_and_gradients(batch, seq, heads, head_size, threads):
-    """The per-head products read the heads in place in [B, S, H]: compared with torch's reshape/permute/matmul."""
+@pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
+    (2, 5, 3, 4, "row"), (3, 16, 4, 8, "broadcast"), (1, 1, 2, 3, "row"), (4, 33, 2, 16, "row")])
+def test_attention_equals_torch_values_and_gradients(batch, seq, heads, head_size, mask, threads):
+    """softmax(scale q k^T + mask) and the context with the heads read in place in [B, S, H]: compared with torch's
+    reshape/permute/matmul/softmax; the mask as the model passes it ([B, 1, 1, S]) or already broadcast."""
     hidden = heads * head_size
     rng = np.random.default_rng(batch * 100 + seq)
     q, k, v = (rng.standard_normal((batch, seq, hidden)).astype(np.float32) for _ in range(3))
-    probs = rng.random((batch, heads, seq, seq)).astype(np.float32)
+    padding = rng.random((batch, 1, 1, seq)) < 0.3
+    padding[..., 0] = False  # every row attends to something, as with real data ([CLS] is never padding)
+    bias = np.where(padding, -10000.0, 0.0).astype(np.float32)
+    if mask == "broadcast":
+        bias = np.ascontiguousarray(np.broadcast_to(bias, (batch, heads, seq, seq)))
     scale = np.array([0.37], np.float32)
 
     def split(x):
         return x.reshape(batch, seq, heads, head_size).permute(0, 2, 1, 3)
 
-    scores_op, context_op = cpu_kernels.attention_products(heads)
-    sens = rng.standard_normal((batch, heads, seq, seq)).astype(np.float32)
-    want, want_grads = torch_reference(lambda a, b, s: split(a) @ split(b).transpose(-1, -2) * s, (q, k, scale), sens)
-    got, got_grads = forward_and_input_grads(scores_op, (q, k, scale), sens)
-    assert_close(got.asnumpy(), want)
-    for got_grad, want_grad in zip(got_grads[:2], want_grads[:2]):
-        assert_close(got_grad, want_grad)
+    def reference_probs(a, b):
+        return torch.softmax(split(a) @ split(b).transpose(-1, -2) * 0.37 + torch.tensor(bias, dtype=torch.float64),
+                             -1)
 
+    probs_op, context_op = cpu_kernels.attention(heads)
+    sens = rng.standard_normal((batch, heads, seq, seq)).astype(np.float32)
+    want, want_grads = torch_reference(reference_probs, (q, k), sens)
+    got, got_grads = forward_and_input_grads(probs_op, (q, k, bias, scale), sens)
+    assert_close(got.asnumpy(), want)
+    for got_grad, want_grad in zip(got_grads[:2], want_grads):
+        assert_close(got_grad, want_grad)
+    assert not got_grads[2].any()  # the mask is data: no gradient
+
+    probs = want.astype(np.float32)
     sens = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
     merge = lambda x: x.permute(0, 2, 1, 3).reshape(batch, seq, hidden)  # noqa: E731
     want, want_grads = torch_reference(lambda p, b, s: merge(p @ split(b)) * s, (probs, v, scale), sens)

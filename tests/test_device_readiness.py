@@ -82,12 +82,14 @@ def test_compute_types_each_device_refuses(monkeypatch):
 
 @pytest.mark.parametrize("built", [True, False], ids=["kernels_built", "no_kernels"])
 def test_model_runtime_of_each_target_and_compute_type(built, monkeypatch):
-    """CPU: heads split and stacked, the mask broadcast once, and the compiled kernels for float32 when they are
-    built; GPU and Ascend: MindSpore's operations as they are, heads by transposes."""
+    """CPU: the compiled kernels for float32 when they are built (heads read in place, the mask added inside their
+    softmax), otherwise heads split and stacked and the mask broadcast once; GPU and Ascend: MindSpore's operations
+    as they are, heads by transposes."""
     monkeypatch.setattr(cpu_kernels, "available", lambda: built)
     monkeypatch.setattr(device_checks, "is_ascend_910a", lambda: False)
-    assert model_runtime("CPU", "float32") == Runtime(kernels=built, split_heads=True, broadcast_mask=True)
-    assert model_runtime("CPU", "float16") == Runtime(kernels=False, split_heads=True, broadcast_mask=True)
+    native_cpu = Runtime(split_heads=True, broadcast_mask=True)
+    assert model_runtime("CPU", "float32") == (Runtime(kernels=True) if built else native_cpu)
+    assert model_runtime("CPU", "float16") == native_cpu
     for target, compute_type in (("GPU", "float32"), ("GPU", "float16"), ("Ascend", "float32"),
                                  ("Ascend", "bfloat16")):
         assert model_runtime(target, compute_type) == Runtime(), (target, compute_type)

@@ -107,7 +107,7 @@ def _kernel_use(net) -> dict:
 
 # The runtimes the package builds networks with: CPU float32 with the compiled kernels, CPU without them (other
 # compute types, no compiler), and GPU/Ascend/ONNX (heads by transposes, the mask added by broadcasting).
-PATHS = {"cpu_kernels": Runtime(kernels=True, split_heads=True, broadcast_mask=True),
+PATHS = {"cpu_kernels": Runtime(kernels=True),
          "mindspore_ops": Runtime(split_heads=True, broadcast_mask=True),
          "mindspore_ops_transposed_heads": Runtime()}
 

@@ -1,8 +1,12 @@
 // Matrix products for MindSpore's Custom op (func_type "aot") on CPU, computed by oneDNN's sgemm from the libdnnl
-// that ships inside the MindSpore wheel. That library is built for a caller-supplied thread pool and runs
-// single-threaded here, so each product is split by rows of the result over albert::Threads() threads.
+// that ships inside the MindSpore wheel, and attention's masked softmax, run on each head's scores while they are in
+// cache. That library is built for a caller-supplied thread pool and runs single-threaded here, so each product is
+// split by rows of the result (or by attention head) over albert::Threads() threads.
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
+#include <initializer_list>
+
 #include "parallel.h"
+#include "vector_math.h"
 
 extern "C" int dnnl_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
@@ -11,7 +15,34 @@ namespace {
 
 const int64_t kMinRowsPerThread = 64;
 
-// c[m, n] = op(a) op(b) (+ bias[n] on every row), all row-major float32; op(x) = x or x^T.
+// Rows [begin, end) of c[m, n] = op(a) op(b) + beta c (+ bias[n] on every row instead of beta c), row-major;
+// op(x) = x or x^T, op(a) is [m, k].
+int GemmRows(bool ta, bool tb, int64_t begin, int64_t end, int64_t n, int64_t k, const float *a, int64_t lda,
+             const float *b, int64_t ldb, const float *bias, float beta, float *c) {
+  if (bias) {
+    for (int64_t row = begin; row < end; ++row) std::memcpy(c + row * n, bias, n * sizeof(float));
+    beta = 1.0f;
+  }
+  // Row r of op(a) starts at a + r * lda (a stored [m, k]) or at a + r (a stored [k, m], read transposed).
+  const float *a_rows = ta ? a + begin : a + begin * lda;
+  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', end - begin, n, k, 1.0f, a_rows, lda, b, ldb, beta,
+                    c + begin * n, n);
+}
+
+// Runs fn(begin, end) over slices of [0, m) rows on the threads; fn returns dnnl_sgemm's status.
+template <typename Fn>
+int ForRows(int64_t m, Fn fn) {
+  std::vector<int> status(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(m, kMinRowsPerThread, [&](int64_t part, int64_t begin, int64_t end) {
+    status[part] = fn(begin, end);
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (status[p] != 0) return 3;
+  }
+  return 0;
+}
+
+// c[m, n] = op(a) op(b) (+ bias[n] on every row), all row-major float32.
 int Gemm(bool ta, bool tb, bool with_bias, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int count = with_bias ? 4 : 3, out = count - 1;
   if (ndims[0] != 2 || ndims[1] != 2 || ndims[out] != 2 || (with_bias && ndims[2] != 1)) return 1;
@@ -22,16 +53,98 @@ int Gemm(bool ta, bool tb, bool with_bias, void **params, int *ndims, int64_t **
   float *c = static_cast<float *>(params[out]);
   const int64_t m = ta ? shapes[0][1] : shapes[0][0], k = ta ? shapes[0][0] : shapes[0][1];
   const int64_t n = tb ? shapes[1][0] : shapes[1][1], lda = shapes[0][1], ldb = shapes[1][1];
-  const char opa = ta ? 'T' : 'N', opb = tb ? 'T' : 'N';
-  std::vector<int> status(albert::Threads(), 0);
-  const int64_t parts = albert::ParallelFor(m, kMinRowsPerThread, [&](int64_t part, int64_t begin, int64_t end) {
-    if (bias) {
-      for (int64_t row = begin; row < end; ++row) std::memcpy(c + row * n, bias, n * sizeof(float));
+  return ForRows(m, [&](int64_t begin, int64_t end) {
+    return GemmRows(ta, tb, begin, end, n, k, a, lda, b, ldb, bias, 0.0f, c);
+  });
+}
+
+// True when tensors first .. first+count-1 have the shape of tensor `like`.
+bool SameShapes(const int *ndims, int64_t **shapes, int first, int count, int like) {
+  for (int i = first; i < first + count; ++i) {
+    if (ndims[i] != ndims[like]) return false;
+    for (int d = 0; d < ndims[i]; ++d) {
+      if (shapes[i][d] != shapes[like][d]) return false;
     }
-    // Row r of op(a) starts at a + r * lda (a stored [m, k]) or at a + r (a stored [k, m], read transposed).
-    const float *a_rows = ta ? a + begin : a + begin * lda;
-    status[part] = dnnl_sgemm(opa, opb, end - begin, n, k, 1.0f, a_rows, lda, b, ldb, bias ? 1.0f : 0.0f,
-                              c + begin * n, n);
+  }
+  return true;
+}
+
+// The query, key and value layers of attention in one call, each thread's rows of x read for all three:
+// (x [M, K], w0, w1, w2 [N, K], b0, b1, b2 [N]) -> y_i = x w_i^T + b_i [M, N].
+int DenseThree(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (!albert::AllFloat32(10, dtypes) || ndims[0] != 2 || ndims[1] != 2 || ndims[4] != 1 ||
+      !SameShapes(ndims, shapes, 2, 2, 1) || !SameShapes(ndims, shapes, 5, 2, 4) || shapes[0][1] != shapes[1][1] ||
+      shapes[4][0] != shapes[1][0]) {
+    return 1;
+  }
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
+  const float *x = static_cast<const float *>(params[0]);
+  return ForRows(m, [&](int64_t begin, int64_t end) {
+    int status = 0;
+    for (int i = 0; i < 3 && status == 0; ++i) {
+      status = GemmRows(false, true, begin, end, n, k, x, k, static_cast<const float *>(params[1 + i]), k,
+                        static_cast<const float *>(params[4 + i]), 0.0f, static_cast<float *>(params[7 + i]));
+    }
+    return status;
+  });
+}
+
+// Their input gradient, the three products summed in place: (dy0, dy1, dy2 [M, N], w0, w1, w2 [N, K])
+// -> dx = sum_i dy_i w_i [M, K].
+int DenseThreeInputGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (!albert::AllFloat32(7, dtypes) || ndims[0] != 2 || ndims[3] != 2 || !SameShapes(ndims, shapes, 1, 2, 0) ||
+      !SameShapes(ndims, shapes, 4, 2, 3) || shapes[0][1] != shapes[3][0]) {
+    return 1;
+  }
+  const int64_t m = shapes[0][0], n = shapes[0][1], k = shapes[3][1];
+  float *dx = static_cast<float *>(params[6]);
+  return ForRows(m, [&](int64_t begin, int64_t end) {
+    int status = 0;
+    for (int i = 0; i < 3 && status == 0; ++i) {
+      status = GemmRows(false, false, begin, end, k, n, static_cast<const float *>(params[i]), n,
+                        static_cast<const float *>(params[3 + i]), k, nullptr, i == 0 ? 0.0f : 1.0f, dx);
+    }
+    return status;
+  });
+}
+
+// Multi-head attention on the [B, S, H] activations as they are: head n of batch row b is columns n*D .. n*D+D-1
+// of that row's [S, H] block (leading dimension H), so no head is moved to [B, N, S, D] and back. The S x S
+// matrices are [B, N, S, S]. Every (b, n) pair is one single-threaded sgemm (or two), and the pairs are split over
+// the threads; a pair's S x S block is still in cache when its softmax (or softmax gradient) runs.
+struct Heads {
+  int64_t batch, seq, hidden, count, size;  // B, S, H, N, D = H / N
+
+  int64_t Columns(int64_t pair) const { return pair / count * seq * hidden + pair % count * size; }
+  int64_t Square(int64_t pair) const { return pair * seq * seq; }
+};
+
+// Checks the [B, S, H] operands (at the given positions) and the [B, N, S, S] one against each other.
+bool ReadHeads(const int *ndims, int64_t **shapes, int square, std::initializer_list<int> rows, Heads *heads) {
+  if (ndims[square] != 4) return false;
+  const int64_t *s = shapes[square];
+  *heads = Heads{s[0], s[2], 0, s[1], 0};
+  for (const int i : rows) {
+    if (ndims[i] != 3 || shapes[i][0] != s[0] || shapes[i][1] != s[2]) return false;
+    heads->hidden = shapes[i][2];
+  }
+  if (s[3] != s[2] || heads->count < 1 || heads->hidden % heads->count != 0) return false;
+  for (const int i : rows) {
+    if (shapes[i][2] != heads->hidden) return false;
+  }
+  heads->size = heads->hidden / heads->count;
+  return true;
+}
+
+// Runs fn(pair, scratch) for every (b, n) pair over the threads; fn returns dnnl_sgemm's status. `scratch` is S*S
+// floats of the thread's own (when scratch_size is nonzero).
+template <typename Fn>
+int ForEachPair(const Heads &heads, int64_t scratch_size, Fn fn) {
+  std::vector<int> status(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(heads.batch * heads.count, 1, [&](int64_t part, int64_t begin,
+                                                                             int64_t end) {
+    std::vector<float> scratch(scratch_size);
+    for (int64_t pair = begin; pair < end && status[part] == 0; ++pair) status[part] = fn(pair, scratch.data());
   });
   for (int64_t p = 0; p < parts; ++p) {
     if (status[p] != 0) return 3;
@@ -39,53 +152,88 @@ int Gemm(bool ta, bool tb, bool with_bias, void **params, int *ndims, int64_t **
   return 0;
 }
 
-// The attention products of every (batch row, head) pair, reading and writing the heads where they lie in the
-// [B, S, H] activations (head n is columns n*D .. n*D+D-1, leading dimension H) instead of moving them to
-// [B, N, S, D] first; S x S matrices are [B, N, S, S]. out = scale * op(x) op(y) per pair, with
-//   kScores:       x, y [B, S, H]          -> [B, N, S, S]   x_bn y_bn^T
-//   kContext:      x [B, N, S, S], y [B, S, H] -> [B, S, H]  x_bn y_bn
-//   kContextT:     x [B, N, S, S], y [B, S, H] -> [B, S, H]  x_bn^T y_bn
-// The pairs are split over the threads; each pair is one single-threaded sgemm. N is read from the [B, N, S, S]
-// operand's shape; scale is a one-element tensor.
+// (q, k [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> probs [B, N, S, S]:
+// softmax(scale q_bn k_bn^T + bias) along the last axis, the product and the softmax of a pair back to back.
+int AttentionProbs(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  if (!albert::AllFloat32(5, dtypes) || !ReadHeads(ndims, shapes, 4, {0, 1}, &heads)) return 1;
+  const int64_t seq = heads.seq, bias_size = albert::Size(2, ndims, shapes);
+  const bool full_bias = bias_size == heads.batch * heads.count * seq * seq;
+  if (!full_bias && bias_size != heads.batch * seq) return 1;
+  const float *q = static_cast<const float *>(params[0]);
+  const float *k = static_cast<const float *>(params[1]);
+  const float *bias = static_cast<const float *>(params[2]);
+  const float scale = *static_cast<const float *>(params[3]);
+  float *probs = static_cast<float *>(params[4]);
+  return ForEachPair(heads, 0, [&](int64_t pair, float *) {
+    const int64_t columns = heads.Columns(pair);
+    float *square = probs + heads.Square(pair);
+    const int status = dnnl_sgemm('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
+                                  heads.hidden, 0.0f, square, seq);
+    for (int64_t row = 0; row < seq; ++row) {
+      const float *bias_row = full_bias ? bias + heads.Square(pair) + row * seq : bias + pair / heads.count * seq;
+      albert::SoftmaxRow(square + row * seq, bias_row, square + row * seq, seq);
+    }
+    return status;
+  });
+}
+
+// (probs, dprobs [B, N, S, S], q, k [B, S, H], scale [1]) -> (dq, dk [B, S, H]), the backward of AttentionProbs:
+// ds = probs (dprobs - rowsum(probs dprobs)) per pair in the thread's scratch, dq = scale ds k, dk = scale ds^T q.
+int AttentionProbsGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  if (!albert::AllFloat32(7, dtypes) || !ReadHeads(ndims, shapes, 0, {2, 3, 5, 6}, &heads) || ndims[1] != 4 ||
+      albert::Size(1, ndims, shapes) != albert::Size(0, ndims, shapes)) {
+    return 1;
+  }
+  const float *probs = static_cast<const float *>(params[0]);
+  const float *dprobs = static_cast<const float *>(params[1]);
+  const float *q = static_cast<const float *>(params[2]);
+  const float *k = static_cast<const float *>(params[3]);
+  const float scale = *static_cast<const float *>(params[4]);
+  float *dq = static_cast<float *>(params[5]);
+  float *dk = static_cast<float *>(params[6]);
+  const int64_t seq = heads.seq, ld = heads.hidden;
+  return ForEachPair(heads, seq * seq, [&](int64_t pair, float *ds) {
+    const int64_t columns = heads.Columns(pair), square = heads.Square(pair);
+    for (int64_t row = 0; row < seq; ++row) {
+      albert::SoftmaxGradRow(probs + square + row * seq, dprobs + square + row * seq, ds + row * seq, seq);
+    }
+    const int status = dnnl_sgemm('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, 0.0f,
+                                  dq + columns, ld);
+    return status != 0 ? status : dnnl_sgemm('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld, 0.0f,
+                                             dk + columns, ld);
+  });
+}
+
+// The products of the context and of its gradients, out = scale * op(x) op(y) per pair:
+//   kScores:   x, y [B, S, H]               -> [B, N, S, S]  x_bn y_bn^T   (dprobs = dcontext v^T)
+//   kContext:  x [B, N, S, S], y [B, S, H] -> [B, S, H]     x_bn y_bn      (context = probs v)
+//   kContextT: x [B, N, S, S], y [B, S, H] -> [B, S, H]     x_bn^T y_bn    (dv = probs^T dcontext)
 enum class HeadProduct { kScores, kContext, kContextT };
 
 int HeadGemm(HeadProduct kind, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  if (!albert::AllFloat32(4, dtypes) || ndims[0] < 3 || ndims[1] != 3 || ndims[3] < 3) return 1;
   const bool scores = kind == HeadProduct::kScores;
-  const int64_t *square = scores ? shapes[3] : shapes[0];  // [B, N, S, S]
-  const int64_t *rows = shapes[1];                         // [B, S, H]
-  const int64_t batch = rows[0], seq = rows[1], hidden = rows[2], heads = square[1];
-  if ((scores ? ndims[3] : ndims[0]) != 4 || square[0] != batch || square[2] != seq || square[3] != seq ||
-      heads < 1 || hidden % heads != 0) {
+  Heads heads;
+  if (!albert::AllFloat32(4, dtypes) ||
+      !ReadHeads(ndims, shapes, scores ? 3 : 0, scores ? std::initializer_list<int>{0, 1}
+                                                       : std::initializer_list<int>{1, 3}, &heads)) {
     return 1;
   }
-  const int64_t *other = scores ? shapes[0] : shapes[3];  // the second [B, S, H] tensor of the call
-  if (other[0] != batch || other[1] != seq || other[2] != hidden) return 1;
-  const int64_t head = hidden / heads, square_size = seq * seq;
   const float *x = static_cast<const float *>(params[0]);
   const float *y = static_cast<const float *>(params[1]);
   const float scale = *static_cast<const float *>(params[2]);
   float *out = static_cast<float *>(params[3]);
-  std::vector<int> status(albert::Threads(), 0);
-  const int64_t parts = albert::ParallelFor(batch * heads, 1, [&](int64_t part, int64_t begin, int64_t end) {
-    for (int64_t pair = begin; pair < end && status[part] == 0; ++pair) {
-      const int64_t b = pair / heads, n = pair % heads;
-      const int64_t columns = b * seq * hidden + n * head;  // head n of row b in a [B, S, H] tensor
-      const float *y_bn = y + columns;
-      if (scores) {
-        status[part] = dnnl_sgemm('N', 'T', seq, seq, head, scale, x + columns, hidden, y_bn, hidden, 0.0f,
-                                  out + pair * square_size, seq);
-      } else {
-        const bool transposed = kind == HeadProduct::kContextT;
-        status[part] = dnnl_sgemm(transposed ? 'T' : 'N', 'N', seq, head, seq, scale, x + pair * square_size, seq,
-                                  y_bn, hidden, 0.0f, out + columns, hidden);
-      }
+  const int64_t seq = heads.seq, ld = heads.hidden;
+  return ForEachPair(heads, 0, [&](int64_t pair, float *) {
+    const int64_t columns = heads.Columns(pair), square = heads.Square(pair);
+    if (scores) {
+      return dnnl_sgemm('N', 'T', seq, seq, heads.size, scale, x + columns, ld, y + columns, ld, 0.0f,
+                        out + square, seq);
     }
+    return dnnl_sgemm(kind == HeadProduct::kContextT ? 'T' : 'N', 'N', seq, heads.size, seq, scale, x + square, seq,
+                      y + columns, ld, 0.0f, out + columns, ld);
   });
-  for (int64_t p = 0; p < parts; ++p) {
-    if (status[p] != 0) return 3;
-  }
-  return 0;
 }
 
 }  // namespace
@@ -113,5 +261,15 @@ int HeadContext(int, void **p, int *d, int64_t **s, const char **t, void *, void
 }
 int HeadContextT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   return HeadGemm(HeadProduct::kContextT, p, d, s, t);
+}
+int DenseQKV(int, void **p, int *d, int64_t **s, const char **t, void *, void *) { return DenseThree(p, d, s, t); }
+int DenseQKVInputGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  return DenseThreeInputGrad(p, d, s, t);
+}
+int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  return AttentionProbs(p, d, s, t);
+}
+int HeadProbsGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  return AttentionProbsGrad(p, d, s, t);
 }
 }

@@ -1,7 +1,7 @@
 // Fused element-wise and row-wise kernels for MindSpore's Custom op (func_type "aot") on CPU: LayerNorm, the tanh
-// GELU, softmax of (scores + mask bias), the masked-LM cross entropy over the vocabulary, each with its backward,
-// column sums (bias gradients), and for the train step the squared norm of a gradient (overflow check and clipping
-// in one read) and its division by one number. MindSpore 2.10 runs these as chains of single-purpose CPU kernels
+// GELU and the masked-LM cross entropy over the vocabulary, each with its backward, column sums (bias gradients),
+// and for the train step the squared norm of a gradient (overflow check and clipping in one read) and its division
+// by one number. MindSpore 2.10 runs these as chains of single-purpose CPU kernels
 // (GELU's backward alone is ~15 passes over a [B*S, I] tensor) or, for LayerNormGrad and BiasAddGrad, at a small
 // fraction of memory speed. Every function below reads its inputs once or twice and writes each output once; rows
 // are split over albert::Threads() threads.
@@ -9,42 +9,18 @@
 #include <cmath>
 
 #include "parallel.h"
+#include "vector_math.h"
 
 namespace {
 
 const int64_t kMinRowsPerThread = 16;
 const int64_t kMinElementsPerThread = 1 << 14;
 
-// e^x for float32, written so that GCC vectorizes the loops that call it: 2^n by exponent bits, e^r for
-// |r| <= ln2/2 by its Taylor polynomial to r^7 (relative error below 3e-8, under float32's rounding).
-// Out-of-range x is clamped (e^-87.3 is still a normal float); NaN stays NaN.
-inline float Exp(float x) {
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.7f ? 88.7f : x;
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  // n in [-126, 128]: split the scale in two so that n = 128 and n = -126 stay representable.
-  const int32_t half = static_cast<int32_t>(n) >> 1;
-  int32_t bits_a = (half + 127) << 23, bits_b = (static_cast<int32_t>(n) - half + 127) << 23;
-  float scale_a, scale_b;
-  std::memcpy(&scale_a, &bits_a, sizeof(float));
-  std::memcpy(&scale_b, &bits_b, sizeof(float));
-  return p * scale_a * scale_b;
-}
-
 // Google's GELU, tanh form: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (= 0.5 x (1 + tanh(...))).
 const float kGeluScale = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
 const float kGeluCubic = 0.044715f;
 
-inline float Sigmoid(float z) { return 1.0f / (1.0f + Exp(-z)); }
+inline float Sigmoid(float z) { return 1.0f / (1.0f + albert::Exp(-z)); }
 
 }  // namespace
 
@@ -166,50 +142,6 @@ int LayerNormGrad(int, void **params, int *ndims, int64_t **shapes, const char *
   return 0;
 }
 
-// (scores [..., S], bias [..., S]) -> softmax(scores + bias) along the last axis.
-int MaskedSoftmax(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
-  if (!albert::AllFloat32(3, dtypes)) return 2;
-  const float *scores = static_cast<const float *>(params[0]);
-  const float *bias = static_cast<const float *>(params[1]);
-  float *probs = static_cast<float *>(params[2]);
-  const int64_t cols = shapes[0][ndims[0] - 1], rows = albert::Size(0, ndims, shapes) / cols;
-  albert::ParallelFor(rows, kMinRowsPerThread, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float *sr = scores + r * cols, *br = bias + r * cols;
-      float *pr = probs + r * cols;
-      float top = sr[0] + br[0];
-      for (int64_t c = 1; c < cols; ++c) top = std::max(top, sr[c] + br[c]);
-      float total = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) {
-        pr[c] = Exp(sr[c] + br[c] - top);
-        total += pr[c];
-      }
-      const float inverse = 1.0f / total;
-      for (int64_t c = 0; c < cols; ++c) pr[c] *= inverse;
-    }
-  });
-  return 0;
-}
-
-// (probs [..., S], dprobs [..., S]) -> dscores = probs * (dprobs - sum(dprobs * probs)) along the last axis.
-int MaskedSoftmaxGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
-  if (!albert::AllFloat32(3, dtypes)) return 2;
-  const float *probs = static_cast<const float *>(params[0]);
-  const float *dprobs = static_cast<const float *>(params[1]);
-  float *dscores = static_cast<float *>(params[2]);
-  const int64_t cols = shapes[0][ndims[0] - 1], rows = albert::Size(0, ndims, shapes) / cols;
-  albert::ParallelFor(rows, kMinRowsPerThread, [&](int64_t, int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const float *pr = probs + r * cols, *dpr = dprobs + r * cols;
-      float dot = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) dot += dpr[c] * pr[c];
-      float *dsr = dscores + r * cols;
-      for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dpr[c] - dot);
-    }
-  });
-  return 0;
-}
-
 // dy [M, N] -> sum over rows [N]: the bias gradient of a dense layer. Columns are split over the threads.
 int ColumnSum(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
   if (ndims[0] != 2 || !albert::AllFloat32(2, dtypes)) return 2;
@@ -280,7 +212,7 @@ int CrossEntropy(int, void **params, int *ndims, int64_t **shapes, const char **
       float top = row[0];
       for (int64_t c = 1; c < cols; ++c) top = std::max(top, row[c]);
       float total = 0.0f;
-      for (int64_t c = 0; c < cols; ++c) total += Exp(row[c] - top);
+      for (int64_t c = 0; c < cols; ++c) total += albert::Exp(row[c] - top);
       lse[r] = top + std::log(total);
       const int32_t label = labels[r];
       nll[r] = label >= 0 && label < cols ? lse[r] - row[label] : 0.0f;
@@ -308,7 +240,7 @@ int CrossEntropyGrad(int, void **params, int *ndims, int64_t **shapes, const cha
         continue;
       }
       const float shift = lse[r], scale = dnll[r];
-      for (int64_t c = 0; c < cols; ++c) out[c] = Exp(row[c] - shift) * scale;
+      for (int64_t c = 0; c < cols; ++c) out[c] = albert::Exp(row[c] - shift) * scale;
       out[label] -= scale;
     }
   });
