@@ -158,18 +158,16 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
 def export_runtime(file_format: str, target: str, compute_type: str):
     """How a network is built for export to `file_format` on `target` (a src.albert_model.Runtime): never with the
     compiled CPU kernels (the file must load where this machine's .so is not). MINDIR and AIR keep the layout the
-    network has on `target`. ONNX moves the heads by transposes (MindSpore's ONNX export has no Unstack converter),
+    network has on `target` without them. ONNX moves the heads by transposes (MindSpore's ONNX export has no Unstack converter),
     adds the mask by broadcasting, and writes LayerNorm and the tanh GELU as the patterns ONNX Runtime fuses.
     A compute type `target` cannot run is refused as for training."""
-    from dataclasses import replace
-
     from src.albert_model import Runtime
     from src.device_setup import model_runtime
 
-    on_device = model_runtime(target, compute_type)
+    on_device = model_runtime(target, compute_type, kernels=False)
     if file_format == "ONNX":
         return Runtime(onnx_patterns=True)
-    return replace(on_device, kernels=False)
+    return on_device
 
 
 def build_network(args: Config, task: str, task_config: Config, source: str, target: str):

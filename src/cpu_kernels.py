@@ -26,7 +26,7 @@ import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import mindspore as ms
 from mindspore import Tensor, nn, ops
@@ -113,17 +113,33 @@ def available() -> bool:
     return _build()[0] is not None
 
 
+# The last cpu_threads given (empty: never given, the library's default of all hardware threads applies).
+_requested_threads: List[int] = []
+
+
+@lru_cache(maxsize=None)
+def _library(path: str) -> ctypes.CDLL:
+    """The kernel library as loaded in this process (MindSpore's Custom ops share it), with the thread count set."""
+    library = ctypes.CDLL(path)
+    if _requested_threads:
+        library.SetThreads(_requested_threads[0])
+    return library
+
+
 def set_threads(threads: int) -> None:
-    """Threads each kernel call is split over (cpu_threads; 0 = the CPUs this process may run on)."""
-    path = _build()[0]
+    """Threads each kernel call is split over (cpu_threads; 0 = the CPUs this process may run on). Kept until the
+    kernels are first used, so that setting it never compiles them (export and serving never use them)."""
+    _requested_threads[:] = [int(threads) or len(os.sched_getaffinity(0))]
+    path = _build()[0] if _build.cache_info().currsize else None
     if path:
-        ctypes.CDLL(path).SetThreads(int(threads) or len(os.sched_getaffinity(0)))
+        _library(path).SetThreads(_requested_threads[0])
 
 
 def _kernel(name: str, out_shape, out_dtype=None, bprop=None) -> ops.Custom:
     path, why = _build()
     if path is None:
         raise RuntimeError(f"the compiled CPU kernels are not available here ({why})")
+    _library(path)  # the thread count applies from the first call
     return ops.Custom(f"{path}:{name}", out_shape=out_shape, out_dtype=out_dtype or (lambda *types: types[0]),
                       func_type="aot", bprop=bprop)
 

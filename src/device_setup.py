@@ -104,17 +104,17 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
     return Device(target=target, rank=rank, group_size=group_size)
 
 
-def model_runtime(target: str, compute_type: str) -> Runtime:
+def model_runtime(target: str, compute_type: str, kernels: bool = True) -> Runtime:
     """How networks of `compute_type` are built to train and evaluate on `target`: on CPU the compiled kernels in
-    float32 when they are available, otherwise MindSpore's operations with heads split and stacked and the mask
-    broadcast once; elsewhere MindSpore's own operations as they are (Runtime says why). A compute type the target
-    cannot run is the user's error."""
+    float32 when they are available (and `kernels` allows them), otherwise MindSpore's operations with heads split
+    and stacked and the mask broadcast once; elsewhere MindSpore's own operations as they are (Runtime says why).
+    A compute type the target cannot run is the user's error."""
     problem = compute_type_problem(target, compute_type)
     if problem:
         raise UserError(problem)
     if target != "CPU":
         return PORTABLE
-    if compute_type == "float32" and cpu_kernels.available():
+    if kernels and compute_type == "float32" and cpu_kernels.available():
         return Runtime(kernels=True)
     return Runtime(split_heads=True, broadcast_mask=True)
 

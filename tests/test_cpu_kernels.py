@@ -300,6 +300,14 @@ def fresh_build(monkeypatch, tmp_path):
     cpu_kernels._build.cache_clear()
 
 
+def test_setting_the_thread_count_compiles_nothing(fresh_build):
+    """Every CPU run sets cpu_threads up, export.py and serving too, which never use the kernels: the count waits for
+    the kernels' first use instead of building the library."""
+    cpu_kernels.set_threads(2)
+    assert cpu_kernels._build.cache_info().currsize == 0
+    assert not (fresh_build / "cache").exists()
+
+
 def test_switched_off_they_fall_back_and_say_why(fresh_build, monkeypatch):
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
     assert not cpu_kernels.available()

@@ -90,6 +90,7 @@ def test_model_runtime_of_each_target_and_compute_type(built, monkeypatch):
     native_cpu = Runtime(split_heads=True, broadcast_mask=True)
     assert model_runtime("CPU", "float32") == (Runtime(kernels=True) if built else native_cpu)
     assert model_runtime("CPU", "float16") == native_cpu
+    assert model_runtime("CPU", "float32", kernels=False) == native_cpu  # what exports use
     for target, compute_type in (("GPU", "float32"), ("GPU", "float16"), ("Ascend", "float32"),
                                  ("Ascend", "bfloat16")):
         assert model_runtime(target, compute_type) == Runtime(), (target, compute_type)
