@@ -1,6 +1,11 @@
 """src/cpu_kernels.py: the compiled CPU kernels (oneDNN sgemm products, attention, LayerNorm, GELU, cross entropy,
 column sums), each forward and gradient checked against an independent reference (numpy in float64, PyTorch autograd in
 float64, MindSpore's own cells), and their fallbacks (switched off, no compiler, a failing build, white list)."""
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,6 +16,7 @@ from mindspore import Tensor, nn, ops  # noqa: E402
 from src import cpu_kernels  # noqa: E402
 
 # The reason's wording makes this skip a failure in CI (tests/ci_skips.py), where .ci/run installs a compiler.
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 needs_kernels = pytest.mark.skipif(not cpu_kernels.available(),
                                    reason=f"compiled CPU kernels unavailable: {cpu_kernels.status()}")
 
@@ -298,6 +304,18 @@ def fresh_build(monkeypatch, tmp_path):
     yield tmp_path
     monkeypatch.undo()
     cpu_kernels._build.cache_clear()
+
+
+@needs_kernels
+def test_the_thread_pool_runs_every_slice_once_under_concurrent_calls_and_after_fork(tmp_path):
+    """tests/fixtures/thread_pool_check.cc drives src/kernels/parallel.h directly: four threads calling at once, part
+    counts changing between calls, a forked child; it exits 0 only if every element got exactly one add per call."""
+    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    program = tmp_path / "thread_pool_check"
+    subprocess.run([compiler, "-O2", "-std=c++14", "-pthread", f"-I{cpu_kernels.KERNELS}",
+                    str(FIXTURES / "thread_pool_check.cc"), "-o", str(program)], check=True, timeout=120)
+    result = subprocess.run([str(program)], capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout.strip()) == (0, "ok"), result.stdout + result.stderr
 
 
 def test_setting_the_thread_count_compiles_nothing(fresh_build):
