@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pretrain_helpers import ok, run
+from tests.pretrain_helpers import ok, run, tool
 
 
 def split_corpus(corpus: Path, folder: Path, held_out: int = 5) -> None:
@@ -31,13 +31,14 @@ def evaluate(folder: Path, checkpoint: Path, name: str) -> dict:
 @pytest.mark.slow
 def test_tiny_albert_learns_both_tasks_on_held_out_wikipedia(assets, tmp_path):
     split_corpus(assets / "derived" / "squad_v1.1_dev_contexts_corpus.txt", tmp_path)
-    ok(run(["-m", "src.spm_train", "--input_file", str(tmp_path / "train.txt"), "--model_prefix",
-            str(tmp_path / "spm"), "--vocab_size", "4000"]))
+    tool("spm_train", ["--input_file", tmp_path / "train.txt", "--model_prefix", tmp_path / "spm",
+                       "--vocab_size", "4000"])
     for split, dupe, seed in (("train", "3", "12345"), ("eval", "2", "7")):
-        ok(run(["-m", "src.create_pretraining_data", "--input_file", str(tmp_path / f"{split}.txt"),
-                "--output_file", str(tmp_path / f"{split}.mindrecord"), "--spm_model_file", str(tmp_path / "spm.model"),
-                "--max_seq_length", "64", "--max_predictions_per_seq", "10", "--dupe_factor", dupe,
-                "--random_seed", seed, "--progress", "false"]))
+        tool("create_pretraining_data", ["--input_file", tmp_path / f"{split}.txt",
+                                         "--output_file", tmp_path / f"{split}.mindrecord",
+                                         "--spm_model_file", tmp_path / "spm.model", "--max_seq_length", "64",
+                                         "--max_predictions_per_seq", "10", "--dupe_factor", dupe,
+                                         "--random_seed", seed, "--progress", "false"])
     ok(run(["run_pretrain.py", "--data_dir", str(tmp_path / "train.mindrecord"), "--output_dir", str(tmp_path / "out"),
             "--albert_network", "albert_tiny", "--net_cfg.ln_type", "preln", "--batch_size", "32",
             "--train_steps", "1500", "--log_steps", "100", "--save_checkpoint_steps", "1500", "--optimizer", "Lamb",
