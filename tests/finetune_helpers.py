@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from pretrain_helpers import ok, run
+from pretrain_helpers import tool
 
 ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
 SPM = str(ASSETS / "tokenizer" / "albert_30k-clean.model")
@@ -28,9 +28,9 @@ def make_glue(folder: Path, task: str, train_rows: int, dev_rows: int, seq: int 
     for split, source, rows in (("train", train_file, train_rows), ("dev", dev_file, dev_rows)):
         small = head_lines(ASSETS / "glue" / name / source, folder / f"{task}_{split}.tsv", rows, task != "cola")
         out[split] = folder / f"{task}_{split}.mindrecord"
-        ok(run(["-m", "src.create_finetune_data", "--task_name", task, "--data_dir", str(ASSETS / "glue" / name),
-                "--input_file", str(small), "--split", split, "--output_file", str(out[split]),
-                "--spm_model_file", SPM, "--max_seq_length", str(seq)]))
+        tool("create_finetune_data", ["--task_name", task, "--data_dir", str(ASSETS / "glue" / name),
+                                      "--input_file", str(small), "--split", split, "--output_file", str(out[split]),
+                                      "--spm_model_file", SPM, "--max_seq_length", str(seq)])
     return out
 
 
@@ -38,9 +38,9 @@ def make_race(folder: Path, seq: int = 128) -> Dict[str, Path]:
     out = {}
     for split in ("train", "dev"):
         out[split] = folder / f"race_{split}.mindrecord"
-        ok(run(["-m", "src.create_finetune_data", "--task_name", "race", "--data_dir", str(ASSETS / "race" / "RACE"),
-                "--split", split, "--output_file", str(out[split]), "--spm_model_file", SPM,
-                "--max_seq_length", str(seq), "--max_qa_length", "32"]))
+        tool("create_finetune_data", ["--task_name", "race", "--data_dir", str(ASSETS / "race" / "RACE"),
+                                      "--split", split, "--output_file", str(out[split]), "--spm_model_file", SPM,
+                                      "--max_seq_length", str(seq), "--max_qa_length", "32"])
     return out
 
 
@@ -65,10 +65,10 @@ def make_squad(folder: Path, version: str, paragraphs: int = 6, seq: int = 64) -
            "dev_json": squad_subset(eval_source, folder / f"squad{version}_dev.json", [0, 1], paragraphs)}
     for split, source in (("train", out["train_json"]), ("dev", out["dev_json"])):
         out[split] = folder / f"squad{version}_{split}.mindrecord"
-        ok(run(["-m", "src.create_squad_data", "--input_file", str(source), "--output_file", str(out[split]),
-                "--spm_model_file", SPM, "--is_training", str(split == "train").lower(),
-                "--version_2_with_negative", str(version == "2.0").lower(), "--max_seq_length", str(seq),
-                "--doc_stride", "32", "--max_query_length", "24"]))
+        tool("create_squad_data", ["--input_file", source, "--output_file", out[split], "--spm_model_file", SPM,
+                                   "--is_training", str(split == "train").lower(),
+                                   "--version_2_with_negative", str(version == "2.0").lower(),
+                                   "--max_seq_length", seq, "--doc_stride", "32", "--max_query_length", "24"])
     return out
 
 
@@ -90,6 +90,6 @@ def make_glue_like(folder: Path, task: str, labels: List[str], seq: int = 32) ->
     tsv.write_text("\n".join([header] + ["\t".join(row(i, s1, s2, label)) for i, ((s1, s2), label)
                                          in enumerate(zip(pairs, labels))]) + "\n", encoding="utf-8")
     out = folder / f"{task}_train.mindrecord"
-    ok(run(["-m", "src.create_finetune_data", "--task_name", task, "--input_file", str(tsv), "--split", "train",
-            "--output_file", str(out), "--spm_model_file", SPM, "--max_seq_length", str(seq)]))
+    tool("create_finetune_data", ["--task_name", task, "--input_file", str(tsv), "--split", "train",
+                                  "--output_file", str(out), "--spm_model_file", SPM, "--max_seq_length", str(seq)])
     return out

@@ -10,7 +10,7 @@ from typing import Dict, Iterator, List, Tuple
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import ok, run
+from tests.pretrain_helpers import ok, run, tool
 
 SEQ = 64
 BATCH = 2
@@ -287,9 +287,9 @@ def test_export_of_a_run_classifier_checkpoint_matches_its_eval(assets, spm_path
     lines = (assets / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "dev.tsv").write_text("".join(lines[:25]), encoding="utf-8")
     data = tmp_path / "dev.mindrecord"
-    ok(run(["-m", "src.create_finetune_data", "--task_name", "mrpc", "--data_dir", str(assets / "glue" / "MRPC"),
-            "--input_file", str(tmp_path / "dev.tsv"), "--split", "dev", "--output_file", str(data),
-            "--spm_model_file", spm_path, "--max_seq_length", str(SEQ)]))
+    tool("create_finetune_data", ["--task_name", "mrpc", "--data_dir", assets / "glue" / "MRPC",
+                                  "--input_file", tmp_path / "dev.tsv", "--split", "dev", "--output_file", data,
+                                  "--spm_model_file", spm_path, "--max_seq_length", SEQ])
     ok(run(["run_classifier.py", "--train_data_file_path", str(data), "--eval_data_file_path", str(data),
             "--albert_network", "albert_tiny", "--net_cfg.hidden_size", "32", "--net_cfg.embedding_size", "16",
             "--net_cfg.num_hidden_layers", "2", "--net_cfg.num_attention_heads", "2", "--net_cfg.intermediate_size",

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_glue_like, make_race, make_squad
-from pretrain_helpers import ok, run
+from pretrain_helpers import ok, run, tool
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
 NO_DROPOUT = ["--net_cfg.hidden_dropout_prob", "0", "--classifier_dropout_prob", "0"]
@@ -271,10 +271,10 @@ def test_a_checkpoint_with_another_head_size_is_an_error(data, tmp_path):
     """A CoLA-trained (2-class) checkpoint cannot be evaluated as a 3-class MNLI classifier."""
     folder = tmp_path / "mnli"
     folder.mkdir()
-    ok(run(["-m", "src.create_finetune_data", "--task_name", "mnli", "--data_dir",
-            str(ASSETS / "glue" / "hf_dummy" / "mnli" / "MNLI"), "--split", "dev", "--output_file",
-            str(folder / "dev.mindrecord"), "--spm_model_file", str(ASSETS / "tokenizer" / "albert_30k-clean.model"),
-            "--max_seq_length", "32"]))
+    tool("create_finetune_data", ["--task_name", "mnli", "--data_dir", ASSETS / "glue" / "hf_dummy" / "mnli" / "MNLI",
+                                  "--split", "dev", "--output_file", folder / "dev.mindrecord",
+                                  "--spm_model_file", ASSETS / "tokenizer" / "albert_30k-clean.model",
+                                  "--max_seq_length", "32"])
     cola = data["cola"]
     ok(finetune("run_classifier.py", tmp_path / "cola", "--train_data_file_path", str(cola["train"]),
                 "--do_eval", "false", "--train_steps", "1", "--train_batch_size", "8"))

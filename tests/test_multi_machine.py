@@ -27,7 +27,7 @@ import pytest
 from finetune_helpers import TINY_FINETUNE, make_squad
 from machines import Machines, machines, unavailable
 from pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run,
-                              weights)
+                              tool, weights)
 
 PRETRAIN = SCRIPTS / "run_pretrain_distribute.sh"
 SQUAD = SCRIPTS / "run_squad_v1_distribute.sh"
@@ -141,10 +141,10 @@ def uniform_data(data, tmp_path_factory) -> Path:
     masked-LM loss of a batch of 16 equals the mean of its two halves' means: data parallel must then match one
     process on the combined batch up to float rounding."""
     output = tmp_path_factory.mktemp("uniform") / "uniform.mindrecord"
-    ok(run(["-m", "src.create_pretraining_data", "--input_file", str(data["folder"] / "corpus.txt"),
-            "--output_file", str(output), "--spm_model_file", str(data["folder"] / "spm.model"),
-            "--max_seq_length", "32", "--max_predictions_per_seq", "5", "--masked_lm_prob", "0.5",
-            "--short_seq_prob", "0", "--dupe_factor", "1", "--progress", "false"]))
+    tool("create_pretraining_data", ["--input_file", data["folder"] / "corpus.txt", "--output_file", output,
+                                     "--spm_model_file", data["folder"] / "spm.model", "--max_seq_length", "32",
+                                     "--max_predictions_per_seq", "5", "--masked_lm_prob", "0.5",
+                                     "--short_seq_prob", "0", "--dupe_factor", "1", "--progress", "false"])
     from src.dataset import create_pretraining_dataset
     rows = create_pretraining_dataset(output, batch_size=100000, shuffle=False, drop_remainder=False)
     weights_per_row = next(rows.create_tuple_iterator(output_numpy=True))[6].sum(-1)
