@@ -158,8 +158,9 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
 def export_runtime(file_format: str, target: str, compute_type: str):
     """How a network is built for export to `file_format` on `target` (a src.albert_model.Runtime): never with the
     compiled CPU kernels (the file must load where this machine's .so is not). MINDIR and AIR keep the layout the
-    network has on `target` without them. ONNX moves the heads by transposes (MindSpore's ONNX export has no Unstack converter),
-    adds the mask by broadcasting, and writes LayerNorm and the tanh GELU as the patterns ONNX Runtime fuses.
+    network has on `target` without them. ONNX moves the heads by transposes (MindSpore's ONNX export has no Unstack
+    converter), adds the mask by broadcasting, and writes LayerNorm and the tanh GELU as the patterns ONNX Runtime
+    fuses.
     A compute type `target` cannot run is refused as for training."""
     from src.albert_model import Runtime
     from src.device_setup import model_runtime
