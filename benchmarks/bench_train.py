@@ -15,12 +15,12 @@ config, the same random weights (HF's, perturbed and converted), so their first 
 
 Each side runs in its own worker process (bench_common.py): it builds its model once, measures its framework's
 fp32 sgemm (--peak_size^3) at the same thread count, runs the first step (MindSpore: graph compilation), then
-timed rounds of --steps steps alternate between the sides. Every (variant, seq_length, batch_size) gets fresh
+timed rounds of --steps steps alternate between the sides; each worker measures its sgemm again before it exits. Every (variant, seq_length, batch_size) gets fresh
 workers, so peak RSS (VmHWM of each worker) is that configuration's.
 
 Reported per side: median and min ms/step over all timed steps, samples/s and tokens/s (batch x seq_length,
-padding included), model TFLOP/s and its fraction of the machine's fp32 matmul peak (the best sgemm rate either
-worker reached), first-step (compile) seconds, build seconds, peak RSS; and the speed ratio torch ms / ours ms
+padding included), model TFLOP/s and its fraction of the machine's fp32 matmul peak (the best sgemm rate any
+worker reached, at its start or its end), first-step (compile) seconds, build seconds, peak RSS; and the speed ratio torch ms / ours ms
 (> 1: ours is faster).
 
 FLOPs (analytic matmul FLOPs, one formula for both sides): training step = 3 x forward (backward = 2 x forward);

@@ -42,6 +42,8 @@ def check_report(path: Path, benchmark: str, unit: str, others: Tuple[str, ...] 
             assert isinstance(value, float) and math.isfinite(value) and value > 0, (side, key, value)
         assert len(sides[side]["times_ms"]) == 2
         assert sides[side]["fraction_of_peak"] <= 1.5  # against the best sgemm rate measured in the same run
+        start, end = sides[side]["matmul_gflops_start"], sides[side]["matmul_gflops_end"]  # each worker measures twice
+        assert min(start, end) > 0 and sides[side]["matmul_gflops"] == max(start, end)
     assert result["machine_peak_gflops"] == max(sides[s]["matmul_gflops"] for s in sides)
     for side in others:
         assert result["speed_ratios"][side] == pytest.approx(sides[side]["median_ms"] / sides["ours"]["median_ms"])
