@@ -3,7 +3,8 @@ transformers' AlbertForSequenceClassification on PyTorch eager and of ONNX Runti
 
     python benchmarks/bench_infer.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 1,32] [--seq_length 128 | --sweep] [--variant KEY=VALUE ...] [--export static|dynamic]
-        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime] [--profile N] [--output results.json]
+        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime,kernels] [--profile N]
+        [--output results.json]
 
 Ours is what a deployment runs: AlbertForSequenceClassification of the config (random weights) exported with
 export.py's export_atomically to MINDIR (one export per batch size, or --export dynamic: one with a dynamic batch
@@ -16,6 +17,8 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   (optimize_model, model_type bert, opt_level 0); ort_ours: our model exported by export.py as
                   ONNX (fixed shapes, also with --export dynamic: MindSpore's ONNX export has no dynamic dimension),
                   as src/predict.py serves a .onnx file
+    kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
+                  (model_runtime on CPU, as fine-tuning evaluation runs it); no serving entry point runs it
 
 With --compare every side uses HF's random weights (perturbed, converted to ours), so all logits must agree; the run
 reports each side's max abs difference from ours.
@@ -181,6 +184,34 @@ class OursInfer(common.MindSporeSide):
         self.cell(*self.inputs).asnumpy()
 
 
+class KernelsInfer(common.MindSporeSide):
+    """Our classifier built in this process for model_runtime (on CPU in float32: the compiled kernels), no export."""
+
+    def build(self) -> Dict[str, Any]:
+        from mindspore import Tensor
+
+        from src.albert_model import AlbertConfig
+        from src.device_setup import model_runtime
+        from src.finetune_eval_model import AlbertForSequenceClassification
+        from src.utils import load_weights
+
+        config = AlbertConfig(**self.spec["config"])
+        runtime = model_runtime(self.device.target, config.compute_type)
+        self.net = AlbertForSequenceClassification(config, self.spec["num_labels"], runtime=runtime)
+        self.net.set_train(False)
+        if self.spec["weights"]:
+            load_weights(self.net, common.hf_state_to_ours(self.spec["weights"]))
+        self.inputs = [Tensor(column) for column in classifier_inputs(
+            self.spec["config"], self.spec["batch_size"], self.spec["seq_length"], self.spec["seed"])]
+        return {"kernels": runtime.kernels}
+
+    def first(self) -> Dict[str, Any]:
+        return {"check": self.net(*self.inputs).asnumpy().tolist()}
+
+    def step(self) -> None:
+        self.net(*self.inputs).asnumpy()
+
+
 class TorchInfer(common.TorchSide):
     """HF AlbertForSequenceClassification (eager attention), eval mode, torch.no_grad()."""
 
@@ -223,8 +254,9 @@ class OrtInfer(common.OrtSide):
 
 
 SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fused": OrtInfer, "ort_ours": OrtInfer,
-         "export": Exporter, "hf_export": HfExporter}
-COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours")}
+         "ours_kernels": KernelsInfer, "export": Exporter, "hf_export": HfExporter}
+COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours"),
+                  "kernels": ("ours_kernels",)}
 
 
 def export_worker(spec: Dict[str, Any], side: str) -> Dict[str, Any]:
@@ -275,7 +307,8 @@ def main(argv: List[str]) -> int:
         return common.worker_main(SIDES)
     parser = common.make_parser(__doc__, batch_default="1,32", steps_default=10, rounds_default=3,
                                 compare={"torch": "HF transformers on PyTorch eager",
-                                         "onnxruntime": "ONNX Runtime on HF's and our ONNX exports"})
+                                         "onnxruntime": "ONNX Runtime on HF's and our ONNX exports",
+                                         "kernels": "our network in-process with the compiled CPU kernels"})
     parser.add_argument("--export", choices=("static", "dynamic"), default="static",
                         help="static: one MINDIR per batch size; dynamic: a MINDIR with a dynamic batch dimension")
     parser.add_argument("--num_labels", type=int, default=2)

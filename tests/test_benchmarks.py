@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_common  # noqa: E402
+from src import cpu_kernels  # noqa: E402
 
 TINY = ["--set", "vocab_size=100", "--set", "hidden_size=32", "--set", "embedding_size=16",
         "--set", "num_hidden_layers=2", "--set", "num_attention_heads=2", "--set", "intermediate_size=64",
@@ -69,14 +70,18 @@ def test_bench_train_against_torch(tmp_path):
     assert "time per operation type" in done.stdout
 
 
-def test_bench_infer_against_torch(tmp_path):
+def test_bench_infer_against_torch_and_the_compiled_kernels(tmp_path):
+    """HF on PyTorch and, with --compare kernels, our network in-process on the compiled CPU kernels (not exported):
+    same weights, so both sides' logits agree with the exported MINDIR's."""
     pytest.importorskip("transformers")
     out = tmp_path / "infer.json"
-    done = bench("bench_infer.py", *TINY, "--compare", "torch", "--output", str(out))
+    done = bench("bench_infer.py", *TINY, "--compare", "torch,kernels", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
-    result = check_report(out, "infer", "batch")
+    result = check_report(out, "infer", "batch", ("torch", "ours_kernels"))
     assert result["speed_ratio"] == result["speed_ratios"]["torch"]
     assert result["sides"]["ours"]["export_s"] > 0
+    assert result["sides"]["ours_kernels"]["kernels"] is cpu_kernels.available()
+    assert set(result["logits_max_abs_diff_by_side"]) == {"torch", "ours_kernels"}
     assert result["logits_max_abs_diff"] < 1e-5 < result["logits_max_abs"]
     assert "ms/batch" in done.stdout
 
