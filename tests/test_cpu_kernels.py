@@ -31,7 +31,8 @@ def graph_mode():
 
 @pytest.fixture(params=[1, 2, 3], ids=lambda n: f"threads{n}")
 def threads(request):
-    """Work is split over threads once there are enough rows (or elements) per thread: results must not change."""
+    """Work is split over threads once there are enough rows, columns (x w^T of under 512 rows) or elements per
+    thread: results must not change."""
     cpu_kernels.set_threads(request.param)
     yield request.param
     cpu_kernels.set_threads(0)
@@ -68,7 +69,7 @@ def assert_close(got, want, tolerance=1e-5):
 
 
 @needs_kernels
-@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (63, 17, 9), (200, 70, 130), (257, 33, 64)])
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (63, 17, 9), (200, 70, 130), (257, 33, 64), (70, 33, 200), (600, 20, 70)])
 def test_products_equal_numpy_in_float64(m, k, n, threads):
     rng = np.random.default_rng(m + k + n)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
@@ -86,7 +87,7 @@ def test_products_equal_numpy_in_float64(m, k, n, threads):
 
 
 @needs_kernels
-@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (200, 70, 130)])
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (200, 70, 130), (70, 33, 200), (600, 20, 70)])
 def test_dense_qkv_equals_numpy_in_float64(m, k, n, threads):
     """Three dense layers of one input in one call (attention's query, key and value); its input gradient is the
     three products summed in place."""
