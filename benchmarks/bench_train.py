@@ -15,13 +15,14 @@ config, the same random weights (HF's, perturbed and converted), so their first 
 
 Each side runs in its own worker process (bench_common.py): it builds its model once, measures its framework's
 fp32 sgemm (--peak_size^3) at the same thread count, runs the first step (MindSpore: graph compilation), then
-timed rounds of --steps steps alternate between the sides; each worker measures its sgemm again before it exits. Every (variant, seq_length, batch_size) gets fresh
-workers, so peak RSS (VmHWM of each worker) is that configuration's.
+timed rounds of --steps steps alternate between the sides; each worker measures its sgemm again before it exits.
+Every (variant, seq_length, batch_size) gets fresh workers, so peak RSS (VmHWM of each worker) is that
+configuration's.
 
 Reported per side: median and min ms/step over all timed steps, samples/s and tokens/s (batch x seq_length,
 padding included), model TFLOP/s and its fraction of the machine's fp32 matmul peak (the best sgemm rate any
-worker reached, at its start or its end), first-step (compile) seconds, build seconds, peak RSS; and the speed ratio torch ms / ours ms
-(> 1: ours is faster).
+worker reached, at its start or its end), first-step (compile) seconds, build seconds, peak RSS; and the speed
+ratio torch ms / ours ms (> 1: ours is faster).
 
 FLOPs (analytic matmul FLOPs, one formula for both sides): training step = 3 x forward (backward = 2 x forward);
 forward = B*S*[2*E*H + L*(8*H^2 + 4*H*I + 4*S*H)] + B*[2*H^2 + 4*H + P*(2*H*E + 2*E*V)], L = num_hidden_layers x

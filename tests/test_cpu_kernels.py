@@ -69,7 +69,8 @@ def assert_close(got, want, tolerance=1e-5):
 
 
 @needs_kernels
-@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (63, 17, 9), (200, 70, 130), (257, 33, 64), (70, 33, 200), (600, 20, 70)])
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (63, 17, 9), (200, 70, 130), (257, 33, 64), (70, 33, 200),
+                                     (600, 20, 70)])
 def test_products_equal_numpy_in_float64(m, k, n, threads):
     rng = np.random.default_rng(m + k + n)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))

@@ -41,11 +41,11 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
 
 // Runs fn(block) over slices of c[m, n] on the threads; fn returns dnnl_sgemm's status. Split by rows, except
 // x w^T products (a dense layer's forward) of few rows: inference at batch 1 (128 rows) and the masked-LM decoder
-// (160 rows at batch 8) ran 7-20% faster with each thread on part of w's rows and all of x than on half of x's few
+// (160 rows at batch 8) ran 9-20% faster with each thread on part of w's rows and all of x than on half of x's few
 // rows and all of w (Zen 4, 2 threads); with 1024 rows or more splitting by columns measured no faster in a train step.
 template <typename Fn>
-int ForBlocks(bool tb, int64_t m, int64_t n, Fn fn) {
-  const bool by_columns = tb && m < kColumnSplitBelowRows;
+int ForBlocks(bool x_times_wt, int64_t m, int64_t n, Fn fn) {
+  const bool by_columns = x_times_wt && m < kColumnSplitBelowRows;
   std::vector<int> status(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(by_columns ? n : m, kMinSlicePerThread, [&](int64_t part, int64_t begin,
                                                                                        int64_t end) {
