@@ -56,6 +56,19 @@ def classifier_inputs(config: Dict[str, Any], batch: int, seq: int, seed: int) -
     return [input_ids, token_type_ids.astype(np.int32), input_mask]
 
 
+def our_classifier(spec: Dict[str, Any], runtime: Any) -> Any:
+    """Our AlbertForSequenceClassification of the spec for `runtime`, in eval mode, with the shared weights."""
+    from src.albert_model import AlbertConfig
+    from src.finetune_eval_model import AlbertForSequenceClassification
+    from src.utils import load_weights
+
+    model = AlbertForSequenceClassification(AlbertConfig(**spec["config"]), spec["num_labels"], runtime=runtime)
+    model.set_train(False)
+    if spec["weights"]:
+        load_weights(model, common.hf_state_to_ours(spec["weights"]))
+    return model
+
+
 class Exporter(common.MindSporeSide):
     """The short-lived export process: build the classifier, load the shared weights, write the MINDIR (and, for
     ort_ours, the ONNX file) with export.py's export_atomically."""
@@ -66,17 +79,9 @@ class Exporter(common.MindSporeSide):
         from mindspore import Tensor
 
         from export import export_atomically, export_runtime
-        from src.albert_model import AlbertConfig
-        from src.finetune_eval_model import AlbertForSequenceClassification
-        from src.utils import load_weights
 
         spec = self.spec
-        config = AlbertConfig(**spec["config"])
-        runtime = export_runtime(file_format, self.device.target, config.compute_type)
-        model = AlbertForSequenceClassification(config, spec["num_labels"], runtime=runtime)
-        model.set_train(False)
-        if spec["weights"]:
-            load_weights(model, common.hf_state_to_ours(spec["weights"]))
+        model = our_classifier(spec, export_runtime(file_format, self.device.target, spec["config"]["compute_type"]))
         if batch is None:
             inputs = [Tensor(shape=[None, spec["seq_length"]], dtype=ms.int32) for _ in range(3)]
         else:
@@ -170,12 +175,17 @@ class OursInfer(common.MindSporeSide):
 
     def build(self) -> Dict[str, Any]:
         import mindspore as ms
-        from mindspore import Tensor, nn
+        from mindspore import nn
 
         self.cell = nn.GraphCell(ms.load(self.spec["mindir"]))
-        self.inputs = [Tensor(column) for column in classifier_inputs(
-            self.spec["config"], self.spec["batch_size"], self.spec["seq_length"], self.spec["seed"])]
+        self.inputs = self._inputs()
         return {"export": self.spec["export"], "export_s": self.spec["export_s"]["ours"]}
+
+    def _inputs(self) -> List[Any]:
+        from mindspore import Tensor
+
+        return [Tensor(column) for column in classifier_inputs(
+            self.spec["config"], self.spec["batch_size"], self.spec["seq_length"], self.spec["seed"])]
 
     def first(self) -> Dict[str, Any]:
         return {"check": self.cell(*self.inputs).asnumpy().tolist()}
@@ -184,32 +194,16 @@ class OursInfer(common.MindSporeSide):
         self.cell(*self.inputs).asnumpy()
 
 
-class KernelsInfer(common.MindSporeSide):
+class KernelsInfer(OursInfer):
     """Our classifier built in this process for model_runtime (on CPU in float32: the compiled kernels), no export."""
 
     def build(self) -> Dict[str, Any]:
-        from mindspore import Tensor
-
-        from src.albert_model import AlbertConfig
         from src.device_setup import model_runtime
-        from src.finetune_eval_model import AlbertForSequenceClassification
-        from src.utils import load_weights
 
-        config = AlbertConfig(**self.spec["config"])
-        runtime = model_runtime(self.device.target, config.compute_type)
-        self.net = AlbertForSequenceClassification(config, self.spec["num_labels"], runtime=runtime)
-        self.net.set_train(False)
-        if self.spec["weights"]:
-            load_weights(self.net, common.hf_state_to_ours(self.spec["weights"]))
-        self.inputs = [Tensor(column) for column in classifier_inputs(
-            self.spec["config"], self.spec["batch_size"], self.spec["seq_length"], self.spec["seed"])]
+        runtime = model_runtime(self.device.target, self.spec["config"]["compute_type"])
+        self.cell = our_classifier(self.spec, runtime)
+        self.inputs = self._inputs()
         return {"kernels": runtime.kernels}
-
-    def first(self) -> Dict[str, Any]:
-        return {"check": self.net(*self.inputs).asnumpy().tolist()}
-
-    def step(self) -> None:
-        self.net(*self.inputs).asnumpy()
 
 
 class TorchInfer(common.TorchSide):
