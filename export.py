@@ -21,18 +21,14 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
-from model_utils.errors import UserError, as_user_error, run_cli
+from model_utils.errors import UserError, run_cli
 from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
 EXPORT_CONFIG = ROOT / "export_config.yaml"
-# Which head a checkpoint holds, by the parameter prefix only that head has (classifier and RACE share theirs and
-# are told apart by its width).
-HEAD_OWNERS = {"classifier.": "classifier/RACE", "qa_outputs.": "SQuAD v1.1 (squad_v1)",
-               "start_logits.": "SQuAD v2.0 (squad_v2)"}
 ONNX_ACTIVATIONS = ("gelu", "gelu_new", "relu")  # exact GELU's Erf has no ONNX converter in MindSpore
 
 
@@ -129,32 +125,6 @@ def check_request(args: Config) -> None:
                         f"shapes): drop --dynamic_batch or use --file_format MINDIR")
 
 
-def check_head(values: Dict[str, object], task: str, config: Config, checkpoint: str, source: str) -> None:
-    """The checkpoint must hold the head of the yaml's task, with the yaml's class count: load_weights would
-    only say 'parameters missing', which hides that the wrong checkpoint or yaml was given."""
-    found = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
-    wanted = TASKS[task].head_prefix
-    if not found:
-        raise UserError(f"{checkpoint} has no task head (no {', '.join(p + '*' for p in HEAD_OWNERS)} weights): a "
-                        f"pretraining checkpoint? Export the checkpoint of a run_{task}.py fine-tuning run")
-    if wanted not in found:
-        raise UserError(f"{checkpoint} holds a {HEAD_OWNERS[found[0]]} head ({found[0]}*) but {source} is a {task} "
-                        f"config: use the task yaml the checkpoint was trained with (or --task), or a {task} "
-                        f"checkpoint")
-    weight = values.get("classifier.weight")
-    if wanted != "classifier." or weight is None:
-        return
-    outputs = int(weight.shape[0])
-    if task == "race" and outputs != 1:
-        raise UserError(f"{checkpoint}: its classifier has {outputs} outputs (a sequence classifier with {outputs} "
-                        f"classes), but RACE scores each choice with one output: use --task classifier "
-                        f"--num_class {outputs}")
-    if task == "classifier" and outputs != config.num_class:
-        hint = " (or it is a RACE checkpoint: --task race)" if outputs == 1 else ""
-        raise UserError(f"{checkpoint}: the checkpoint's classifier has {outputs} class(es) but num_class is "
-                        f"{config.num_class}: pass --num_class {outputs}{hint}")
-
-
 def export_runtime(file_format: str, target: str, compute_type: str):
     """How a network is built for export to `file_format` on `target` (a src.albert_model.Runtime): never with the
     compiled CPU kernels (the file must load where this machine's .so is not). MINDIR and AIR keep the layout the
@@ -174,13 +144,12 @@ def export_runtime(file_format: str, target: str, compute_type: str):
 def build_network(args: Config, task: str, task_config: Config, source: str, target: str):
     """The task head with the checkpoint's weights (every parameter loaded), in inference mode, built for export
     from `target`."""
-    from src.run_config import config_beside, network_config
-    from src.utils import load_weights, read_checkpoint
+    from src.finetuned import build_head, head_network
+    from src.utils import read_checkpoint
 
     checkpoint = args.export_ckpt_file
     values = read_checkpoint(checkpoint)
-    check_head(values, task, task_config, checkpoint, source)
-    net = network_config(task_config, None, config_beside(checkpoint))
+    net = head_network(values, task, task_config, checkpoint, source)
     if args.file_format == "ONNX" and net.hidden_act not in ONNX_ACTIVATIONS:
         raise UserError(f"ONNX export needs hidden_act {', '.join(ONNX_ACTIVATIONS)} (MindSpore cannot convert "
                         f"{net.hidden_act}'s Erf to ONNX); use MINDIR, or a model fine-tuned with a tanh GELU")
@@ -188,11 +157,7 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
         raise UserError(f"export_seq_length {args.export_seq_length} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
     runtime = export_runtime(args.file_format, target, net.compute_type)
-    with as_user_error():
-        model = TASKS[task].build_model(task_config, net, False, runtime)
-    model.set_train(False)
-    load_weights(model, values, name=checkpoint)
-    return model, net
+    return build_head(values, task, task_config, net, runtime, checkpoint), net
 
 
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str) -> List[str]:

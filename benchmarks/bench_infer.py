@@ -18,7 +18,7 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   ONNX (fixed shapes, also with --export dynamic: MindSpore's ONNX export has no dynamic dimension),
                   as src/predict.py serves a .onnx file
     kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
-                  (model_runtime on CPU, as fine-tuning evaluation runs it); no serving entry point runs it
+                  (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
 
 With --compare every side uses HF's random weights (perturbed, converted to ours), so all logits must agree; the run
 reports each side's max abs difference from ours.

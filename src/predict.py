@@ -1,5 +1,6 @@
-"""Run a model exported by export.py (MINDIR or ONNX) on raw text: a sentence (pair) label, a RACE choice, or a
-SQuAD answer.
+"""Run a fine-tuned ALBERT on raw text: sentence (pair) labels, RACE choices or SQuAD answers.
+
+One request is given by flags; a file of requests (--input_file) is answered in batches.
 
     python -m src.predict --model out/albert_mrpc.mindir --task classifier --spm_model_file 30k-clean.model \
         --text_a "The cat sat." --text_b "A cat was sitting." [--labels not_equivalent,equivalent]
@@ -7,46 +8,78 @@ SQuAD answer.
         --article "..." --question "The writer thinks _ ." --option "..." --option "..." --option "..." --option "..."
     python -m src.predict --model out/albert_squad_v1.onnx --task squad_v1 --spm_model_file 30k-clean.model \
         --question "Who wrote it?" --context "It was written by ..."
+    python -m src.predict --model output/mrpc/checkpoints/albert_classifier-800.ckpt --task classifier \
+        --spm_model_file 30k-clean.model --input_file requests.jsonl --output_file answers.jsonl --batch_size 32
 
-The file's suffix picks the engine. A .mindir runs on MindSpore (ms.load + nn.GraphCell, the portable path: any
-MindSpore loads it). A .onnx (export.py --file_format ONNX) runs on ONNX Runtime (ORT_ENABLE_ALL, CPU; needs
-`pip install onnxruntime onnx`, not part of requirements.txt): the same network in another engine, which on CPU
-serves it faster and in a fraction of the memory, since the process never imports MindSpore.
+The file's suffix picks the engine:
+- .mindir (export.py): MindSpore, ms.load + nn.GraphCell. The portable path: any MindSpore 2.x loads it.
+- .onnx (export.py --file_format ONNX): ONNX Runtime (ORT_ENABLE_ALL, CPU; needs `pip install onnxruntime onnx`,
+  not part of requirements.txt). The process never imports MindSpore: on CPU the fastest at batch 1, in a fraction
+  of the memory.
+- .ckpt (a run_*.py checkpoint): the task head built in this process as fine-tuning evaluation builds it, so on CPU
+  in float32 it runs this package's compiled kernels: the fastest for batches on CPU, but only here (it needs this
+  repository and a C++ compiler; nothing to ship). --config_path is the task yaml it was fine-tuned with (default:
+  the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature length.
+
+--input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
+text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id. The
+answers are JSON lines in the input's order, each with the request's id (else its line number), written to
+--output_file (whole, or not at all) or stdout. Requests are answered --batch_size rows at a time.
 
 Text becomes features exactly as the data tools make them (create_finetune_data.classifier_feature and
 race_feature, create_squad_data.example_features) at the sequence length the model was exported with; the task's
 inputs come from the task registry (src/tasks.py); SQuAD answers come from
-squad_get_predictions, as in evaluation. Prints one JSON object on stdout.
+squad_get_predictions, as in evaluation. One request prints one JSON object on stdout.
 """
 import argparse
+import difflib
 import importlib.util
 import json
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
-from model_utils.config import ArgumentParser, boolean
+from model_utils.config import ArgumentParser, Config, boolean
 from model_utils.errors import UserError, run_cli
+from src.atomic_files import atomic_path
 from src.inference import Runner, cell_runner, real_rows, run_padded
 from src.tasks import TASKS
 
 # Feature key of the data tools (the task's head_inputs) -> the exported input's name (the head's argument).
 EXPORT_NAMES = {"input_ids": "input_ids", "segment_ids": "token_type_ids", "input_mask": "input_mask",
                 "p_mask": "p_mask"}
-QAS_ID = "predict-0"
+# The keys of a request in --input_file, per task; `id` and the classifier's `text_b` may be left out.
+REQUEST_KEYS = {"classifier": ("text_a", "text_b"), "race": ("article", "question", "options"),
+                "squad_v1": ("question", "context"), "squad_v2": ("question", "context")}
+OPTIONAL_KEYS = ("text_b", "id")
 SHOWN_ANSWERS = 5
-SUFFIXES = (".mindir", ".onnx")
+SUFFIXES = (".mindir", ".onnx", ".ckpt")
+DEFAULT_BATCH = 32
+DEFAULT_SEQ = 128
+CHUNK_REQUESTS = 1024  # requests made into features at a time: bounds the memory of a large --input_file
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
-    parser.add_argument("--model", required=True, help="MINDIR (MindSpore) or ONNX (ONNX Runtime) file of export.py")
+    parser.add_argument("--model", required=True,
+                        help=".mindir (MindSpore) or .onnx (ONNX Runtime) file of export.py, or a fine-tuned .ckpt "
+                             "(run in this process: the compiled CPU kernels)")
     parser.add_argument("--task", required=True, choices=list(TASKS))
     parser.add_argument("--spm_model_file", default="", help="SentencePiece model the model was fine-tuned with")
-    parser.add_argument("--vocab_file", default="", help="WordPiece vocab.txt (albert_zh) instead of a SentencePiece model")
+    parser.add_argument("--vocab_file", default="",
+                        help="WordPiece vocab.txt (albert_zh) instead of a SentencePiece model")
     parser.add_argument("--do_lower_case", type=boolean, default=True, help="true or false")
+    parser.add_argument("--input_file", default="", help="JSON lines, a request per line (instead of the text flags)")
+    parser.add_argument("--output_file", default="", help="with --input_file: the answers' JSON lines (else stdout)")
+    parser.add_argument("--batch_size", type=int, default=0,
+                        help=f"rows per model call (0: the exported batch; dynamic batch and .ckpt: {DEFAULT_BATCH})")
+    parser.add_argument("--config_path", default="", help=".ckpt: the task yaml it was fine-tuned with")
+    parser.add_argument("--seq_length", type=int, default=0,
+                        help=f".ckpt: sequence length of the features (0: {DEFAULT_SEQ}, as export.py)")
     parser.add_argument("--text_a", default=None, help="classifier: the sentence (first of the pair)")
     parser.add_argument("--text_b", default=None, help="classifier: the second sentence of a pair task")
     parser.add_argument("--labels", default="", help="classifier: comma-separated label names in label-id order")
@@ -61,9 +94,56 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max_answer_length", type=int, default=30)
     parser.add_argument("--null_score_diff_threshold", type=float, default=0.0, help="squad_v2: answer '' above it")
     parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"),
-                        help="MINDIR: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
-    parser.add_argument("--threads", type=int, default=0, help="ONNX: intra-op threads (0: ONNX Runtime's default)")
+                        help="MINDIR and .ckpt: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="ONNX: intra-op threads (0: ONNX Runtime's default); .ckpt on CPU: kernel threads "
+                             "(0: all usable CPUs)")
     return parser.parse_args(list(argv))
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Everything decidable from the flags alone, before a model is read."""
+    if not Path(args.model).is_file():
+        raise UserError(f"model not found: {args.model}")
+    if not args.model.endswith(SUFFIXES):
+        raise UserError(f"--model must be a .mindir (MindSpore) or .onnx (ONNX Runtime) file written by export.py, "
+                        f"or a fine-tuned .ckpt: {args.model}")
+    for flag in ("threads", "batch_size"):
+        if getattr(args, flag) < 0:
+            raise UserError(f"--{flag} must be >= 0, got {getattr(args, flag)}")
+    if args.max_qa_length < 1:
+        raise UserError(f"--max_qa_length must be >= 1, got {args.max_qa_length}")
+    if args.model.endswith(".onnx"):
+        missing = [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise UserError(f"an ONNX model runs on ONNX Runtime: pip install {' '.join(missing)}")
+    if not args.model.endswith(".ckpt"):
+        used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]
+        if used:
+            raise UserError(f"--{used[0]} is for a .ckpt model; an exported model has its own")
+    elif args.seq_length < 0:
+        raise UserError(f"--seq_length must be >= 0, got {args.seq_length}")
+    text_flags = [flag for flag in ("text_a", "text_b", "article", "question", "context") if getattr(args, flag)]
+    if args.input_file:
+        if text_flags or args.option:
+            raise UserError(f"--input_file holds the requests: drop --{(text_flags or ['option'])[0]}")
+        if not Path(args.input_file).is_file():
+            raise UserError(f"input_file not found: {args.input_file}")
+        if args.output_file and os.path.isdir(args.output_file):
+            raise UserError(f"--output_file must name a file, not a folder: {args.output_file}")
+    elif args.output_file:
+        raise UserError("--output_file goes with --input_file; one request is printed on stdout")
+
+
+# ---------------------------------------------------------------------------------------------------- the model
+
+@dataclass
+class ModelShape:
+    """What features a model takes, known before it is loaded."""
+    batch: Optional[int]  # rows per call of a fixed-batch export; None when any batch runs
+    seq: int
+    choices: int  # RACE: options per question (1 for the other tasks)
+    vocab: Optional[int]  # the model's vocabulary size, where the file says it
 
 
 def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[int]]:
@@ -106,14 +186,32 @@ def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]]) -> No
                         f"model exported by export.py")
 
 
-def load_tokenizer(args: argparse.Namespace, model_vocab: Optional[int]):
-    from src.tokenization import FullTokenizer
+def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Config:
+    """.ckpt: the task yaml it was fine-tuned with (--config_path, else the shipped one)."""
+    from model_utils.config import parse_cli
 
-    tokenizer = FullTokenizer(args.vocab_file or None, args.do_lower_case, args.spm_model_file or None)
-    if model_vocab is not None and tokenizer.vocab_size > model_vocab:
-        raise UserError(f"the tokenizer has {tokenizer.vocab_size} pieces but the model's vocabulary has "
-                        f"{model_vocab}: use the tokenizer the model was trained with")
-    return tokenizer
+    argv = ["--config_path", args.config_path] if args.config_path else []
+    return parse_cli(TASKS[args.task].config_file, argv + (["--num_class", str(num_class)] if num_class else []))
+
+
+def model_shape(args: argparse.Namespace) -> ModelShape:
+    """An export's input shape from its file; a checkpoint's from --seq_length and the task yaml (RACE's choices)."""
+    if args.model.endswith(".ckpt"):
+        choices = task_config(args).num_class if TASKS[args.task].choices else 1
+        return ModelShape(None, args.seq_length or DEFAULT_SEQ, choices, None)
+    inputs, vocab = model_signature(args.model)
+    check_model(args.model, args.task, inputs)
+    shape = inputs[0][1]
+    return ModelShape(shape[0] if shape[0] > 0 else None, shape[-1], shape[1] if len(shape) == 3 else 1, vocab)
+
+
+def rows_per_call(args: argparse.Namespace, shape: ModelShape) -> int:
+    if shape.batch is None:
+        return args.batch_size or DEFAULT_BATCH
+    if args.batch_size not in (0, shape.batch):
+        raise UserError(f"{args.model} was exported for batches of {shape.batch} rows: drop --batch_size, or "
+                        f"export it again with --export_batch_size {args.batch_size} (or --dynamic_batch true)")
+    return shape.batch
 
 
 def mindspore_runner(path: str, device_target: str) -> Runner:
@@ -142,120 +240,249 @@ def onnxruntime_runner(path: str, threads: int) -> Runner:
     return run
 
 
-def load_runner(args: argparse.Namespace) -> Runner:
+def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
+    """The checkpoint's task head built in this process for the device, as fine-tuning evaluation builds it: on
+    CPU in float32 with the compiled kernels (src/cpu_kernels.py)."""
+    from src.device_setup import kernels_status, model_runtime, setup_device
+    from src.finetuned import build_head, head_network
+    from src.utils import read_checkpoint
+
+    device = setup_device(args.device_target, cpu_threads=args.threads)
+    values = read_checkpoint(args.model)
+    classes = values.get("classifier.weight")
+    num_class = int(classes.shape[0]) if args.task == "classifier" and classes is not None else None
+    source = args.config_path or f"the shipped {Path(TASKS[args.task].config_file).name}"
+    config = task_config(args, num_class)
+    net = head_network(values, args.task, config, args.model, source)
+    if shape.seq > net.max_position_embeddings:
+        raise UserError(f"--seq_length {shape.seq} exceeds the network's max_position_embeddings "
+                        f"{net.max_position_embeddings}")
+    check_vocabulary(tokenizer, net.vocab_size)
+    runtime = model_runtime(device.target, net.compute_type)
+    model = build_head(values, args.task, config, net, runtime, args.model)
+    engine = kernels_status(device.target) if runtime.kernels else "MindSpore operations"
+    print(f"{args.model}: {args.task} head, {net.num_hidden_layers} layers, hidden {net.hidden_size}, seq {shape.seq}, "
+          f"on {device.target} in this process ({engine})", file=sys.stderr)
+    return cell_runner(model)
+
+
+def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
     if args.model.endswith(".onnx"):
         return onnxruntime_runner(args.model, args.threads)
+    if args.model.endswith(".ckpt"):
+        return checkpoint_runner(args, shape, tokenizer)
     return mindspore_runner(args.model, args.device_target)
 
 
-def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], columns: Sequence[str], batch: int) -> List[np.ndarray]:
-    """The model's outputs for feature rows, in batches of the exported size (the last one padded with zero rows)."""
-    size = batch if batch > 0 else len(rows)
+def load_tokenizer(args: argparse.Namespace, model_vocab: Optional[int]):
+    from src.tokenization import FullTokenizer
+
+    tokenizer = FullTokenizer(args.vocab_file or None, args.do_lower_case, args.spm_model_file or None)
+    check_vocabulary(tokenizer, model_vocab)
+    return tokenizer
+
+
+def check_vocabulary(tokenizer, model_vocab: Optional[int]) -> None:
+    if model_vocab is not None and tokenizer.vocab_size > model_vocab:
+        raise UserError(f"the tokenizer has {tokenizer.vocab_size} pieces but the model's vocabulary has "
+                        f"{model_vocab}: use the tokenizer the model was trained with")
+
+
+def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], columns: Sequence[str], batch: int,
+             fixed: bool) -> List[np.ndarray]:
+    """The model's outputs for feature rows, `batch` rows per call (the last call padded with zero rows); a model
+    that runs any batch gets fewer when there are fewer rows."""
+    size = batch if fixed else min(batch, len(rows))
     batches = ([np.stack([row[column] for row in rows[start:start + size]]).astype(np.int32) for column in columns]
                for start in range(0, len(rows), size))
     return real_rows(run_padded(run, batches, size))
 
+
+# ------------------------------------------------------------------------------------------------- the requests
+
+def flag_request(args: argparse.Namespace, choices: int) -> Dict[str, object]:
+    """The one request of the text flags."""
+    if args.task == "classifier":
+        if not args.text_a:
+            raise UserError("--task classifier needs --text_a (and --text_b for a sentence-pair task)")
+        return {"text_a": args.text_a, "text_b": args.text_b}
+    if args.task == "race":
+        if not args.article or not args.question or not args.option:
+            raise UserError("--task race needs --article, --question and one --option per choice")
+        if len(args.option) != choices:
+            raise UserError(f"the model chooses among {choices} options but {len(args.option)} --option were given")
+        return {"article": args.article, "question": args.question, "options": list(args.option)}
+    if not args.question or not args.context:
+        raise UserError(f"--task {args.task} needs --question and --context")
+    return {"question": args.question, "context": args.context}
+
+
+def check_request(request: object, task: str, choices: int, where: str) -> None:
+    """A request of --input_file: a JSON object with the task's keys, strings where text goes."""
+    if not isinstance(request, dict):
+        raise UserError(f"{where}: a request is a JSON object, got {type(request).__name__}")
+    known = REQUEST_KEYS[task] + ("id",)
+    for key in request:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+            raise UserError(f"{where}: unknown key '{key}' for {task} (keys: {', '.join(known)})"
+                            + (f"; did you mean '{close[0]}'?" if close else ""))
+    missing = [key for key in REQUEST_KEYS[task] if key not in OPTIONAL_KEYS and not request.get(key)]
+    if missing:
+        raise UserError(f"{where}: a {task} request needs {', '.join(missing)}")
+    for key, value in request.items():
+        if key == "options":
+            if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+                raise UserError(f"{where}: options must be a list of non-empty strings")
+            if len(value) != choices:
+                raise UserError(f"{where}: the model chooses among {choices} options but {len(value)} were given")
+        elif key == "id":
+            if not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise UserError(f"{where}: id must be a string or an integer")
+        elif not isinstance(value, str) and not (key == "text_b" and value is None):
+            raise UserError(f"{where}: {key} must be a string")
+
+
+def read_requests(path: str, task: str, choices: int) -> List[Dict[str, object]]:
+    """The requests of a JSON lines file (blank lines skipped), each checked and given its line number as id when
+    it has none."""
+    requests = []
+    with open(path, "rb") as lines:  # decoded line by line, so a bad byte is named with its line
+        for number, raw in enumerate(lines, 1):
+            where = f"{path} line {number}"
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{where}: not UTF-8 text ({err.reason})") from err
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line.rstrip())
+            except json.JSONDecodeError as err:
+                raise UserError(f"{where}: not JSON ({err.msg} at column {err.colno})") from err
+            check_request(request, task, choices, where)
+            requests.append({"id": number, **request})
+    if not requests:
+        raise UserError(f"{path} holds no request")
+    return requests
+
+
+# -------------------------------------------------------------------------------------------------- the answers
+# Each takes (args, tokenizer, run, shape, requests) and returns one answer per request.
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
     exp = np.exp(logits - logits.max())
     return exp / exp.sum()
 
 
-def choose(args: argparse.Namespace, tokenizer, run, seq: int, choices: int) -> Dict[str, object]:
+def classify(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
+             requests: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    from src.create_finetune_data import InputExample, classifier_feature
+
+    features = [classifier_feature(InputExample(f"predict-{index}", request["text_a"], request.get("text_b"), None,
+                                                "request"), tokenizer, {}, shape.seq)
+                for index, request in enumerate(requests)]
+    all_logits = run(features)[0].astype(np.float64)
+    if all_logits.shape[1] == 1:
+        return [{"prediction": float(logits[0])} for logits in all_logits]  # regression (sts-b)
+    labels = args.labels.split(",") if args.labels else [str(i) for i in range(all_logits.shape[1])]
+    if len(labels) != all_logits.shape[1]:
+        raise UserError(f"--labels names {len(labels)} labels but the model has {all_logits.shape[1]} classes")
+    return [{"label": labels[int(logits.argmax())], "probabilities": dict(zip(labels, _softmax(logits).tolist())),
+             "logits": logits.tolist()} for logits in all_logits]
+
+
+def choose(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
+           requests: List[Dict[str, object]]) -> List[Dict[str, object]]:
     """RACE: the option the model scores highest for the article and question."""
     from src.create_finetune_data import RaceExample, race_feature
 
-    if not args.article or not args.question or not args.option:
-        raise UserError("--task race needs --article, --question and one --option per choice")
-    if len(args.option) != choices:
-        raise UserError(f"the model chooses among {choices} options but {len(args.option)} --option were given")
-    example = RaceExample(QAS_ID, args.article, args.question, list(args.option), "A", "command line")
-    logits = run([race_feature(example, tokenizer, seq, args.max_qa_length)])[0][0].astype(np.float64)
-    probabilities = _softmax(logits)
-    letters = [chr(ord("A") + index) for index in range(choices)]
-    best = int(logits.argmax())
-    return {"answer": letters[best], "option": args.option[best],
-            "probabilities": dict(zip(letters, probabilities.tolist())), "logits": logits.tolist()}
+    features = [race_feature(RaceExample(f"predict-{index}", request["article"], request["question"],
+                                         list(request["options"]), "A", "request"),
+                             tokenizer, shape.seq, args.max_qa_length) for index, request in enumerate(requests)]
+    letters = [chr(ord("A") + index) for index in range(shape.choices)]
+    answers = []
+    for request, logits in zip(requests, run(features)[0].astype(np.float64)):
+        best = int(logits.argmax())
+        answers.append({"answer": letters[best], "option": request["options"][best],
+                        "probabilities": dict(zip(letters, _softmax(logits).tolist())), "logits": logits.tolist()})
+    return answers
 
 
-def classify(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
-    from src.create_finetune_data import InputExample, classifier_feature
-
-    if not args.text_a:
-        raise UserError("--task classifier needs --text_a (and --text_b for a sentence-pair task)")
-    example = InputExample("predict-0", args.text_a, args.text_b, None, "command line")
-    logits = run([classifier_feature(example, tokenizer, {}, seq)])[0][0].astype(np.float64)
-    if logits.size == 1:
-        return {"prediction": float(logits[0])}  # regression (sts-b)
-    labels = args.labels.split(",") if args.labels else [str(i) for i in range(logits.size)]
-    if len(labels) != logits.size:
-        raise UserError(f"--labels names {len(labels)} labels but the model has {logits.size} classes")
-    probabilities = _softmax(logits)
-    return {"label": labels[int(logits.argmax())], "probabilities": dict(zip(labels, probabilities.tolist())),
-            "logits": logits.tolist()}
-
-
-def answer(args: argparse.Namespace, tokenizer, run, seq: int) -> Dict[str, object]:
+def answer(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
+           requests: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    """SQuAD: the answer span (v2: or no answer) found in the context, windows as evaluation makes them."""
     from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row
     from src.squad_get_predictions import predictions_v1, predictions_v2, results_from_outputs
 
-    if not args.question or not args.context:
-        raise UserError(f"--task {args.task} needs --question and --context")
-    options = SquadOptions(seq, args.doc_stride, args.max_query_length, is_training=False)
+    options = SquadOptions(shape.seq, args.doc_stride, args.max_query_length, is_training=False)
     options.check()
-    example = SquadExample(QAS_ID, args.question, args.context, answers=[])
-    rows, features = [], {}
-    for index, (record, feature) in enumerate(example_features(example, 0, tokenizer, options)):
-        rows.append(record)
-        features[FIRST_UNIQUE_ID + index] = dict(unique_id=FIRST_UNIQUE_ID + index, **feature)
+    examples, rows, features, windows = [], [], {}, []
+    for index, request in enumerate(requests):
+        example = SquadExample(f"predict-{index}", request["question"], request["context"], answers=[])
+        examples.append(example_row(index, example))
+        made = list(example_features(example, index, tokenizer, options))
+        for record, feature in made:
+            unique_id = FIRST_UNIQUE_ID + len(rows)
+            rows.append(record)
+            features[unique_id] = dict(unique_id=unique_id, **feature)
+        windows.append(len(made))
     outputs = run(rows)
-    examples = [example_row(0, example)]
     results = results_from_outputs(list(features), outputs)
+    null_odds = {}
     if args.task == "squad_v1":
         predictions, nbest = predictions_v1(examples, features, results, args.n_best_size, args.max_answer_length)
-        extra = {}
     else:
         start_n_top = outputs[0].shape[1]
         predictions, nbest, null_odds = predictions_v2(
             examples, features, results, args.n_best_size, args.max_answer_length, start_n_top,
             outputs[2].shape[1] // start_n_top, args.null_score_diff_threshold)
-        extra = {"null_score": null_odds[QAS_ID]}
-    shown = [{"text": entry["text"], "probability": entry["probability"]} for entry in nbest[QAS_ID][:SHOWN_ANSWERS]]
-    return {"answer": predictions[QAS_ID], **extra, "nbest": shown, "windows": len(rows)}
+    answers = []
+    for example, count in zip(examples, windows):
+        qas_id = example["qas_id"]
+        shown = [{"text": entry["text"], "probability": entry["probability"]}
+                 for entry in nbest[qas_id][:SHOWN_ANSWERS]]
+        extra = {"null_score": null_odds[qas_id]} if qas_id in null_odds else {}
+        answers.append({"answer": predictions[qas_id], **extra, "nbest": shown, "windows": count})
+    return answers
+
+
+ANSWERS = {"classifier": classify, "race": choose, "squad_v1": answer, "squad_v2": answer}
+
+
+def write_answers(answer_requests: Callable[[List[Dict[str, object]]], List[Dict[str, object]]],
+                  requests: List[Dict[str, object]], out: TextIO) -> None:
+    """One JSON line per request, with its id, CHUNK_REQUESTS requests made into features at a time."""
+    for start in range(0, len(requests), CHUNK_REQUESTS):
+        chunk = requests[start:start + CHUNK_REQUESTS]
+        for request, result in zip(chunk, answer_requests(chunk)):
+            out.write(json.dumps({"id": request["id"], **result}, ensure_ascii=False, default=float) + "\n")
 
 
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
-    if not Path(args.model).is_file():
-        raise UserError(f"model not found: {args.model}")
-    if not args.model.endswith(SUFFIXES):
-        raise UserError(f"--model must be a .mindir (MindSpore) or .onnx (ONNX Runtime) file written by export.py: "
-                        f"{args.model}")
-    if args.threads < 0:
-        raise UserError(f"--threads must be >= 0, got {args.threads}")
-    if args.model.endswith(".onnx"):
-        missing = [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
-        if missing:
-            raise UserError(f"an ONNX model runs on ONNX Runtime: pip install {' '.join(missing)}")
-    inputs, model_vocab = model_signature(args.model)
-    check_model(args.model, args.task, inputs)
-    tokenizer = load_tokenizer(args, model_vocab)
-    if args.max_qa_length < 1:
-        raise UserError(f"--max_qa_length must be >= 1, got {args.max_qa_length}")
-    runner = load_runner(args)
-    shape = inputs[0][1]
-    batch, seq = shape[0], shape[-1]
+    check_args(args)
+    shape = model_shape(args)
+    batch = rows_per_call(args, shape)
+    requests = (read_requests(args.input_file, args.task, shape.choices) if args.input_file
+                else [flag_request(args, shape.choices)])
+    tokenizer = load_tokenizer(args, shape.vocab)
+    runner = load_runner(args, shape, tokenizer)
 
     def run(rows: List[Dict[str, np.ndarray]]) -> List[np.ndarray]:
-        return run_rows(runner, rows, TASKS[args.task].head_inputs, batch)
+        return run_rows(runner, rows, TASKS[args.task].head_inputs, batch, fixed=shape.batch is not None)
 
-    if args.task == "classifier":
-        result = classify(args, tokenizer, run, seq)
-    elif args.task == "race":
-        result = choose(args, tokenizer, run, seq, shape[1])
+    def answer_requests(chunk: List[Dict[str, object]]) -> List[Dict[str, object]]:
+        return ANSWERS[args.task](args, tokenizer, run, shape, chunk)
+
+    if not args.input_file:
+        print(json.dumps(answer_requests(requests)[0], ensure_ascii=False, default=float))
+    elif not args.output_file:
+        write_answers(answer_requests, requests, sys.stdout)
     else:
-        result = answer(args, tokenizer, run, seq)
-    print(json.dumps(result, ensure_ascii=False, default=float))
+        with atomic_path(args.output_file, ".jsonl") as tmp, open(tmp, "w", encoding="utf-8") as out:
+            write_answers(answer_requests, requests, out)
+        print(f"answered {len(requests)} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
     return 0
 
 

@@ -111,6 +111,8 @@ MAKE_SQ = ("src.create_squad_data", "--output_file {out}/sq.mindrecord --spm_mod
 EXPORT = ("export.py", "--export_file_name {out}/model --export_seq_length 32 --device_target CPU "
           "--config_path task_classifier_config.yaml --export_ckpt_file {fx}/cls.ckpt")
 CONVERT = ("src.convert_checkpoint", "--src hf --output {out}/c.ckpt")
+PREDICT = ("src.predict", "--model {fx}/cls.ckpt --task classifier --spm_model_file {spm} --device_target CPU")
+PREDICT_FILE = ("src.predict", PREDICT[1] + " --input_file {bad} --output_file {out}/answers.jsonl")
 SCORE = ("src.squad_postprocess", "--version 1.1 --data_file " + SQUAD_JSON + " --pred_file {fx}/predictions.json")
 RACE_FILE = "RACE/dev/high/1.txt"
 RACE_OK = '{"article": "A text.", "questions": ["Why?"], "options": [["a", "b", "c", "d"]], "answers": ["A"]}'
@@ -392,6 +394,42 @@ MATRIX: List[Row] = [
         ["--config albert_config.json is required with --src tf"]),
     row(CONVERT, "existing output", "--input {fx}/hf_vocab100.safetensors --config {fx}/pre.ckpt.json --output {bad}",
         ["{bad} exists; pass --overwrite to replace it"], text("mine"), bad="bad.ckpt"),
+    # ---------------------------------------------------------------------------------------------- src.predict
+    row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
+    row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
+        text("weights"), bad="model.pb"),
+    row(PREDICT, "pretraining checkpoint", "--model {fx}/pre.ckpt --text_a hi",
+        ["{fx}/pre.ckpt has no task head", "a pretraining checkpoint?"]),
+    row(PREDICT, "seq_length > max_position_embeddings", "--seq_length 1000 --text_a hi",
+        ["--seq_length 1000 exceeds the network's max_position_embeddings 512"]),
+    row(PREDICT, "no text", "", ["--task classifier needs --text_a"]),
+    row(PREDICT, "negative batch size", "--batch_size -1 --text_a hi", ["--batch_size must be >= 0, got -1"]),
+    row(PREDICT, "output file without requests file", "--text_a hi --output_file {out}/answers.jsonl",
+        ["--output_file goes with --input_file"]),
+    row(PREDICT, "missing requests file", "--input_file {tmp}/missing.jsonl",
+        ["input_file not found: {tmp}/missing.jsonl"]),
+    row(PREDICT_FILE, "text flag beside requests file", "--text_a hi",
+        ["--input_file holds the requests: drop --text_a"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "request not json", "", ["{bad} line 3: not JSON"], text('{"text_a": "a"}\n\n{"text_a": \n'),
+        bad="requests.jsonl"),
+    row(PREDICT_FILE, "request not an object", "", ["{bad} line 1: a request is a JSON object, got list"],
+        text('["a", "b"]\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "unknown request key", "", ["{bad} line 2: unknown key 'txt_b'", "did you mean 'text_b'?"],
+        text('{"text_a": "a"}\n{"text_a": "a", "txt_b": "b"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "request without its text", "", ["{bad} line 1: a classifier request needs text_a"],
+        text('{"id": "q1", "text_b": "b"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "request text not a string", "", ["{bad} line 1: text_a must be a string"],
+        text('{"text_a": 5}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "request id not a string or integer", "", ["{bad} line 1: id must be a string or an integer"],
+        text('{"text_a": "a", "id": [1]}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "race request with too few options", "--task race",
+        ["{bad} line 1: the model chooses among 4 options but 2 were given"],
+        text('{"article": "A text.", "question": "Why?", "options": ["a", "b"]}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "empty requests file", "", ["{bad} holds no request"], text("\n\n"), bad="requests.jsonl"),
+    row(PREDICT_FILE, "requests file not utf-8", "", ["{bad} line 2: not UTF-8 text"],
+        raw(b'{"text_a": "a"}\n{"text_a": "caf\xe9"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "output file is a folder", "--output_file {tmp}",
+        ["--output_file must name a file, not a folder: {tmp}"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     # ---------------------------------------------------------------------------------------------- squad_postprocess
     row(SCORE, "predictions for another data set",
         "--pred_file {assets}/squad/v2.0/cs224n_bert_base/predictions.json",
@@ -480,11 +518,13 @@ def _save_checkpoints(folder: Path) -> None:
 @pytest.fixture
 def no_work(monkeypatch):
     """In-process runs: no device setup (a started MindSpore runtime cannot be reset for the next row), and any
-    training, evaluation or export fails the test, since the bad input should have stopped the run before it."""
+    training, evaluation, export or prediction fails the test, since the bad input should have stopped the run
+    before it."""
     import export
     import pretrain_eval
     import src.device_setup
     import src.finetune
+    import src.predict
     import src.tasks
     import src.train_loop
 
@@ -493,7 +533,7 @@ def no_work(monkeypatch):
 
     monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
     for module, name in ((src.train_loop, "train"), (src.finetune, "_predict_rows"), (pretrain_eval, "evaluate"),
-                         (export, "export_atomically")):
+                         (export, "export_atomically"), (src.predict, "run_rows")):
         monkeypatch.setattr(module, name, reached)
     src.tasks.squad_eval_maps.cache_clear()  # a row's damaged copy must be read, not an earlier row's files
     yield
@@ -559,5 +599,6 @@ def test_every_entry_point_is_in_the_matrix():
     entries = {r.entry for r in MATRIX}
     assert entries == {"run_pretrain.py", "pretrain_eval.py", "run_classifier.py", "run_race.py", "run_squad_v1.py",
                        "run_squad_v2.py", "src.create_pretraining_data", "src.create_finetune_data",
-                       "src.create_squad_data", "export.py", "src.convert_checkpoint", "src.squad_postprocess"}
+                       "src.create_squad_data", "export.py", "src.convert_checkpoint", "src.squad_postprocess",
+                       "src.predict"}
     assert len({r.id for r in MATRIX}) == len(MATRIX)

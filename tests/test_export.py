@@ -345,24 +345,17 @@ def test_predict_on_onnx_never_imports_mindspore(onnx_files, spm_path):
     assert set(json.loads(result.stdout)["probabilities"]) == {"0", "1", "2"}
 
 
-@pytest.mark.parametrize("task, fmt", [("squad_v1", "mindir"), ("squad_v2", "mindir"), ("squad_v1", "onnx")])
-def test_predict_squad_answer_from_the_context(task, fmt, request, heads, assets, tokenizer, spm_path):
+def expected_squad(task: str, head, tokenizer, question: str, context: str) -> Tuple[str, List[dict], int]:
+    """(answer, n-best, windows) of evaluation's postprocessing on the in-process head's outputs for the windows the
+    data tool makes (stride 24, query 16, as the predict tests ask for)."""
     from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row
     from src.squad_get_predictions import predictions_v1, predictions_v2
 
-    data = json.loads((assets / "squad" / "v1.1" / "dev-v1.1.part1_bloomsbury.json").read_text(encoding="utf-8"))
-    paragraph = data["data"][0]["paragraphs"][0]
-    question, context = paragraph["qas"][0]["question"], paragraph["context"]
-    printed = predict("--model", str(model_file(request, task)), "--task", task, "--spm_model_file", spm_path,
-                      "--question", question, "--context", context, "--doc_stride", "24", "--max_query_length", "16")
-    assert printed["windows"] > BATCH  # several windows, the last batch padded
-    assert printed["answer"] in context and (printed["answer"] or task == "squad_v2")
-
-    example = SquadExample("predict-0", question, context, [])
+    example = SquadExample("q", question, context, [])
     windows = list(example_features(example, 0, tokenizer, SquadOptions(SEQ, 24, 16, False)))
     features = {FIRST_UNIQUE_ID + i: dict(unique_id=FIRST_UNIQUE_ID + i, **f) for i, (_, f) in enumerate(windows)}
     columns = [np.stack([r[k] for r, _ in windows]) for k in ("input_ids", "segment_ids", "input_mask", "p_mask")]
-    outputs = outputs_of(heads[task][0], columns)
+    outputs = outputs_of(head, columns)
     examples = [example_row(0, example)]
     if task == "squad_v1":
         answers, nbest = predictions_v1(examples, features, {u: (outputs[0][i], outputs[1][i])
@@ -371,30 +364,143 @@ def test_predict_squad_answer_from_the_context(task, fmt, request, heads, assets
         keys = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index", "cls_logits")
         results = {u: {k: outputs[j][i] for j, k in enumerate(keys)} for i, u in enumerate(features)}
         answers, nbest, _ = predictions_v2(examples, features, results, 20, 30, START_N_TOP, END_N_TOP)
-    assert printed["answer"] == answers["predict-0"]
-    assert [e["text"] for e in printed["nbest"]] == [e["text"] for e in nbest["predict-0"][:5]]
-    np.testing.assert_allclose([e["probability"] for e in printed["nbest"]],
-                               [e["probability"] for e in nbest["predict-0"][:5]], rtol=0, atol=1e-5)
+    return answers["q"], nbest["q"][:5], len(windows)
 
 
-def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokenizer, spm_path):
-    """RACE from text: the printed choice and probabilities are the in-process head's on the data tool's features."""
+def assert_squad_answer(printed: dict, expected: Tuple[str, List[dict], int]) -> None:
+    answer, nbest, windows = expected
+    assert printed["answer"] == answer and printed["windows"] == windows
+    assert [e["text"] for e in printed["nbest"]] == [e["text"] for e in nbest]
+    np.testing.assert_allclose([e["probability"] for e in printed["nbest"]], [e["probability"] for e in nbest],
+                               rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("task, fmt", [("squad_v1", "mindir"), ("squad_v2", "mindir"), ("squad_v1", "onnx")])
+def test_predict_squad_answer_from_the_context(task, fmt, request, heads, assets, tokenizer, spm_path):
+    data = json.loads((assets / "squad" / "v1.1" / "dev-v1.1.part1_bloomsbury.json").read_text(encoding="utf-8"))
+    paragraph = data["data"][0]["paragraphs"][0]
+    question, context = paragraph["qas"][0]["question"], paragraph["context"]
+    printed = predict("--model", str(model_file(request, task)), "--task", task, "--spm_model_file", spm_path,
+                      "--question", question, "--context", context, "--doc_stride", "24", "--max_query_length", "16")
+    assert printed["windows"] > BATCH  # several windows, the last batch padded
+    assert printed["answer"] in context and (printed["answer"] or task == "squad_v2")
+    assert_squad_answer(printed, expected_squad(task, heads[task][0], tokenizer, question, context))
+
+
+def requests_file(path: Path, requests: List[dict]) -> Path:
+    path.write_text("".join(json.dumps(request) + "\n" for request in requests), encoding="utf-8")
+    return path
+
+
+def predict_lines(*args: str) -> List[dict]:
+    """The JSON lines src.predict prints for a file of requests."""
+    return [json.loads(line) for line in ok(run(["-m", "src.predict", *args])).stdout.strip().splitlines()]
+
+
+@pytest.mark.parametrize("task, fmt", [("squad_v1", "onnx"), ("squad_v2", "ckpt")])
+def test_predict_answers_a_file_of_questions_as_each_alone(task, fmt, heads, onnx_files, assets, tokenizer,
+                                                           spm_path, tmp_path):
+    """Questions on two paragraphs in one file: each line is evaluation's answer for that question alone, though
+    their windows share batches (ONNX: the export's 2 rows; a .ckpt in-process: --batch_size 3)."""
+    data = json.loads((assets / "squad" / "v1.1" / "dev-v1.1.part1_bloomsbury.json").read_text(encoding="utf-8"))
+    asked = [(qa["question"], paragraph["context"]) for paragraph in data["data"][0]["paragraphs"][:2]
+             for qa in paragraph["qas"][:2]]
+    requests = requests_file(tmp_path / "questions.jsonl",
+                             [{"question": q, "context": c, **({"id": "first"} if not i else {})}
+                              for i, (q, c) in enumerate(asked)])
+    if fmt == "ckpt":
+        (tmp_path / "task_squad_v2_mine.yaml").write_text(f"start_n_top: {START_N_TOP}\nend_n_top: {END_N_TOP}\n")
+        model = [str(heads[task][1]), "--seq_length", str(SEQ), "--batch_size", "3",
+                 "--config_path", str(tmp_path / "task_squad_v2_mine.yaml")]
+    else:
+        model = [str(onnx_files[task])]
+    printed = predict_lines("--model", *model, "--task", task, "--spm_model_file", spm_path, "--input_file",
+                            str(requests), "--doc_stride", "24", "--max_query_length", "16")
+    assert [line["id"] for line in printed] == ["first", 2, 3, 4]
+    assert sum(line["windows"] for line in printed) > 3 * BATCH
+    for line, (question, context) in zip(printed, asked):
+        assert_squad_answer(line, expected_squad(task, heads[task][0], tokenizer, question, context))
+
+
+def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokenizer, spm_path, tmp_path):
+    """RACE from text: the printed choice and probabilities are the in-process head's on the data tool's features,
+    for one question given by flags and for a file of the article's questions (batches of the export's 2 rows)."""
     from src.create_finetune_data import race_feature, read_race_examples
 
-    example = read_race_examples(assets / "race" / "RACE" / "dev" / "high" / "80.txt")[0]
-    printed = predict("--model", str(mindirs["race"]), "--task", "race", "--spm_model_file", spm_path,
-                      "--article", example.article, "--question", example.question,
+    examples = read_race_examples(assets / "race" / "RACE" / "dev" / "high" / "80.txt")[:3]
+    example = examples[0]
+    common = ["-m", "src.predict", "--model", str(mindirs["race"]), "--task", "race", "--spm_model_file", spm_path]
+    printed = predict(*common[2:], "--article", example.article, "--question", example.question,
                       *[part for option in example.choices for part in ("--option", option)])
-    feature = race_feature(example, tokenizer, SEQ, 128)
-    logits = outputs_of(heads["race"][0], [feature[k][None] for k in ("input_ids", "segment_ids",
-                                                                      "input_mask")])[0][0].astype(np.float64)
-    expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
-    np.testing.assert_allclose([printed["probabilities"][k] for k in "ABCD"], expected, rtol=0, atol=1e-5)
-    assert printed["answer"] == "ABCD"[int(expected.argmax())]
-    assert printed["option"] == example.choices[int(expected.argmax())]
-    too_few = run(["-m", "src.predict", "--model", str(mindirs["race"]), "--task", "race", "--spm_model_file",
-                   spm_path, "--article", example.article, "--question", example.question, "--option", "yes"])
+    requests = requests_file(tmp_path / "race.jsonl", [{"article": e.article, "question": e.question,
+                                                        "options": e.choices, "id": e.guid} for e in examples])
+    answers = ok(run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl")]))
+    assert answers.stdout == "" and f"answered 3 requests of {requests}" in answers.stderr
+    in_file = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [line["id"] for line in in_file] == [e.guid for e in examples]
+    for line, one in zip([printed] + in_file, [example] + examples):
+        feature = race_feature(one, tokenizer, SEQ, 128)
+        logits = outputs_of(heads["race"][0], [feature[k][None] for k in ("input_ids", "segment_ids",
+                                                                          "input_mask")])[0][0].astype(np.float64)
+        expected = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+        np.testing.assert_allclose([line["probabilities"][k] for k in "ABCD"], expected, rtol=0, atol=1e-5)
+        assert line["answer"] == "ABCD"[int(expected.argmax())]
+        assert line["option"] == one.choices[int(expected.argmax())]
+    too_few = run(common + ["--article", example.article, "--question", example.question, "--option", "yes"])
     assert too_few.returncode == 2 and "chooses among 4 options but 1 --option were given" in too_few.stderr
+    other_batch = run(common + ["--input_file", str(requests), "--batch_size", "4"])
+    assert other_batch.returncode == 2 and "was exported for batches of 2 rows: drop --batch_size" in other_batch.stderr
+
+
+def test_predict_a_checkpoint_in_process_gives_hf_transformers_logits(assets, tokenizer, spm_path, tmp_path):
+    """A fine-tuned .ckpt runs in src.predict's own process (on CPU: the compiled kernels) over a file of requests
+    in batches of 2 (the last one padded); each line's logits are HF transformers' for HF's weights, converted by
+    our name table, on the data tool's features. The class count comes from the checkpoint (the shipped yaml says
+    2)."""
+    import torch
+    from mindspore import Tensor
+    from transformers import AlbertConfig as HfConfig
+    from transformers import AlbertForSequenceClassification as HfClassifier
+
+    from src import cpu_kernels
+    from src.albert_model import AlbertConfig
+    from src.convert_checkpoint import hf_name
+    from src.create_finetune_data import InputExample, classifier_feature
+    from src.data_utils import read_tsv
+    from src.utils import save_checkpoint_atomic
+
+    torch.manual_seed(5)
+    hf = HfClassifier(HfConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64, hidden_act="gelu_new",
+                               max_position_embeddings=SEQ, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                               classifier_dropout_prob=0.0, attn_implementation="eager", num_labels=NUM_CLASS)).eval()
+    with torch.no_grad():
+        for param in hf.parameters():
+            param.add_(torch.randn_like(param) * 0.1)
+    names = {key: (key if key.startswith("classifier.") else hf_name(key)) for key in hf.state_dict()}
+    save_checkpoint_atomic([{"name": names[key], "data": Tensor(value.numpy())}
+                            for key, value in hf.state_dict().items() if names[key] is not None],
+                           str(tmp_path / "albert_classifier-1.ckpt"))
+    AlbertConfig.from_dict(hf.config.to_dict()).to_json_file(str(tmp_path / "albert_config.json"))
+
+    pairs = [(f[3], f[4]) for _, f in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:5] + [("The cat sat.", None)]
+    requests = requests_file(tmp_path / "pairs.jsonl", [{"text_a": a, "text_b": b} if b else {"text_a": a}
+                                                        for a, b in pairs])
+    done = ok(run(["-m", "src.predict", "--model", str(tmp_path / "albert_classifier-1.ckpt"), "--task", "classifier",
+                   "--spm_model_file", spm_path, "--seq_length", str(SEQ), "--input_file", str(requests),
+                   "--output_file", str(tmp_path / "answers.jsonl"), "--batch_size", "2", "--labels", "a,b,c",
+                   "--device_target", "CPU"]))
+    assert ("in this process (compiled CPU kernels" in done.stderr) == cpu_kernels.available(), done.stderr[-2000:]
+    printed = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [line["id"] for line in printed] == [1, 2, 3, 4, 5]
+    features = [classifier_feature(InputExample("x", a, b, None, ""), tokenizer, {}, SEQ) for a, b in pairs]
+    with torch.no_grad():
+        expected = hf(**{name: torch.from_numpy(np.stack([f[key] for f in features])).long() for name, key in
+                         (("input_ids", "input_ids"), ("token_type_ids", "segment_ids"),
+                          ("attention_mask", "input_mask"))}).logits.numpy()
+    assert np.abs(expected).max() > 0.1  # not a degenerate model
+    np.testing.assert_allclose([line["logits"] for line in printed], expected, rtol=0, atol=1e-5)
+    assert [line["label"] for line in printed] == ["abc"[i] for i in expected.argmax(-1)]
 
 
 def test_predict_rejects_a_model_of_another_task(mindirs, spm_path):

@@ -1,0 +1,58 @@
+"""A fine-tuned checkpoint's task head: checked against the task it is used as, then built with every weight
+loaded. export.py writes it out as a file; `src.predict` also runs it in its own process from the .ckpt."""
+from typing import Dict
+
+from model_utils.config import Config
+from model_utils.errors import UserError, as_user_error
+from src.tasks import TASKS
+
+# Which head a checkpoint holds, by the parameter prefix only that head has (classifier and RACE share theirs and
+# are told apart by its width).
+HEAD_OWNERS = {"classifier.": "classifier/RACE", "qa_outputs.": "SQuAD v1.1 (squad_v1)",
+               "start_logits.": "SQuAD v2.0 (squad_v2)"}
+
+
+def check_head(values: Dict[str, object], task: str, config: Config, checkpoint: str, source: str) -> None:
+    """The checkpoint must hold the head of the yaml's task, with the yaml's class count: load_weights would
+    only say 'parameters missing', which hides that the wrong checkpoint or yaml was given."""
+    found = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
+    wanted = TASKS[task].head_prefix
+    if not found:
+        raise UserError(f"{checkpoint} has no task head (no {', '.join(p + '*' for p in HEAD_OWNERS)} weights): a "
+                        f"pretraining checkpoint? Use the checkpoint of a run_{task}.py fine-tuning run")
+    if wanted not in found:
+        raise UserError(f"{checkpoint} holds a {HEAD_OWNERS[found[0]]} head ({found[0]}*) but {source} is a {task} "
+                        f"config: use the task yaml the checkpoint was trained with (or --task), or a {task} "
+                        f"checkpoint")
+    weight = values.get("classifier.weight")
+    if wanted != "classifier." or weight is None:
+        return
+    outputs = int(weight.shape[0])
+    if task == "race" and outputs != 1:
+        raise UserError(f"{checkpoint}: its classifier has {outputs} outputs (a sequence classifier with {outputs} "
+                        f"classes), but RACE scores each choice with one output: use --task classifier "
+                        f"--num_class {outputs}")
+    if task == "classifier" and outputs != config.num_class:
+        hint = " (or it is a RACE checkpoint: --task race)" if outputs == 1 else ""
+        raise UserError(f"{checkpoint}: the checkpoint's classifier has {outputs} class(es) but num_class is "
+                        f"{config.num_class}: pass --num_class {outputs}{hint}")
+
+
+def head_network(values: Dict[str, object], task: str, task_config: Config, checkpoint: str, source: str):
+    """The AlbertConfig of the checkpoint's network (the yaml's albert_config_file, else the albert_config.json
+    beside the checkpoint, else the yaml's albert_network; then net_cfg), once its head is known to fit."""
+    from src.run_config import config_beside, network_config
+
+    check_head(values, task, task_config, checkpoint, source)
+    return network_config(task_config, None, config_beside(checkpoint))
+
+
+def build_head(values: Dict[str, object], task: str, task_config: Config, net, runtime, checkpoint: str):
+    """The task head of `net` built for `runtime`, in inference mode, with every parameter loaded from `values`."""
+    from src.utils import load_weights
+
+    with as_user_error():
+        model = TASKS[task].build_model(task_config, net, False, runtime)
+    model.set_train(False)
+    load_weights(model, values, name=checkpoint)
+    return model
