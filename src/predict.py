@@ -17,8 +17,8 @@ The file's suffix picks the engine:
   not part of requirements.txt). The process never imports MindSpore: on CPU the fastest at batch 1, in a fraction
   of the memory.
 - .ckpt (a run_*.py checkpoint): the task head built in this process as fine-tuning evaluation builds it, so on CPU
-  in float32 it runs this package's compiled kernels: the fastest for batches on CPU, but only here (it needs this
-  repository and a C++ compiler; nothing to ship). --config_path is the task yaml it was fine-tuned with (default:
+  in float32 it runs this package's compiled kernels (built with g++ on first use): the fastest for batches on CPU,
+  but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned with (default:
   the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature length.
 
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
