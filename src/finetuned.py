@@ -30,8 +30,8 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
     outputs = int(weight.shape[0])
     if task == "race" and outputs != 1:
         raise UserError(f"{checkpoint}: its classifier has {outputs} outputs (a sequence classifier with {outputs} "
-                        f"classes), but RACE scores each choice with one output: use --task classifier "
-                        f"--num_class {outputs}")
+                        f"classes), but RACE scores each choice with one output: use it as --task classifier "
+                        f"(num_class {outputs})")
     if task == "classifier" and outputs != config.num_class:
         hint = " (or it is a RACE checkpoint: --task race)" if outputs == 1 else ""
         raise UserError(f"{checkpoint}: the checkpoint's classifier has {outputs} class(es) but num_class is "

@@ -364,6 +364,9 @@ MATRIX: List[Row] = [
         ["{fx}/cls.ckpt holds a classifier/RACE head", "is a squad_v1 config"]),
     row(EXPORT, "checkpoint of another config", "--net_cfg.hidden_size 48",
         ["{fx}/cls.ckpt: shapes do not match the network"]),
+    row(EXPORT, "classifier checkpoint as RACE", "--task race",
+        ["{fx}/cls.ckpt: its classifier has 2 outputs", "RACE scores each choice with one output",
+         "use it as --task classifier (num_class 2)"]),
     row(EXPORT, "num_class not the checkpoint's", "--num_class 3",
         ["{fx}/cls.ckpt: the checkpoint's classifier has 2 class(es) but num_class is 3"]),
     row(EXPORT, "seq_length > max_position_embeddings", "--export_seq_length 1000",
@@ -400,6 +403,8 @@ MATRIX: List[Row] = [
         text("weights"), bad="model.pb"),
     row(PREDICT, "pretraining checkpoint", "--model {fx}/pre.ckpt --text_a hi",
         ["{fx}/pre.ckpt has no task head", "a pretraining checkpoint?"]),
+    row(PREDICT, "classifier checkpoint as RACE", "--task race --article a --question q --option a --option b "
+        "--option c --option d", ["{fx}/cls.ckpt: its classifier has 2 outputs", "use it as --task classifier"]),
     row(PREDICT, "seq_length > max_position_embeddings", "--seq_length 1000 --text_a hi",
         ["--seq_length 1000 exceeds the network's max_position_embeddings 512"]),
     row(PREDICT, "no text", "", ["--task classifier needs --text_a"]),
