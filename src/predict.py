@@ -52,10 +52,9 @@ from src.tasks import TASKS
 # Feature key of the data tools (the task's head_inputs) -> the exported input's name (the head's argument).
 EXPORT_NAMES = {"input_ids": "input_ids", "segment_ids": "token_type_ids", "input_mask": "input_mask",
                 "p_mask": "p_mask"}
-# The keys of a request in --input_file, per task; `id` and the classifier's `text_b` may be left out.
+# The keys of a request in --input_file, per task, besides an optional `id`; the classifier's `text_b` is optional.
 REQUEST_KEYS = {"classifier": ("text_a", "text_b"), "race": ("article", "question", "options"),
                 "squad_v1": ("question", "context"), "squad_v2": ("question", "context")}
-OPTIONAL_KEYS = ("text_b", "id")
 SHOWN_ANSWERS = 5
 SUFFIXES = (".mindir", ".onnx", ".ckpt")
 DEFAULT_BATCH = 32
@@ -327,7 +326,7 @@ def check_request(request: object, task: str, choices: int, where: str) -> None:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
             raise UserError(f"{where}: unknown key '{key}' for {task} (keys: {', '.join(known)})"
                             + (f"; did you mean '{close[0]}'?" if close else ""))
-    missing = [key for key in REQUEST_KEYS[task] if key not in OPTIONAL_KEYS and not request.get(key)]
+    missing = [key for key in REQUEST_KEYS[task] if key != "text_b" and not request.get(key)]
     if missing:
         raise UserError(f"{where}: a {task} request needs {', '.join(missing)}")
     for key, value in request.items():
