@@ -116,12 +116,19 @@ def make_corpus(source: Path, megabytes: float, path: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------------ --scale
-def _creation_command(args: argparse.Namespace, corpus: Path, output: Path, old: bool = False) -> List[str]:
+def _creation_command(args: argparse.Namespace, corpus: Path, output: Path, tree: Path = ROOT) -> List[str]:
     command = [sys.executable, "-m", "src.create_pretraining_data", "--input_file", str(corpus), "--output_file",
                str(output), "--spm_model_file", args.spm_model_file, "--max_seq_length", str(args.max_seq_length),
                "--max_predictions_per_seq", str(args.max_predictions_per_seq), "--dupe_factor", str(args.dupe_factor),
                "--num_workers", str(args.num_workers), "--progress", "false"]
-    return command + (["--partition_number", "1"] if old else [])
+    return command + (["--partition_number", "1"] if _takes_partition_number(tree) else [])
+
+
+def _takes_partition_number(tree: Path) -> bool:
+    """Whether the tree's pretraining tool is the in-memory one from before streaming (it needs the flag)."""
+    import yaml
+    with open(tree / "create_data_config.yaml", encoding="utf-8") as handle:
+        return "partition_number" in next(yaml.safe_load_all(handle)).get("pretraining", {})
 
 
 def _scale_row(label: str, megabytes: float, result: Dict[str, object], output: Path) -> Dict[str, object]:
@@ -143,12 +150,12 @@ def bench_scale(args: argparse.Namespace, sizes: List[float], workdir: Path) -> 
     rows = []
     for megabytes in sizes:
         corpus = make_corpus(source, megabytes, workdir / f"corpus_{megabytes}.txt")
-        runs = [("this tree", ROOT, False)]
+        runs = [("this tree", ROOT)]
         if args.baseline_tree and megabytes <= args.baseline_max_mb:
-            runs.append((_tree_label(Path(args.baseline_tree)), Path(args.baseline_tree), True))
-        for label, tree, old in runs:
+            runs.append((_tree_label(Path(args.baseline_tree)), Path(args.baseline_tree)))
+        for label, tree in runs:
             output = workdir / f"out_{megabytes}_{len(rows)}" / "pretrain.mindrecord"
-            result = measure(_creation_command(args, corpus, output, old), tree)
+            result = measure(_creation_command(args, corpus, output, tree), tree)
             rows.append(_scale_row(label, megabytes, result, output))
             print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(output.parent)

@@ -1,65 +1,145 @@
-"""Pretraining corpora read as a stream of documents, in bounded memory, whatever the corpus size.
+"""Pretraining corpora read as a stream of documents, in bounded memory and linear time, whatever the corpus size.
 
-Formats (`input_format`; `auto` decides per file by its name, ignoring a trailing .gz/.bz2):
-    text    one sentence per line, a blank line between documents (Google's BERT/ALBERT format)
-    jsonl   one JSON object per line holding a whole document under `text_key` (names ending in .jsonl,
-            .ndjson or .json), as Wikipedia extractors and data set dumps write them
-Compression is recognised by a file's first bytes (gzip, bzip2), not by its name.
+Formats (`input_format`); `auto` decides per file by its content, never by its name:
+    text           one sentence per line, a blank line between documents (Google's BERT/ALBERT format)
+    lines          one document per line (plain text dumps), split into sentences
+    jsonl          one JSON object per line holding a whole document under `text_key` (data set dumps, brightmart's
+                   nlp_chinese_corpus, WikiExtractor --json)
+    wikiextractor  WikiExtractor's default output: `<doc id=... url=... title=...>` ... `</doc>` blocks
+    parquet        HF datasets' storage format, the document under the column `text_key` (needs pyarrow)
+`auto` looks at the first non-blank line after decompression: `{` is JSON lines, `<doc ` WikiExtractor, anything
+else text; a Parquet file is known by its magic bytes. `lines` is never guessed (it looks like text): say it. A
+declared format that the content contradicts stops with one line naming the file and line.
+Compression (gzip, bzip2) is recognised by a file's first bytes, not by its name.
 
-A jsonl document is split into sentences by `split_sentences`: every line of the text is a paragraph, and a
-paragraph is cut after 。！？｡ (optionally followed by closing quotes or brackets), and after . ! ? … when
-whitespace and then a character that is not lowercase follow, except after an initial ("J.") or a known
-abbreviation ("Dr.", "e.g.", "U.S."). A rule rather than a library: the fast candidates (regex splitters) all
-cut at the same places, and the model-based ones (pysbd, NLTK's punkt, which also needs a separate data
-download) cost more time than SentencePiece tokenization itself; for sentence-order prediction a boundary that
-is occasionally off by a clause does no harm.
+`text_key` may name several fields, comma-separated: the first one a record has holds its text (`text,content`
+reads both Wikipedia dumps and news2016zh-style records).
 
-Every document carries its file index, its index within the file and its first line: they seed its random
-choices (so any split of the work gives the same records) and name the place of an error.
+Wikipedia: the same article gives the same document in WikiExtractor's two formats and in HF's wikipedia files.
+    - The title is not training text: a document's first line is dropped when it equals the title (the `<doc>`
+      header's `title`, a record's `title` field), as WikiExtractor writes it in the `<doc>` format and older
+      extractors (nlp_chinese_corpus' wiki_zh) in JSON.
+    - HTML entities that WikiExtractor writes (`&amp;`, `&lt;`, ...) are decoded in `<doc>` files and in records
+      whose `url` field holds `curid=` (Wikipedia's page links), so `AT&amp;T` trains as `AT&T`.
+    - Paragraphs (lines) are split into sentences by the rule below, in every format but `text`.
+
+Sentence rule (`split_sentences`): every line is a paragraph; a paragraph is cut after 。！？｡ (optionally followed by
+closing quotes or brackets), and after . ! ? … when whitespace and then a character that is not lowercase follow,
+except after an initial ("J.") or a known abbreviation ("Dr.", "e.g.", "U.S."). A rule rather than a library: the
+fast candidates (regex splitters) all cut at the same places, and the model-based ones (pysbd, NLTK's punkt, which
+also needs a separate data download) cost more time than SentencePiece tokenization itself; for sentence-order
+prediction a boundary that is occasionally off by a clause does no harm. Linear in the text's length.
+
+Bounds on hostile input: a line (after decompression) longer than MAX_LINE_BYTES stops the run with one line
+naming it, so a file without newlines or a decompression bomb cannot exhaust memory; a document longer than
+MAX_DOCUMENT_CHARS is cut into pieces of at most that size (counted and warned about, no text lost).
+
+Every document carries its file index, its index within the file, its piece number and its first line: they seed
+its random choices (so any split of the work gives the same records) and name the place of an error.
 """
 import bz2
+import collections
 import gzip
+import html
+import itertools
 import json
 import os
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from model_utils.errors import UserError
 
-FORMATS = ("auto", "text", "jsonl")
-JSONL_SUFFIXES = (".jsonl", ".ndjson", ".json")
+FORMATS = ("auto", "text", "lines", "jsonl", "wikiextractor", "parquet")
+MAX_LINE_BYTES = 16 << 20
+MAX_DOCUMENT_CHARS = 16 << 20
+PARQUET_MAGIC = b"PAR1"
+PARQUET_BATCH_ROWS = 256
+DEFAULT_TEXT_KEY = "text,content"
 
 _CJK_END = "。！？｡"
 _CLOSERS = "\"'”’)]」』）》】"
 _SENTENCE_END = re.compile(rf"(?:[{_CJK_END}]+|[.!?…]+)[{re.escape(_CLOSERS)}]*")
+_NON_SPACE = re.compile(r"\S")
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st jr sr vs etc no nos fig figs vol vols inc ltd co corp mt gen col lt sgt rev approx cf "
     "al ed eds jan feb mar apr jun jul aug sep sept oct nov dec".split())
+_DOC_HEADER = re.compile(r'<doc\s[^>]*>\s*$')
+_DOC_ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
+_DOC_END = "</doc>"
 
 
 @dataclass
 class Document:
-    """Sentences of one document and where it starts (for error messages and the RNG key)."""
+    """Sentences of one document (or of one piece of a document longer than the cap) and where it starts."""
     file_index: int
     doc_index: int
     path: str
     first_line: int
     sentences: List[str]
+    piece: int = 0
+    unit: str = "line"  # "row" for Parquet
+
+    @property
+    def where(self) -> str:
+        return f"{self.path} {self.unit} {self.first_line}"
 
 
-def file_format(path: Path, input_format: str) -> str:
-    """The format `path` is read in: `input_format` unless it is auto, then by the name."""
+@dataclass
+class ReadCounts:
+    """What reading found beside the documents, for the summary and its warnings (main process only)."""
+    formats: collections.Counter = field(default_factory=collections.Counter)
+    empty_documents: int = 0  # a record or row without text
+    cut_documents: int = 0  # longer than MAX_DOCUMENT_CHARS, cut into pieces
+    json_like_lines: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # text file -> (count, first line)
+    unterminated: List[str] = field(default_factory=list)  # `<doc>` blocks cut short by the end of the file
+
+    def warnings(self) -> List[str]:
+        found = []
+        if self.cut_documents:
+            found.append(f"{self.cut_documents} document(s) longer than {MAX_DOCUMENT_CHARS:,} characters were cut "
+                         f"into pieces of at most that size (missing blank lines between documents?)")
+        for path, (count, line) in self.json_like_lines.items():
+            found.append(f"{path}: {count} line(s) read as text look like JSON objects (first: line {line}); if "
+                         f"the file is JSON lines, use --input_format jsonl")
+        for where in self.unterminated:
+            found.append(f"{where}: <doc> block without </doc> at the end of the file (file cut short?); its "
+                         f"text was kept")
+        return found
+
+    def as_dict(self) -> Dict[str, object]:
+        return {"formats": dict(self.formats), "documents_empty": self.empty_documents,
+                "documents_cut": self.cut_documents}
+
+
+def check_format(input_format: str) -> None:
     if input_format not in FORMATS:
         raise UserError(f"input_format must be one of {', '.join(FORMATS)}, got {input_format!r}")
-    if input_format != "auto":
-        return input_format
-    name = path.name.lower()
-    for suffix in (".gz", ".bz2"):
-        name = name[:-len(suffix)] if name.endswith(suffix) else name
-    return "jsonl" if name.endswith(JSONL_SUFFIXES) else "text"
+
+
+def sniff_format(first_line: str) -> str:
+    """The format a text file's first non-blank line announces (`auto`)."""
+    start = first_line.lstrip()
+    if start.startswith("{"):
+        return "jsonl"
+    if start.startswith("<doc ") or start.startswith("<doc\t"):
+        return "wikiextractor"
+    return "text"
+
+
+_WHAT = {"jsonl": "starts with a JSON object (JSON lines)", "wikiextractor": "starts with a WikiExtractor <doc> header",
+         "parquet": "is a Parquet file", "text": "starts with plain text"}
+
+
+def resolve_format(path: Path, declared: str, detected: str, line: int) -> str:
+    """`detected` under `auto`; `declared` when the content agrees with it (text and lines look alike)."""
+    if declared == "auto" or declared == detected or (declared == "lines" and detected == "text"):
+        return detected if declared == "auto" else declared
+    place = f"{path} line {line}" if detected != "parquet" else str(path)
+    raise UserError(f"{place}: the file {_WHAT[detected]} but --input_format is {declared}; use --input_format auto "
+                    f"(or {detected if detected != 'text' else 'text or lines'})")
 
 
 def open_binary(path: Path) -> Tuple[BinaryIO, BinaryIO]:
@@ -74,17 +154,48 @@ def open_binary(path: Path) -> Tuple[BinaryIO, BinaryIO]:
     return raw, raw
 
 
+def is_parquet(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == PARQUET_MAGIC
+
+
+def _key_list(text_key: str) -> List[str]:
+    keys = [key.strip() for key in str(text_key).split(",") if key.strip()]
+    if not keys:
+        raise UserError("text_key is empty: name the field holding a document's text, e.g. --text_key text")
+    return keys
+
+
+def _keys_phrase(keys: Sequence[str]) -> str:
+    return " or ".join(repr(key) for key in keys)
+
+
+def _without_title(text: str, title: Optional[str]) -> str:
+    """`text` less its first line when that line is the title (the title rule in the module docstring)."""
+    if not title:
+        return text
+    stripped = text.lstrip()
+    first, _, rest = stripped.partition("\n")
+    return rest if first.strip() == title.strip() else text
+
+
+def _is_wikipedia_record(record: Dict[str, object]) -> bool:
+    return "curid=" in str(record.get("url") or "")
+
+
 class Corpus:
     """The documents of several input files, in order, read lazily; `bytes_read` follows the raw files (the
-    compressed size for compressed files) for a progress bar."""
+    compressed size for compressed files) for a progress bar; `counts` gathers what reading found."""
 
-    def __init__(self, paths: Sequence[Path], input_format: str = "auto", text_key: str = "text",
+    def __init__(self, paths: Sequence[Path], input_format: str = "auto", text_key: str = DEFAULT_TEXT_KEY,
                  shard_index: int = 0, num_shards: int = 1):
+        check_format(input_format)
         self.paths = [Path(p) for p in paths]
         self.shard_index, self.num_shards = shard_index, num_shards
-        self.formats = [file_format(p, input_format) for p in self.paths]
-        self.text_key = text_key
+        self.input_format = input_format
+        self.text_keys = _key_list(text_key)
         self.total_bytes = sum(os.path.getsize(p) for p in self.paths)
+        self.counts = ReadCounts()
         self._finished_bytes = 0
         self._raw: Optional[BinaryIO] = None
 
@@ -98,22 +209,39 @@ class Corpus:
         return self._finished_bytes + current
 
     def documents(self) -> Iterator[Document]:
-        """Documents of all files in order; empty documents vanish."""
-        for file_index, (path, kind) in enumerate(zip(self.paths, self.formats)):
-            if kind == "jsonl":
-                yield from self._jsonl_documents(path, file_index)
+        """Documents of all files in order; empty documents vanish (counted)."""
+        readers = {"text": self._text_documents, "lines": self._lines_documents, "jsonl": self._jsonl_documents,
+                   "wikiextractor": self._wikiextractor_documents}
+        for file_index, path in enumerate(self.paths):
+            if is_parquet(path):
+                self.counts.formats[resolve_format(path, self.input_format, "parquet", 1)] += 1
+                yield from self._parquet_documents(path, file_index)
             else:
-                yield from self._text_documents(path, file_index)
+                lines = self.numbered_lines(path)
+                first = next(((n, line) for n, line in lines if line.strip()), None)
+                if first is None:
+                    self.counts.formats["empty"] += 1
+                else:
+                    kind = resolve_format(path, self.input_format, sniff_format(first[1]), first[0])
+                    self.counts.formats[kind] += 1
+                    yield from readers[kind](path, file_index, itertools.chain([first], lines))
             self._finished_bytes += os.path.getsize(path)
 
     def numbered_lines(self, path: Path) -> Iterator[Tuple[int, str]]:
         """(line number, text) of a plain or compressed UTF-8 file, with a one-line error naming file and line
-        for undecodable text or damaged compression."""
+        for undecodable text, a line over MAX_LINE_BYTES or damaged compression."""
         stream, self._raw = open_binary(path)
         line_no = 0
         try:
             with self._raw, stream:
-                for line_no, data in enumerate(stream, start=1):
+                while True:
+                    data = stream.readline(MAX_LINE_BYTES + 1)
+                    if not data:
+                        break
+                    line_no += 1
+                    if len(data) > MAX_LINE_BYTES and not data.endswith(b"\n"):
+                        raise UserError(f"{path} line {line_no}: longer than {MAX_LINE_BYTES >> 20} MB without a "
+                                        f"line break (not a text corpus, or a damaged file)")
                     if line_no == 1 and data.startswith(b"\xef\xbb\xbf"):
                         data = data[3:]
                     try:
@@ -126,51 +254,219 @@ class Corpus:
         finally:
             self._raw = None
 
-    def _text_documents(self, path: Path, file_index: int) -> Iterator[Document]:
-        """Runs of non-blank lines, one sentence per line."""
-        doc_index, sentences, first = 0, [], 0
-        for line_no, line in self.numbered_lines(path):
-            for piece in line.splitlines() or [""]:
-                piece = piece.strip()
-                if piece:
-                    if not sentences:
-                        first = line_no
-                    sentences.append(piece)
-                elif sentences:
-                    if self.owns(file_index, doc_index):
-                        yield Document(file_index, doc_index, str(path), first, sentences)
-                    doc_index, sentences = doc_index + 1, []
-        if sentences and self.owns(file_index, doc_index):
-            yield Document(file_index, doc_index, str(path), first, sentences)
+    def _check_text_line(self, path: Path, line_no: int, text: str, kind: str) -> None:
+        """A WikiExtractor line in a text file is an error; JSON-object lines are counted (a mix may be real)."""
+        if _DOC_HEADER.match(text) or text == _DOC_END:
+            shown = _DOC_END if text == _DOC_END else "<doc ...>"
+            raise UserError(f"{path} line {line_no}: a WikiExtractor {shown} line in a file read as {kind}; use "
+                            f"--input_format auto (or wikiextractor)")
+        if text.startswith("{") and text.endswith("}"):
+            try:
+                looks_json = isinstance(json.loads(text), dict)
+            except (json.JSONDecodeError, RecursionError):
+                looks_json = False
+            if looks_json:
+                count, first = self.counts.json_like_lines.get(str(path), (0, line_no))
+                self.counts.json_like_lines[str(path)] = (count + 1, first)
 
-    def _jsonl_documents(self, path: Path, file_index: int) -> Iterator[Document]:
-        """One object per line, its `text_key` field split into sentences; a document's index counts the
-        non-blank lines before it, so that a part can skip the others' lines without parsing them."""
-        doc_index, key = -1, self.text_key
-        for line_no, line in self.numbered_lines(path):
+    def _text_documents(self, path: Path, file_index: int, lines: Iterator[Tuple[int, str]]) -> Iterator[Document]:
+        """Runs of non-blank lines, one sentence per line."""
+        document = _Pieces(self, file_index, 0, path)
+        for line_no, line in lines:
+            for text in line.splitlines() or [""]:
+                text = text.strip()
+                if text:
+                    self._check_text_line(path, line_no, text, "text")
+                    yield from document.add(line_no, [text])
+                elif document.started:
+                    yield from document.finish()
+                    document = _Pieces(self, file_index, document.doc_index + 1, path)
+        yield from document.finish()
+
+    def _lines_documents(self, path: Path, file_index: int, lines: Iterator[Tuple[int, str]]) -> Iterator[Document]:
+        """One document per non-blank line; its index counts the non-blank lines before it (as in JSON lines)."""
+        doc_index = -1
+        for line_no, line in lines:
+            text = line.strip()
+            if not text:
+                continue
+            doc_index += 1
+            if self.owns(file_index, doc_index):
+                self._check_text_line(path, line_no, text, "lines")
+                yield from self._record(file_index, doc_index, path, line_no, text)
+
+    def _record(self, file_index: int, doc_index: int, path: Path, line_no: int, text: str,
+                title: Optional[str] = None, unit: str = "line") -> Iterator[Document]:
+        """One record's text (a JSON line, a line, a Parquet row) as a document, less its title line."""
+        sentences = split_sentences(_without_title(text, title))
+        if sentences:
+            yield Document(file_index, doc_index, str(path), line_no, sentences, unit=unit)
+        else:
+            self.counts.empty_documents += 1
+
+    def _jsonl_documents(self, path: Path, file_index: int, lines: Iterator[Tuple[int, str]]) -> Iterator[Document]:
+        """One object per line, its text field split into sentences; a document's index counts the non-blank
+        lines before it, so that a part can skip the others' lines without parsing them."""
+        doc_index = -1
+        for line_no, line in lines:
             if not line.strip():
                 continue
             doc_index += 1
             if not self.owns(file_index, doc_index):
                 continue
-            try:
-                record = json.loads(line.rstrip("\r\n"))
-            except json.JSONDecodeError as err:
-                raise UserError(f"{path} line {line_no}: malformed json ({err.msg} at column {err.colno})") from None
-            if not isinstance(record, dict) or key not in record:
-                found = f"keys: {', '.join(map(str, record))}" if isinstance(record, dict) else type(record).__name__
-                raise UserError(f"{path} line {line_no}: no {key!r} field ({found}); set --text_key to the field "
-                                f"holding the document text")
-            text = record[key]
-            if not isinstance(text, str):
-                raise UserError(f"{path} line {line_no}: field {key!r} should be a string, got "
-                                f"{type(text).__name__}")
-            sentences = split_sentences(text)
-            if sentences:
-                yield Document(file_index, doc_index, str(path), line_no, sentences)
+            record = self._json_record(path, line_no, line)
+            text = self._record_text(record, f"{path} line {line_no}")
+            if text is None:
+                self.counts.empty_documents += 1
+                continue
+            title = record.get("title") if isinstance(record.get("title"), str) else None
+            if _is_wikipedia_record(record):
+                text, title = html.unescape(text), html.unescape(title or "")
+            yield from self._record(file_index, doc_index, path, line_no, text, title)
+
+    @staticmethod
+    def _json_record(path: Path, line_no: int, line: str) -> Dict[str, object]:
+        try:
+            record = json.loads(line.rstrip("\r\n"))
+        except json.JSONDecodeError as err:
+            hint = (" (a WikiExtractor <doc> line: use --input_format auto or wikiextractor)"
+                    if line.lstrip().startswith(("<doc", _DOC_END)) else "")
+            raise UserError(f"{path} line {line_no}: malformed json ({err.msg} at column {err.colno}){hint}") from None
+        except RecursionError:
+            raise UserError(f"{path} line {line_no}: json nested too deeply") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{path} line {line_no}: expected a JSON object, got {type(record).__name__}")
+        return record
+
+    def _record_text(self, record: Dict[str, object], where: str) -> Optional[str]:
+        """The first of the text keys a record has (None for a null value), checked for type."""
+        key = next((key for key in self.text_keys if key in record), None)
+        if key is None:
+            raise UserError(f"{where}: no {_keys_phrase(self.text_keys)} field (keys: {', '.join(map(str, record))}); "
+                            f"set --text_key to the field holding the document text")
+        text = record[key]
+        if text is not None and not isinstance(text, str):
+            raise UserError(f"{where}: field {key!r} should be a string, got {type(text).__name__}")
+        return text
+
+    def _wikiextractor_documents(self, path: Path, file_index: int,
+                                 lines: Iterator[Tuple[int, str]]) -> Iterator[Document]:
+        """`<doc ...>` blocks; the title line dropped, entities decoded, paragraphs split into sentences."""
+        doc_index = -1
+        for line_no, line in lines:
+            text = line.strip()
+            if not text:
+                continue
+            if not _DOC_HEADER.match(text):
+                raise UserError(f"{path} line {line_no}: text outside a <doc ...> block in a WikiExtractor file "
+                                f"(expected a <doc ...> header)")
+            doc_index += 1
+            title = html.unescape(dict(_DOC_ATTRIBUTE.findall(text)).get("title", "")).strip()
+            document = _Pieces(self, file_index, doc_index, path)
+            for found in self._doc_body(path, line_no, title, lines):
+                yield from document.add(*found)
+            self.counts.empty_documents += not document.started
+            yield from document.finish()
+
+    def _doc_body(self, path: Path, start: int, title: str,
+                  lines: Iterator[Tuple[int, str]]) -> Iterator[Tuple[int, List[str]]]:
+        """(line, sentences) of one `<doc>` block's paragraphs, up to its `</doc>`."""
+        title_seen = False
+        for line_no, line in lines:
+            text = line.strip()
+            if text == _DOC_END:
+                return
+            if _DOC_HEADER.match(text):
+                raise UserError(f"{path} line {line_no}: <doc> header inside the <doc> block of line {start} "
+                                f"(missing </doc>)")
+            if not text:
+                continue
+            text = html.unescape(text)
+            if not title_seen:
+                title_seen = True
+                if text == title:
+                    continue
+            yield line_no, split_sentences(text)
+        self.counts.unterminated.append(f"{path} line {start}")
+
+    def _parquet_documents(self, path: Path, file_index: int) -> Iterator[Document]:
+        """Rows of a Parquet file, streamed in batches; the text column is the first of the text keys it has."""
+        parquet = _pyarrow_parquet()
+        try:
+            handle = parquet.ParquetFile(path)
+        except Exception as err:  # pyarrow's own error types; the message says what is wrong
+            raise UserError(f"{path}: not a readable Parquet file ({err})") from None
+        names = handle.schema_arrow.names
+        key = next((key for key in self.text_keys if key in names), None)
+        if key is None:
+            raise UserError(f"{path}: no {_keys_phrase(self.text_keys)} column (columns: {', '.join(names)}); set "
+                            f"--text_key to the column holding the document text")
+        kind = handle.schema_arrow.field(key).type
+        if str(kind) not in ("string", "large_string"):
+            raise UserError(f"{path}: column {key!r} should hold strings, holds {kind}")
+        columns = [key] + [name for name in ("title", "url") if name in names and name != key]
+        row = -1
+        for batch in handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+            for record in batch.to_pylist():
+                row += 1
+                if not self.owns(file_index, row):
+                    continue
+                text = record[key]
+                if text is None:
+                    self.counts.empty_documents += 1
+                    continue
+                if len(text) > MAX_LINE_BYTES:
+                    raise UserError(f"{path} row {row + 1}: text longer than {MAX_LINE_BYTES >> 20} MB characters")
+                title = record.get("title") if key != "title" else None
+                if _is_wikipedia_record(record):
+                    text, title = html.unescape(text), html.unescape(title or "")
+                yield from self._record(file_index, row, path, row + 1, text, title, unit="row")
 
 
-def read_documents(paths: Sequence[Path], input_format: str = "auto", text_key: str = "text") -> Iterator[Document]:
+class _Pieces:
+    """One document's sentences gathered as they are read, handed on in pieces of at most MAX_DOCUMENT_CHARS
+    characters, so that no document is ever held whole; only the corpus' own part is yielded."""
+
+    def __init__(self, corpus: Corpus, file_index: int, doc_index: int, path: Path):
+        self.corpus, self.file_index, self.doc_index, self.path = corpus, file_index, doc_index, path
+        self.piece, self.sentences, self.size, self.first = 0, [], 0, 0
+
+    @property
+    def started(self) -> bool:
+        return bool(self.sentences) or self.piece > 0
+
+    def add(self, line_no: int, sentences: List[str]) -> Iterator[Document]:
+        if not sentences:
+            return
+        if not self.sentences:
+            self.first = line_no
+        self.sentences.extend(sentences)
+        self.size += sum(len(sentence) for sentence in sentences)
+        if self.size >= MAX_DOCUMENT_CHARS:
+            self.corpus.counts.cut_documents += self.piece == 0
+            yield from self._emit()
+
+    def finish(self) -> Iterator[Document]:
+        if self.sentences:
+            yield from self._emit()
+
+    def _emit(self) -> Iterator[Document]:
+        if self.corpus.owns(self.file_index, self.doc_index):
+            yield Document(self.file_index, self.doc_index, str(self.path), self.first, self.sentences, self.piece)
+        self.piece, self.sentences, self.size = self.piece + 1, [], 0
+
+
+def _pyarrow_parquet():
+    try:
+        import pyarrow.parquet as parquet
+    except ImportError as err:
+        raise UserError(f"reading Parquet files needs pyarrow, which is not installed ({err}): pip install "
+                        f"'pyarrow>=14,<23'") from None
+    return parquet
+
+
+def read_documents(paths: Sequence[Path], input_format: str = "auto",
+                   text_key: str = DEFAULT_TEXT_KEY) -> Iterator[Document]:
     """Documents of all files in order (see Corpus)."""
     return Corpus(paths, input_format, text_key).documents()
 
@@ -194,18 +490,29 @@ def split_sentences(text: str) -> List[str]:
 
 
 def _is_boundary(text: str, begin: int, end: int) -> bool:
-    """Whether the terminal punctuation text[begin:end] ends a sentence."""
+    """Whether the terminal punctuation text[begin:end] ends a sentence. Looks only at the whitespace after it and
+    the word before it, so that splitting stays linear in the paragraph's length."""
     if text[begin] in _CJK_END:
         return True
     if end == len(text):
         return True
     if not text[end].isspace():
         return False
-    following = text[end:].lstrip()
-    if following and following[0].islower():
+    following = _NON_SPACE.search(text, end)
+    if following and text[following.start()].islower():
         return False
     if text[begin] != ".":
         return True
-    word = text[:begin].rsplit(None, 1)[-1] if text[:begin].strip() else ""
-    word = word.lstrip(_CLOSERS + "(“‘[")
+    word = _word_before(text, begin).lstrip(_CLOSERS + "(“‘[")
     return not (len(word) == 1 and word.isalpha() or "." in word or word.lower() in _ABBREVIATIONS)
+
+
+def _word_before(text: str, end: int) -> str:
+    """The last whitespace-separated word of text[:end] ('' if there is none)."""
+    stop = end
+    while stop > 0 and text[stop - 1].isspace():
+        stop -= 1
+    start = stop
+    while start > 0 and not text[start - 1].isspace():
+        start -= 1
+    return text[start:stop]

@@ -1,12 +1,17 @@
 """Text corpus -> ALBERT pretraining MindRecord (sentence-order prediction, n-gram whole-word masking), streamed
 in bounded memory so that corpora of tens of GB can be prepared on one machine or split across several.
 
-Input: plain text (one sentence per line, a blank line between documents) or JSON lines (one document per line,
-`{"text": ...}`), optionally gzip/bz2-compressed; many files or globs (comma-separated); see src/corpus.py.
+Input: files, globs and folders (comma-separated) of plain text (one sentence per line, a blank line between
+documents), one document per line, JSON lines, WikiExtractor output (either format) or Parquet, optionally
+gzip/bz2-compressed, the format found from each file's content; see src/corpus.py.
 
-    python -m src.create_pretraining_data --input_file "corpus/*.txt.gz" --output_file data/pretrain.mindrecord \
+    python -m src.create_pretraining_data --input_file wiki_extracted/ --output_file data/pretrain.mindrecord \
         --spm_model_file 30k-clean.model --max_seq_length 512 --max_predictions_per_seq 76 --dupe_factor 10 \
         --num_workers 8
+
+After the run a sanity summary (`corpus: ...`: documents, sentences, their lengths in tokens) is printed and kept in
+the meta's `stats`, with a warning line for each way the corpus looks wrong: one document holding most of the text,
+over 1% of sentences too long for one instance, markup (`<doc`, `curid=`, `\\u` escapes, JSON keys) in the text.
 
 Per document and per duplication round (`dupe_factor`), sentences are accumulated into chunks of about
 `max_seq_length - 3` tokens (with probability `short_seq_prob` a shorter random target is drawn). A chunk of
@@ -47,6 +52,7 @@ import hashlib
 import itertools
 import multiprocessing
 import random
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -109,7 +115,8 @@ class InstanceMaker:
 
     def document_rng(self, document: Document, round_index: int) -> random.Random:
         # A str seed is hashed with SHA-512 by `random`, independent of PYTHONHASHSEED and of the process.
-        return random.Random(f"{self.random_seed}/{document.file_index}/{document.doc_index}/{round_index}")
+        piece = f".{document.piece}" if document.piece else ""
+        return random.Random(f"{self.random_seed}/{document.file_index}/{document.doc_index}{piece}/{round_index}")
 
     def segment_pairs(self, sentences: List[List[int]],
                       rng: random.Random) -> Iterator[Tuple[List[int], List[int], int]]:
@@ -246,13 +253,16 @@ class InstanceMaker:
 
 
 def truncate_pair_randomly(first: List[int], second: List[int], max_tokens: int, rng: random.Random) -> None:
-    """Shorten the longer segment from a random end until the pair fits (keeps both ends of the text in play)."""
-    while len(first) + len(second) > max_tokens:
-        longer = first if len(first) > len(second) else second
+    """Shorten the longer segment from a random end, one token at a time, until the pair fits (keeps both ends of
+    the text in play). The draws only count what to cut where; each list is cut once, so the cost is linear."""
+    lengths, front = [len(first), len(second)], [0, 0]
+    while lengths[0] + lengths[1] > max_tokens:
+        longer = 0 if lengths[0] > lengths[1] else 1
         if rng.random() < 0.5:
-            del longer[0]
-        else:
-            longer.pop()
+            front[longer] += 1
+        lengths[longer] -= 1
+    for tokens, cut, kept in ((first, front[0], lengths[0]), (second, front[1], lengths[1])):
+        tokens[:] = tokens[cut:cut + kept]
 
 
 # Worker processes build their InstanceMaker once, from the arguments given to the pool initializer.
@@ -267,11 +277,11 @@ def _init_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed:
 def _write_task(args: Tuple[List[Document], int, Path]) -> "Summary":
     """A worker's job: the instances of some consecutive documents, written as one MindRecord file at `path`."""
     documents, dupe_factor, path = args
-    summary = Summary()
+    summary = Summary(_WORKER_MAKER.options.max_seq_length - 3)
     output = MindRecordFile(path, schema(_WORKER_MAKER.options), "albert pretraining")
     for document in documents:
         sentences = _WORKER_MAKER.tokenize_document(document)
-        summary.add_document(document, sum(len(sentence) for sentence in sentences))
+        summary.add_document(document, sentences)
         for arrays in _WORKER_MAKER.document_rounds(document, sentences, dupe_factor):
             summary.add_rows(arrays)
             output.write(ColumnTable(arrays))
@@ -344,20 +354,40 @@ def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: F
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-class Summary:
-    """Counts for the summary line and the meta file, gathered as instances are made (picklable, so workers
-    return theirs and the main process merges them)."""
+# Text that is markup, not language: WikiExtractor's <doc> lines and links, JSON escapes and keys.
+_MARKUP = re.compile(r'<doc\b|</doc>|curid=|\\u[0-9a-fA-F]{4}|"\w+":\s*["{\[\d]')
+MOST_OF_THE_TEXT = 0.5  # a document holding more than this share of the tokens is suspicious
+LONG_SENTENCES = 0.01  # as is more than this share of sentences that do not fit in one instance
 
-    def __init__(self):
+
+class Summary:
+    """Counts for the summary, its sanity checks and the meta file, gathered as instances are made (picklable, so
+    workers return theirs and the main process merges them). `long_tokens`: a longer sentence cannot fit in one
+    instance with [CLS] and two [SEP] (max_seq_length - 3)."""
+
+    def __init__(self, long_tokens: int):
+        self.long_tokens = long_tokens
         self.documents = self.documents_used = self.tokens = self.instances = 0
         self.masked = self.real = self.swapped = 0
-        self.first: Optional[Tuple[str, int]] = None  # (file, line) of the first document
+        self.sentences = self.max_sentences = self.long_sentences = self.markup_sentences = 0
+        self.largest = (0, "")  # (tokens, where) of the document with the most tokens
+        self.first = ""  # where the first document starts
+        self.markup_example = ""
         self._used = False  # whether the current document made an instance yet
 
-    def add_document(self, document: Document, tokens: int) -> None:
-        self.first = self.first or (document.path, document.first_line)
+    def add_document(self, document: Document, sentences: List[List[int]]) -> None:
+        tokens = sum(len(sentence) for sentence in sentences)
+        self.first = self.first or document.where
         self.documents += 1
         self.tokens += tokens
+        self.sentences += len(sentences)
+        self.max_sentences = max(self.max_sentences, len(sentences))
+        self.long_sentences += sum(len(sentence) > self.long_tokens for sentence in sentences)
+        self.largest = max(self.largest, (tokens, document.where))
+        if _MARKUP.search("\n".join(document.sentences)):
+            marked = [sentence for sentence in document.sentences if _MARKUP.search(sentence)]
+            self.markup_sentences += len(marked)
+            self.markup_example = self.markup_example or f"{document.where}: {marked[0][:80]!r}"
         self._used = False
 
     def add_rows(self, arrays: Dict[str, np.ndarray]) -> None:
@@ -371,19 +401,48 @@ class Summary:
 
     def merge(self, other: "Summary") -> None:
         self.first = self.first or other.first
-        for name in ("documents", "documents_used", "tokens", "instances", "masked", "real", "swapped"):
+        self.markup_example = self.markup_example or other.markup_example
+        for name in ("documents", "documents_used", "tokens", "instances", "masked", "real", "swapped", "sentences",
+                     "long_sentences", "markup_sentences"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.max_sentences = max(self.max_sentences, other.max_sentences)
+        self.largest = max(self.largest, other.largest)
 
     def check(self, corpus: Corpus, part: str) -> None:
         if not self.documents:
             raise UserError(f"empty corpus{part}: no text in {', '.join(map(str, corpus.paths))}")
         if not self.instances:
             raise UserError(f"no document{part} can make a sentence pair (each needs at least two non-empty "
-                            f"sentences), e.g. {self.first[0]} line {self.first[1]}")
+                            f"sentences), e.g. {self.first}")
+
+    def warnings(self) -> List[str]:
+        """One line for each way the corpus looks wrong (the data is written all the same)."""
+        found = []
+        share = self.largest[0] / max(self.tokens, 1)
+        if share > MOST_OF_THE_TEXT:
+            found.append(f"one document ({self.largest[1]}) holds {share:.0%} of the text: blank lines between "
+                         f"documents missing? (text: a blank line ends a document; one document per line: "
+                         f"--input_format lines)")
+        long_share = self.long_sentences / max(self.sentences, 1)
+        if long_share > LONG_SENTENCES:
+            found.append(f"{long_share:.1%} of sentences are longer than {self.long_tokens} tokens (max_seq_length "
+                         f"- 3) and get cut: paragraphs read as sentences? (text takes one sentence per line; lines, "
+                         f"jsonl and wikiextractor split paragraphs into sentences)")
+        if self.markup_sentences:
+            found.append(f"{self.markup_sentences} sentence(s) hold markup (<doc, curid=, \\u escapes, JSON keys), "
+                         f"e.g. {self.markup_example}: is --input_format right for the files?")
+        return found
 
     def as_dict(self) -> Dict[str, object]:
         return {"documents": self.documents, "documents_used": self.documents_used,
-                "documents_skipped": self.documents - self.documents_used, "tokens": self.tokens,
+                "documents_skipped": self.documents - self.documents_used, "sentences": self.sentences,
+                "sentences_per_document_mean": round(self.sentences / max(self.documents, 1), 2),
+                "sentences_per_document_max": self.max_sentences,
+                "sentence_tokens_mean": round(self.tokens / max(self.sentences, 1), 2),
+                "sentences_too_long": self.long_sentences,
+                "sentences_too_long_fraction": round(self.long_sentences / max(self.sentences, 1), 4),
+                "largest_document_fraction": round(self.largest[0] / max(self.tokens, 1), 4),
+                "markup_sentences": self.markup_sentences, "tokens": self.tokens,
                 "instances": self.instances, "masked_tokens": self.masked,
                 "masked_fraction": round(self.masked / max(self.real, 1), 4),
                 "sop_swapped_fraction": round(self.swapped / max(self.instances, 1), 4)}
@@ -442,7 +501,7 @@ def create_pretraining_data(config) -> Dict[str, object]:
     tokenizer = tokenizer_from_config(config)
     per_file = config.records_per_file or max(1, min(FILE_BYTES // row_bytes(options), MAX_RECORDS_PER_FILE))
     part = f" (part {config.shard_index} of {config.num_shards})" if config.num_shards > 1 else ""
-    summary = Summary()
+    summary = Summary(options.max_seq_length - 3)
     bar = Progress(corpus.total_bytes, "MB of input", enabled=config.progress, scale=1e6)
     tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor, per_file))
     with RecordWriter(output_file, schema(options), "albert pretraining", overwrite=config.overwrite) as out:
@@ -452,14 +511,15 @@ def create_pretraining_data(config) -> Dict[str, object]:
             bar.update(corpus.bytes_read - bar.done)
         bar.close()
         summary.check(corpus, part)
-        stats = dict(summary.as_dict(), input_files=len(paths), input_bytes=corpus.total_bytes)
+        stats = dict(summary.as_dict(), **corpus.counts.as_dict(), input_files=len(paths),
+                     input_bytes=corpus.total_bytes, warnings=summary.warnings() + corpus.counts.warnings())
         meta = {"kind": "pretraining", "columns": list(COLUMNS), "max_seq_length": options.max_seq_length,
                 "max_predictions_per_seq": options.max_predictions_per_seq, "tokenizer": tokenizer.describe(),
                 "options": {"masked_lm_prob": options.masked_lm_prob, "short_seq_prob": options.short_seq_prob,
                             "ngram": options.ngram, "dupe_factor": config.dupe_factor,
                             "random_seed": config.random_seed},
                 "input": {"files": len(paths), "digest": inputs_digest(paths), "format": config.input_format,
-                          "text_key": config.text_key},
+                          "formats": dict(corpus.counts.formats), "text_key": config.text_key},
                 "part": {"index": config.shard_index, "count": config.num_shards,
                          "of": Path(config.output_file).name},
                 "order": "input order (file, document, round, pair); training shuffles the rows itself",
@@ -470,10 +530,29 @@ def create_pretraining_data(config) -> Dict[str, object]:
     return stats
 
 
+def corpus_report(stats: Dict[str, object]) -> str:
+    """The sanity summary: what the corpus was read as, in a few numbers a person can judge at a glance."""
+    formats = ", ".join(f"{count} {kind}" for kind, count in sorted(stats["formats"].items()))
+    return (f"corpus: {stats['input_files']} file(s) ({formats}); {stats['documents']} documents "
+            f"({stats['documents_skipped']} skipped: fewer than two sentences; {stats['documents_empty']} without "
+            f"text; {stats['documents_cut']} cut: too long); {stats['sentences']} sentences, "
+            f"{stats['sentences_per_document_mean']} per document (max {stats['sentences_per_document_max']}), "
+            f"{stats['sentence_tokens_mean']} tokens each on average, {stats['sentences_too_long_fraction']:.2%} "
+            f"longer than max_seq_length - 3; largest document {stats['largest_document_fraction']:.1%} of the text")
+
+
+def report(stats: Dict[str, object]) -> None:
+    """The summary line, the sanity summary and one line per warning (on stderr)."""
+    print("summary: " + ", ".join(f"{key}={value}" for key, value in stats.items()
+                                  if key not in ("warnings", "formats")))
+    print(corpus_report(stats))
+    for warning in stats["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
 def main(argv: List[str]) -> int:
     config = parse_tool_config(argv, "pretraining", __doc__.splitlines()[0])
-    stats = create_pretraining_data(config)
-    print("summary: " + ", ".join(f"{key}={value}" for key, value in stats.items()))
+    report(create_pretraining_data(config))
     return 0
 
 

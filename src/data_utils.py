@@ -39,18 +39,36 @@ def refuse_existing(paths: Sequence[os.PathLike], overwrite: bool) -> None:
 
 
 def resolve_input_files(spec: str) -> List[Path]:
-    """Comma-separated files or glob patterns -> sorted unique existing files (sorted so runs are reproducible)."""
+    """Comma-separated files, glob patterns and folders -> sorted unique files (sorted so runs are reproducible).
+
+    A folder stands for every file below it, recursively (WikiExtractor writes AA/wiki_00 ... ZZ/wiki_99), less
+    hidden files and folders and the files our own data tools write (`*.mindrecord*`, `*.db`, `*.meta.json`).
+    """
     patterns = [p.strip() for p in str(spec or "").split(",") if p.strip()]
     if not patterns:
         raise UserError("no input_file given")
     files = set()
     for pattern in patterns:
         matches = [Path(m) for m in glob.glob(os.path.expanduser(pattern), recursive=True)]
-        matches = [m for m in matches if m.is_file()]
-        if not matches:
-            raise UserError(f"input_file: nothing matches {pattern!r}")
-        files.update(m.resolve() for m in matches)
+        found = [f for m in matches for f in ([m] if m.is_file() else _folder_files(m) if m.is_dir() else [])]
+        if not found:
+            what = "no input file in the folder" if any(m.is_dir() for m in matches) else "nothing matches"
+            raise UserError(f"input_file: {what} {pattern!r}")
+        files.update(f.resolve() for f in found)
     return sorted(files)
+
+
+def _folder_files(folder: Path) -> List[Path]:
+    """Files below `folder` that can be corpus text (see resolve_input_files)."""
+    found = []
+    for root, folders, names in os.walk(folder):
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        found += [Path(root) / name for name in sorted(names) if not _skipped_in_folder(name)]
+    return found
+
+
+def _skipped_in_folder(name: str) -> bool:
+    return name.startswith(".") or name.endswith((".db", ".meta.json")) or ".mindrecord" in name
 
 
 def tokenizer_from_config(config: Any) -> FullTokenizer:

@@ -2,6 +2,9 @@
 
     python -m src.spm_train --input_file "corpus/*.txt" --model_prefix vocab/my30k --vocab_size 30000
 
+The input is read as src.create_pretraining_data reads it (files, globs and folders; text, lines, JSON lines,
+WikiExtractor or Parquet, found from the content): the sentences of its documents are the training text.
+
 Recipe (as Google trained 30k-clean.model): unigram model, <pad>=0, <unk>=1, no <s>/</s>, control symbols
 [CLS] [SEP] [MASK] at ids 2..4, user symbols ( ) " - . – £ € as pieces of their own, character coverage
 0.99995, shuffled input sentences. The corpus is normalised exactly as the tokenizer normalises text before
@@ -15,19 +18,19 @@ from typing import Iterator, List, Sequence
 
 from model_utils.errors import UserError, run_cli
 from src.atomic_files import atomic_path
+from src.corpus import DEFAULT_TEXT_KEY, Corpus
 from src.data_utils import parse_tool_config, refuse_existing, resolve_input_files
 from src.tokenization import preprocess_text
 
 SEED = 12345
 
 
-def _sentences(paths: Sequence[Path], do_lower_case: bool) -> Iterator[str]:
-    for path in paths:
-        with open(path, encoding="utf-8-sig", errors="strict") as handle:
-            for line in handle:
-                text = preprocess_text(line, lower=do_lower_case)
-                if text:
-                    yield text
+def _sentences(paths: Sequence[Path], do_lower_case: bool, input_format: str, text_key: str) -> Iterator[str]:
+    for document in Corpus(paths, input_format, text_key).documents():
+        for sentence in document.sentences:
+            text = preprocess_text(sentence, lower=do_lower_case)
+            if text:
+                yield text
 
 
 def _symbols(spec: str) -> List[str]:
@@ -39,7 +42,8 @@ def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_si
                         character_coverage: float = 0.99995, input_sentence_size: int = 10000000,
                         control_symbols: str = "[CLS],[SEP],[MASK]",
                         user_defined_symbols: str = '(,),",-,.,–,£,€', num_threads: int = 2,
-                        overwrite: bool = False) -> Path:
+                        overwrite: bool = False, input_format: str = "auto",
+                        text_key: str = DEFAULT_TEXT_KEY) -> Path:
     """Train and write PREFIX.model / PREFIX.vocab (atomically); returns the model path."""
     import sentencepiece as spm
 
@@ -48,20 +52,18 @@ def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_si
     prefix = Path(model_prefix).expanduser().absolute()
     outputs = [Path(f"{prefix}.model"), Path(f"{prefix}.vocab")]
     refuse_existing(outputs, overwrite)
-    if next(_sentences(input_files, do_lower_case), None) is None:
+    if next(_sentences(input_files, do_lower_case, input_format, text_key), None) is None:
         raise UserError(f"empty corpus: no text in {', '.join(map(str, input_files))}")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     spm.set_random_generator_seed(SEED)
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=_sentences(input_files, do_lower_case), model_writer=model,
+            sentence_iterator=_sentences(input_files, do_lower_case, input_format, text_key), model_writer=model,
             vocab_size=vocab_size, model_type=model_type, character_coverage=character_coverage,
             input_sentence_size=input_sentence_size, shuffle_input_sentence=True, pad_id=0, unk_id=1,
             bos_id=-1, eos_id=-1, control_symbols=_symbols(control_symbols),
             user_defined_symbols=_symbols(user_defined_symbols), num_threads=num_threads, minloglevel=2)
-    except UnicodeDecodeError as err:  # raised while the trainer reads our iterator
-        raise UserError(f"input is not UTF-8 text ({err.reason} at byte {err.start})") from err
     except RuntimeError as err:
         hint = " (lower --vocab_size for a corpus this small)" if "vocab_size" in str(err) else ""
         raise UserError(f"SentencePiece training failed: {err}{hint}") from err
@@ -88,7 +90,7 @@ def main(argv: List[str]) -> int:
     model = train_sentencepiece(resolve_input_files(config.input_file), config.model_prefix, config.vocab_size,
                                 config.do_lower_case, config.model_type, config.character_coverage,
                                 config.input_sentence_size, config.control_symbols, config.user_defined_symbols,
-                                config.num_threads, config.overwrite)
+                                config.num_threads, config.overwrite, config.input_format, config.text_key)
     print(f"wrote {model} and {model.with_suffix('.vocab')}")
     return 0
 

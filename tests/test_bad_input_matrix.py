@@ -271,7 +271,25 @@ MATRIX: List[Row] = [
     row(MAKE_PT, "malformed JSON line", "--input_file {bad}", ["{bad} line 2: malformed json"],
         text('{"text": "One. Two."}\n{"text": \n'), bad="bad.jsonl"),
     row(MAKE_PT, "JSON line without the text field", "--input_file {bad}",
-        ["{bad} line 1: no 'text' field (keys: body)", "--text_key"], text('{"body": "One. Two."}\n'), bad="bad.jsonl"),
+        ["{bad} line 1: no 'text' or 'content' field (keys: body)", "--text_key"], text('{"body": "One. Two."}\n'), bad="bad.jsonl"),
+    row(MAKE_PT, "empty folder", "--input_file {bad}", ["input_file: no input file in the folder '{bad}'"],
+        lambda bad, fx: bad.mkdir(), bad="corpus"),
+    row(MAKE_PT, "JSON lines declared as text", "--input_file {bad} --input_format text",
+        ["{bad} line 1: the file starts with a JSON object (JSON lines) but --input_format is text",
+         "use --input_format auto (or jsonl)"], text('{"text": "One. Two."}\n'), bad="wiki_00"),
+    row(MAKE_PT, "WikiExtractor <doc> line in a text file", "--input_file {bad}",
+        ["{bad} line 3: a WikiExtractor <doc ...> line in a file read as text"],
+        text('One sentence.\nAnother one.\n<doc id="1" url="u" title="T">\n'), bad="bad.txt"),
+    row(MAKE_PT, "text outside a <doc> block", "--input_file {bad}",
+        ["{bad} line 4: text outside a <doc ...> block in a WikiExtractor file"],
+        text('<doc id="1" url="u" title="T">\nOne. Two.\n</doc>\nstray\n'), bad="wiki_00"),
+    row(MAKE_PT, "a line over 16 MB (gzip bomb)", "--input_file {bad}",
+        ["{bad} line 1: longer than 16 MB without a line break"],
+        lambda bad, fx: bad.write_bytes(__import__("gzip").compress(b"a" * (17 << 20))), bad="bomb.txt.gz"),
+    row(MAKE_PT, "Parquet without the text column", "--input_file {bad}",
+        ["{bad}: no 'text' or 'content' column (columns: body); set --text_key"],
+        lambda bad, fx: __import__("pyarrow.parquet").parquet.write_table(
+            __import__("pyarrow").table({"body": ["One. Two."]}), bad), bad="train.parquet"),
     row(MAKE_PT, "JSON text not a string", "--input_file {bad}",
         ["{bad} line 1: field 'text' should be a string, got list"], text('{"text": ["One."]}\n'), bad="bad.jsonl"),
     row(MAKE_PT, "truncated gzip", "--input_file {bad}", ["{bad} line", "damaged or truncated compressed data"],
@@ -573,6 +591,7 @@ def test_bad_input(row: Row, fx: Path, tmp_path: Path, monkeypatch, capsys, requ
     if row.make:
         (tmp_path / row.bad).parent.mkdir(parents=True, exist_ok=True)
         row.make(tmp_path / row.bad, fx)
+        capsys.readouterr()  # what making the input printed (e.g. a corpus warning) is not the failing run's output
     argv = [token.format(**names) for token in shlex.split(row.argv)]
     before = files_under(tmp_path)
     if row.process:

@@ -91,7 +91,7 @@ def test_json_lines_with_another_text_field_and_forced_format(tmp_path, spm_path
     documents = list(read_documents([corpus], "jsonl", "body"))
     assert [d.sentences for d in documents] == [["第一句。", "第二句！", "第三句？"]] * 3
     assert [(d.doc_index, d.first_line) for d in documents] == [(0, 1), (1, 2), (2, 3)]
-    with pytest.raises(UserError, match=r"dump\.txt line 1: no 'text' field \(keys: title, body\)"):
+    with pytest.raises(UserError, match=r"dump\.txt line 1: no 'text' or 'content' field \(keys: title, body\)"):
         _create(spm_path, corpus, tmp_path / "a.mindrecord", "--input_format", "jsonl")
     assert not (tmp_path / "a.mindrecord.meta.json").exists()
 
