@@ -2,6 +2,7 @@
 
     python export.py --config_path task_squad_v1_config.yaml --export_ckpt_file albert_squad_v1-1000.ckpt \
         --export_file_name out/albert_squad_v1 --file_format MINDIR [--export_seq_length 384] [--dynamic_batch true]
+    python export.py ... --file_format ONNX --quantize int8      # int8 for ONNX Runtime (src/quantize.py)
 
 --config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
 (task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2), else from its keys when
@@ -120,6 +121,9 @@ def check_request(args: Config) -> None:
         raise UserError("set --export_ckpt_file (the fine-tuned checkpoint to export)")
     if not os.path.isfile(args.export_ckpt_file):
         raise UserError(f"export_ckpt_file not found: {args.export_ckpt_file}")
+    if args.quantize == "int8" and args.file_format != "ONNX":
+        raise UserError(f"--quantize int8 makes an ONNX model for ONNX Runtime (MindSpore has no int8 {args.file_format} "
+                        f"export on this path): add --file_format ONNX")
     if args.dynamic_batch and args.file_format != "MINDIR":
         raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
                         f"shapes): drop --dynamic_batch or use --file_format MINDIR")
@@ -160,11 +164,12 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
     return build_head(values, task, task_config, net, runtime, checkpoint), net
 
 
-def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str) -> List[str]:
+def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str,
+                      quantize: str = "none") -> List[str]:
     """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target,
     then move what it wrote into place: a failed export leaves nothing behind and readers never see half a file.
     MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
-    over 1 GB); returns the written paths."""
+    over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved."""
     import mindspore as ms
 
     suffix = "." + file_format.lower()
@@ -181,6 +186,8 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
         except (RuntimeError, ValueError, TypeError) as err:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"MindSpore could not export the model to {file_format}: {reason}") from err
+        if quantize == "int8":
+            _quantize_in_place(os.path.join(staging, os.path.basename(base) + suffix))
         written = []
         for entry in sorted(os.listdir(staging)):
             target = os.path.join(folder, entry)
@@ -191,6 +198,17 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
         return written
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _quantize_in_place(path: str) -> None:
+    from src.quantize import quantize_int8
+
+    float_copy = path + ".float32"
+    os.replace(path, float_copy)
+    counts = quantize_int8(float_copy, path)
+    os.remove(float_copy)
+    print(f"int8: {counts['quantized']} dense layer(s) quantized, {counts['kept_float']} kept float32 (the head's "
+          f"last layer); embeddings, LayerNorm, softmax and the attention products float32")
 
 
 def _describe(signature: Signature) -> str:
@@ -219,11 +237,12 @@ def main(argv: List[str]) -> int:
     else:
         inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
     file_name = args.export_file_name or os.path.splitext(args.export_ckpt_file)[0]
-    written = export_atomically(model, inputs, file_name, args.file_format)
+    written = export_atomically(model, inputs, file_name, args.file_format, args.quantize)
     shown_batch = "batch" if batch is None else batch
     shown_shape = [shown_batch] + shape[1:]
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "
-          f"{net.hidden_size}, {device.target}) as {args.file_format}: {', '.join(written)}")
+          f"{net.hidden_size}, {device.target}) as {args.file_format}{' int8' if args.quantize == 'int8' else ''}: "
+          f"{', '.join(written)}")
     print(f"inputs:  {_describe([(name, 'int32', shown_shape) for name in names])}")
     print(f"outputs: {_describe(TASKS[task].outputs(task_config, shown_batch, seq))}")
     return 0

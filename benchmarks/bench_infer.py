@@ -16,7 +16,11 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   ORT_ENABLE_ALL; ort_hf_fused: the same file after onnxruntime.transformers' BERT fusions
                   (optimize_model, model_type bert, opt_level 0); ort_ours: our model exported by export.py as
                   ONNX (fixed shapes, also with --export dynamic: MindSpore's ONNX export has no dynamic dimension),
-                  as src/predict.py serves a .onnx file
+                  as src/predict.py serves a .onnx file; ort_hf_int8: HF's file through ONNX Runtime's
+                  documented recipe, quant_pre_process then quantize_dynamic with its defaults (int8 weights, uint8
+                  activations quantized per call; without the pre-processing its weights, behind Transpose nodes, stay
+                  float);
+                  ort_ours_int8: our ONNX file made int8 as `export.py --quantize int8` makes it (src/quantize.py)
     kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
                   (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
 
@@ -92,12 +96,18 @@ class Exporter(common.MindSporeSide):
         return next(path for path in written if path.endswith(suffix)), time.perf_counter() - start
 
     def build(self) -> Dict[str, Any]:
+        from src.quantize import quantize_int8
+
         batch = self.spec["batch_size"]
         mindir, seconds = self._export("MINDIR", None if self.spec["export"] == "dynamic" else batch)
         facts = {"mindir": mindir, "export_s": {"ours": seconds}}
         if "ort_ours" in self.spec["sides"]:
             facts["onnx"] = {"ort_ours": None}
             facts["onnx"]["ort_ours"], facts["export_s"]["ort_ours"] = self._export("ONNX", batch)
+            start = time.perf_counter()
+            facts["onnx"]["ort_ours_int8"] = facts["onnx"]["ort_ours"][:-len(".onnx")] + "_int8.onnx"
+            quantize_int8(facts["onnx"]["ort_ours"], facts["onnx"]["ort_ours_int8"])
+            facts["export_s"]["ort_ours_int8"] = facts["export_s"]["ort_ours"] + time.perf_counter() - start
         return facts
 
     def first(self) -> Dict[str, Any]:
@@ -129,6 +139,8 @@ class HfExporter(common.TorchSide):
     --compare onnxruntime HF's model exported by torch.onnx.export, plain and with ORT's BERT fusions."""
 
     def build(self) -> Dict[str, Any]:
+        from onnxruntime.quantization import quantize_dynamic
+        from onnxruntime.quantization.shape_inference import quant_pre_process
         from transformers import AlbertConfig, AlbertForSequenceClassification
 
         spec = self.spec
@@ -136,15 +148,21 @@ class HfExporter(common.TorchSide):
             common.save_hf_state(AlbertForSequenceClassification(AlbertConfig(
                 attn_implementation="eager", num_labels=spec["num_labels"], **spec["hf_config"])),
                 spec["weights"], spec["seed"])
-        if "ort_hf" not in spec["sides"] and "ort_hf_fused" not in spec["sides"]:
+        if not any(side.startswith("ort_hf") for side in spec["sides"]):
             return {}
-        plain, fused = (str(Path(spec["workdir"]) / name) for name in ("hf.onnx", "hf_fused.onnx"))
+        plain, fused, int8 = (str(Path(spec["workdir"]) / name) for name in ("hf.onnx", "hf_fused.onnx",
+                                                                             "hf_int8.onnx"))
         start = time.perf_counter()
         self._export(plain)
         exported = time.perf_counter()
         self._fuse(plain, fused)
-        return {"onnx": {"ort_hf": plain, "ort_hf_fused": fused},
-                "export_s": {"ort_hf": exported - start, "ort_hf_fused": time.perf_counter() - exported}}
+        fused_at = time.perf_counter()
+        prepared = str(Path(spec["workdir"]) / "hf_prepared.onnx")
+        quant_pre_process(plain, prepared)  # ONNX Runtime's documented recipe: pre-process, then quantize_dynamic
+        quantize_dynamic(prepared, int8)  # with its defaults (int8 weights)
+        return {"onnx": {"ort_hf": plain, "ort_hf_fused": fused, "ort_hf_int8": int8},
+                "export_s": {"ort_hf": exported - start, "ort_hf_fused": fused_at - exported,
+                             "ort_hf_int8": exported - start + time.perf_counter() - fused_at}}
 
     def _export(self, path: str) -> None:
         import torch
@@ -248,8 +266,10 @@ class OrtInfer(common.OrtSide):
 
 
 SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fused": OrtInfer, "ort_ours": OrtInfer,
-         "ours_kernels": KernelsInfer, "export": Exporter, "hf_export": HfExporter}
-COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours"),
+         "ort_hf_int8": OrtInfer, "ort_ours_int8": OrtInfer, "ours_kernels": KernelsInfer, "export": Exporter,
+         "hf_export": HfExporter}
+COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours", "ort_hf_int8",
+                                                       "ort_ours_int8"),
                   "kernels": ("ours_kernels",)}
 
 

@@ -126,6 +126,14 @@ def test_wikiextractor_folders_make_the_same_records_in_both_formats(wiki, tmp_p
     assert meta["input"]["formats"] == {"wikiextractor": 12, "empty": 1}
 
 
+def test_spm_train_reads_the_sentences_of_the_same_documents(wiki):
+    from src.spm_train import _sentences
+    from src.tokenization import preprocess_text
+    expected = [preprocess_text(s, lower=True) for i in range(12) for p in _article(i) for s in p]
+    for tree in wiki.values():
+        assert list(_sentences(resolve_input_files(str(tree)), True, "auto", "text")) == expected
+
+
 def test_a_declared_format_the_content_contradicts_stops(wiki, tmp_path):
     doc_file, json_file = wiki["doc"] / "AA" / "wiki_01", wiki["json"] / "AA" / "wiki_01"
     cases = [(doc_file, "text", rf"{doc_file} line 1: the file starts with a WikiExtractor <doc> header but "

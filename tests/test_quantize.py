@@ -1,0 +1,94 @@
+"""int8 serving (issue 27): `export.py --file_format ONNX --quantize int8` writes a model that is really int8 (the
+quantized operators, the dense layers' weights stored as 8-bit numbers) and stays close to the float32 export on real
+MRPC pairs, and src.predict serves it.
+
+The counts expected are the architecture's (which layers are dense, which stay float), not read from our code; the
+float32 ONNX export is the reference the int8 file is held to.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from tests.pretrain_helpers import ok
+from tests.test_export import BATCH, NUM_CLASS, SEQ, export, heads, tiny_config  # noqa: F401 (heads: a fixture)
+
+
+@pytest.fixture(scope="module")
+def exports(heads, tmp_path_factory):  # noqa: F811
+    """The tiny classifier head exported as float32 and as int8 ONNX (batch 2)."""
+    pytest.importorskip("onnxruntime")
+    folder = tmp_path_factory.mktemp("int8")
+    checkpoint = heads["classifier"][1]
+    ok(export("classifier", checkpoint, folder / "float", "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
+    done = ok(export("classifier", checkpoint, folder / "int8", "--file_format", "ONNX", "--quantize", "int8",
+                     "--export_batch_size", str(BATCH)))
+    assert "as ONNX int8:" in done.stdout
+    assert sorted(p.name for p in folder.iterdir()) == ["float.onnx", "int8.onnx"]  # no intermediate file left
+    return {"float": folder / "float.onnx", "int8": folder / "int8.onnx", "stdout": done.stdout}
+
+
+def test_the_int8_file_is_int8(exports):
+    import onnx
+
+    config = tiny_config()
+    model = onnx.load(str(exports["int8"]))
+    ops = [node.op_type for node in model.graph.node]
+    # dense layers: the embedding projection, 6 per layer (query, key, value, attention output, ffn, ffn output),
+    # the pooler; the classifier (the head's last layer) and the 2 attention products per layer stay float
+    quantized = 1 + 6 * config.num_hidden_layers + 1
+    assert ops.count("MatMulInteger") == quantized
+    assert ops.count("MatMul") == 1 + 2 * config.num_hidden_layers
+    assert "DynamicQuantizeLinear" in ops
+    assert f"int8: {quantized} dense layer(s) quantized, 1 kept float32" in exports["stdout"]
+    int8_weights = [init for init in model.graph.initializer if init.data_type == onnx.TensorProto.INT8]
+    h, e, i, groups = config.hidden_size, config.embedding_size, config.intermediate_size, config.num_hidden_groups
+    elements = e * h + groups * (4 * h * h + 2 * h * i) + h * h  # the distinct matrices (layers of a group share)
+    assert sum(int(np.prod(init.dims)) for init in int8_weights) == elements
+    saved = exports["float"].stat().st_size - exports["int8"].stat().st_size
+    assert 0.9 * 3 * elements < saved < 3 * elements + 4096  # 4 bytes a weight became 1 (plus scales, zero points)
+
+
+def _mrpc_features(assets, tokenizer, rows: int):
+    from src.create_finetune_data import InputExample, classifier_feature
+    from src.data_utils import read_tsv
+
+    pairs = [fields for _, fields in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:rows + 1]
+    features = [classifier_feature(InputExample(str(n), f[3], f[4], None, ""), tokenizer, {}, SEQ)
+                for n, f in enumerate(pairs)]
+    return pairs, [np.stack([f[k] for f in features]).astype(np.int32) for k in ("input_ids", "segment_ids",
+                                                                                  "input_mask")]
+
+
+def test_int8_logits_stay_close_to_float32_on_real_pairs(exports, assets, tokenizer):
+    import onnxruntime
+
+    _, columns = _mrpc_features(assets, tokenizer, 40)
+    sessions = {name: onnxruntime.InferenceSession(str(exports[name]), providers=["CPUExecutionProvider"])
+                for name in ("float", "int8")}
+    logits = {name: np.concatenate([session.run(None, dict(zip(("input_ids", "token_type_ids", "input_mask"),
+                                                                [c[s:s + BATCH] for c in columns])))[0]
+                                    for s in range(0, 40, BATCH)]) for name, session in sessions.items()}
+    spread = np.abs(logits["float"]).max()
+    assert spread > 0.5  # a model whose outputs move with the input
+    assert np.abs(logits["int8"] - logits["float"]).max() < 0.1 * spread
+    assert not np.array_equal(logits["int8"], logits["float"])  # it did compute in int8
+    agreement = (logits["int8"].argmax(1) == logits["float"].argmax(1)).mean()
+    assert agreement >= 0.9
+
+
+def test_predict_serves_the_int8_file(exports, assets, tokenizer, spm_path, tmp_path):
+    from tests.test_export import predict_lines, requests_file
+
+    pairs, _ = _mrpc_features(assets, tokenizer, 5)
+    requests = requests_file(tmp_path / "pairs.jsonl", [{"text_a": f[3], "text_b": f[4]} for f in pairs])
+    answers = {name: predict_lines("--model", str(exports[name]), "--task", "classifier", "--spm_model_file",
+                                   spm_path, "--input_file", str(requests), "--labels", "a,b,c")
+               for name in ("float", "int8")}
+    assert len(answers["int8"]) == 5
+    for fp32, int8 in zip(answers["float"], answers["int8"]):
+        assert abs(sum(int8["probabilities"].values()) - 1) < 1e-5
+        np.testing.assert_allclose([int8["probabilities"][k] for k in "abc"],
+                                   [fp32["probabilities"][k] for k in "abc"], rtol=0, atol=0.1)
+    assert json.dumps(answers["int8"]) != json.dumps(answers["float"])
+    assert NUM_CLASS == 3
