@@ -25,6 +25,7 @@ from typing import List, Sequence, Tuple
 
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
 from model_utils.errors import UserError, run_cli
+from src.atomic_files import make_readable
 from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
@@ -162,8 +163,8 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
 
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str) -> List[str]:
     """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target,
-    then move what it wrote into place: a failed export leaves nothing behind and readers never see half a file.
-    MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
+    then move what it wrote into place, readable by others (MindSpore writes 0400; see make_readable): a failed export
+    leaves nothing behind and readers never see half a file. MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
     over 1 GB); returns the written paths."""
     import mindspore as ms
 
@@ -186,6 +187,7 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
             target = os.path.join(folder, entry)
             if os.path.isdir(target) and not os.path.islink(target):
                 shutil.rmtree(target)  # the parameter folder of an earlier split MINDIR of the same name
+            make_readable(os.path.join(staging, entry))
             os.replace(os.path.join(staging, entry), target)
             written.append(target)
         return written

@@ -6,9 +6,11 @@ is ever taken for a checkpoint or for data, and the resumed runs' losses and wei
 Also: an output folder that cannot hold a checkpoint fails before training starts, and a loss that turns inf/nan
 without loss scaling stops the run with its last good checkpoint kept.
 """
+import os
 import random
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -115,7 +117,8 @@ def test_retention_deletes_only_the_checkpoints_of_this_training(data, tmp_path)
     above every step of the run) and a readable weights-only checkpoint under the run's name. Retention once kept the N
     highest numbers of every matching file, so with save_checkpoint_num 1 each save deleted the file it had just
     written and the run ended with no checkpoint. Now both strangers keep their bytes (one warning each), the run's
-    newest checkpoint stays and resumes, and the resumed run prunes the first run's checkpoint."""
+    newest checkpoint stays (readable by others: 0644 minus the umask, not MindSpore's 0400) and resumes, and the
+    resumed run prunes the first run's checkpoint."""
     import mindspore as ms
 
     folder = tmp_path / "checkpoints"
@@ -125,13 +128,14 @@ def test_retention_deletes_only_the_checkpoints_of_this_training(data, tmp_path)
     ms.save_checkpoint([{"name": "w", "data": ms.Tensor(np.ones(3, np.float32))}], str(weights_only))
     strangers = {path: path.read_bytes() for path in (damaged, weights_only)}
     args = pretrain(data, tmp_path, "--save_checkpoint_steps", "2", "--save_checkpoint_num", "1", "--log_steps", "1")
-    first = ok(run(args + ["--train_steps", "6"]))
+    first = ok(run(args + ["--train_steps", "6"], preexec_fn=lambda: os.umask(0o027)))
     assert [line for line in first.stdout.splitlines() if line.startswith("saved ")] == \
         [f"saved {folder / f'albert_pretrain-{step}.ckpt'}" for step in (2, 4, 6)]
     for path in strangers:
         assert sum(line.startswith(f"warning: {path} is not a checkpoint of this run")
                    for line in first.stdout.splitlines()) == 1, first.stdout
     assert checkpoint_steps(folder) == [1, 6, 999]
+    assert stat.S_IMODE((folder / "albert_pretrain-6.ckpt").stat().st_mode) == 0o640  # 0644 minus the umask
     newest = ms.load_checkpoint(str(folder / "albert_pretrain-6.ckpt"))
     assert int(newest["micro_step"].asnumpy()) == 6 and int(newest["batch_size"].asnumpy()) == 8
     second = ok(run(args + ["--train_steps", "8"]))

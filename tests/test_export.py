@@ -4,6 +4,8 @@ Every head is built here, saved as a checkpoint with its albert_config.json (as 
 by export.py in a subprocess; the exported model must give the in-process network's outputs on the same inputs.
 """
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -93,6 +95,15 @@ def onnx_files(heads, tmp_path_factory) -> Dict[str, Path]:
     for task in ("classifier", "squad_v1"):
         ok(export(task, heads[task][1], folder / task, "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
     return {task: folder / f"{task}.onnx" for task in ("classifier", "squad_v1")}
+
+
+def test_checkpoints_and_exports_are_readable_by_other_users(heads, mindirs, onnx_files):
+    """MindSpore writes checkpoints and exports 0400 (owner only); ours get 0644 minus the umask, so that a model
+    server running as another user can read them."""
+    umask = os.umask(0)
+    os.umask(umask)
+    files = [heads["classifier"][1], mindirs["classifier"], onnx_files["classifier"]]
+    assert [stat.S_IMODE(path.stat().st_mode) for path in files] == [0o644 & ~umask] * 3
 
 
 def random_inputs(task: str, batch: int, seed: int) -> List[np.ndarray]:
