@@ -150,7 +150,7 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
 
     checkpoint = args.export_ckpt_file
     values = read_checkpoint(checkpoint)
-    net = head_network(values, task, task_config, checkpoint, source)
+    net = head_network(values, task, task_config, checkpoint, source, by_flag=bool(args.task))
     if args.file_format == "ONNX" and net.hidden_act not in ONNX_ACTIVATIONS:
         raise UserError(f"ONNX export needs hidden_act {', '.join(ONNX_ACTIVATIONS)} (MindSpore cannot convert "
                         f"{net.hidden_act}'s Erf to ONNX); use MINDIR, or a model fine-tuned with a tanh GELU")

@@ -354,6 +354,22 @@ def test_predict_on_onnx_never_imports_mindspore(onnx_files, spm_path):
                      "--spm_model_file", spm_path, "--text_a", "The cat sat.", "--threads", "1"]))
     assert result.stderr.strip().splitlines()[-1] == "False"
     assert set(json.loads(result.stdout)["probabilities"]) == {"0", "1", "2"}
+    assert result.stderr.count("warning: no --text_b: answered as single sentences") == 1
+
+
+def test_predict_warns_once_about_requests_without_text_b(onnx_files, spm_path, tmp_path):
+    """Nothing in a model file says whether it was fine-tuned on sentence pairs (MRPC) or single sentences (CoLA):
+    requests without text_b are answered as single sentences with one warning, not silently."""
+    requests = requests_file(tmp_path / "requests.jsonl", [{"id": "q1", "text_a": "A cat sat."},
+                                                           {"text_a": "A cat sat.", "text_b": "A dog ran."},
+                                                           {"text_a": "A dog ran."}])
+    result = ok(run(["-m", "src.predict", "--model", str(onnx_files["classifier"]), "--task", "classifier",
+                     "--spm_model_file", spm_path, "--input_file", str(requests)]))
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"warning: 2 of 3 requests of {requests} have no text_b (the first: id q1): answered as single sentences; "
+        f"a model fine-tuned on sentence pairs (mrpc, qqp, mnli"), warnings
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["q1", 2, 3]
 
 
 def expected_squad(task: str, head, tokenizer, question: str, context: str) -> Tuple[str, List[dict], int]:
