@@ -26,6 +26,7 @@ from typing import List, Sequence, Tuple
 
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
 from model_utils.errors import UserError, run_cli
+from src.atomic_files import make_readable
 from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
@@ -153,7 +154,7 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
 
     checkpoint = args.export_ckpt_file
     values = read_checkpoint(checkpoint)
-    net = head_network(values, task, task_config, checkpoint, source)
+    net = head_network(values, task, task_config, checkpoint, source, by_flag=bool(args.task))
     if args.file_format == "ONNX" and net.hidden_act not in ONNX_ACTIVATIONS:
         raise UserError(f"ONNX export needs hidden_act {', '.join(ONNX_ACTIVATIONS)} (MindSpore cannot convert "
                         f"{net.hidden_act}'s Erf to ONNX); use MINDIR, or a model fine-tuned with a tanh GELU")
@@ -167,9 +168,10 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str,
                       quantize: str = "none") -> List[str]:
     """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target,
-    then move what it wrote into place: a failed export leaves nothing behind and readers never see half a file.
-    MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
-    over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved."""
+    then move what it wrote into place, readable by others (MindSpore writes 0400; see make_readable): a failed export
+    leaves nothing behind and readers never see half a file. MindSpore appends the format's suffix itself (and writes
+    <name>_graph.mindir + <name>_variables/ for models over 1 GB); returns the written paths. `quantize` int8 (ONNX):
+    the file is made int8 before it is moved."""
     import mindspore as ms
 
     suffix = "." + file_format.lower()
@@ -193,6 +195,7 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
             target = os.path.join(folder, entry)
             if os.path.isdir(target) and not os.path.islink(target):
                 shutil.rmtree(target)  # the parameter folder of an earlier split MINDIR of the same name
+            make_readable(os.path.join(staging, entry))
             os.replace(os.path.join(staging, entry), target)
             written.append(target)
         return written

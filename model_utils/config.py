@@ -15,7 +15,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -86,9 +86,20 @@ def _set_dotted(values: Dict[str, Any], dotted: str, value: Any) -> None:
     values[last] = value
 
 
-def _suggestion(name: str, candidates: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.5)
+def _suggestion(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset()) -> str:
+    """The closest key, leaving out keys under sections the run does not use (`unused`, e.g. the optimizers not
+    chosen) unless `name` itself names that section: `optimizer_cfg.AdamW.learning_rate` with optimizer
+    AdamWeightDecay suggests AdamWeightDecay's key, not Lamb's."""
+    hidden = unused - set(name.split(".")[:-1])
+    shown = [key for key in candidates if not hidden & set(key.split(".")[:-1])]
+    close = difflib.get_close_matches(name, shown, n=1, cutoff=0.5)
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _unused_options(settings: Dict[str, Any], choices: Dict[str, Allowed]) -> AbstractSet[str]:
+    """The options that the choice keys in `settings` (flat) did not pick, e.g. the optimizers not used."""
+    return {str(option) for key, allowed in choices.items() if isinstance(allowed, list) and key in settings
+            for option in allowed if option != settings[key]}
 
 
 def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, str], Dict[str, Allowed]]:
@@ -220,7 +231,8 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
                 continue
             raise ConfigError(f"{source}: key '{key}' is a section; set its sub-keys instead")
         if key not in flat_schema:
-            raise ConfigError(f"{source}: unknown key '{key}'{_suggestion(key, list(flat_schema))}")
+            unused = _unused_options({**flat_schema, **flatten(user)}, choices)
+            raise ConfigError(f"{source}: unknown key '{key}'{_suggestion(key, list(flat_schema), unused)}")
         value = coerce(key, value, flat_schema[key], source)
         _check_choice(key, value, choices, source)
         _set_dotted(merged, key, value)
@@ -302,7 +314,8 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
     if unknown:
         flag = next((a for a in unknown if a.startswith("-")), unknown[0])
         name = flag.lstrip("-").split("=", 1)[0]
-        hint = _suggestion(name, list(flatten(values))).replace("'", "'--", 1)
+        unused = _unused_options({**flatten(values), **vars(args)}, choices)
+        hint = _suggestion(name, list(flatten(values)), unused).replace("'", "'--", 1)
         raise ConfigError(f"unknown option '{flag}'{hint}"
                           if flag.startswith("-") else f"unexpected argument '{flag}'")
     overrides = {k: v for k, v in vars(args).items() if k not in ("config_path", "verbose")}

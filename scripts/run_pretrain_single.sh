@@ -20,7 +20,7 @@ Environment:
   PYTHON         python interpreter (default python)
   Quick start only:
   OUTPUT_DIR     where it writes (default ./output/pretrain_quickstart)
-  TRAIN_STEPS    optimizer steps (default 400)
+  TRAIN_STEPS    optimizer steps, a positive integer (default 400)
   SEQ_LENGTH     max_seq_length of the data (default 128)
 Logs go to OUTPUT_DIR/logs/; the script prints that folder first.
 USAGE
@@ -51,8 +51,12 @@ if [[ $# -ge 2 ]]; then
   exit $?
 fi
 
-OUT="$(realpath -m "${OUTPUT_DIR:-./output/pretrain_quickstart}")"
 TRAIN_STEPS="${TRAIN_STEPS:-400}"
+# Checked before any use: shell arithmetic would run a command substitution hidden in it and take 'abc' for 0.
+if ! [[ "$TRAIN_STEPS" =~ ^[1-9][0-9]{0,8}$ ]]; then
+  echo "error: TRAIN_STEPS must be a positive integer below 10^9, got '$TRAIN_STEPS'" >&2; exit 2
+fi
+OUT="$(realpath -m "${OUTPUT_DIR:-./output/pretrain_quickstart}")"
 SEQ_LENGTH="${SEQ_LENGTH:-128}"
 DATA="$OUT/data"
 LOGS="$OUT/logs"

@@ -7,11 +7,28 @@ import tempfile
 from typing import Iterator
 
 
-def default_file_mode() -> int:
-    """Mode a plainly created file gets under the user's umask (temporary files are created 0600)."""
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    return 0o666 & ~umask
+    return umask
+
+
+def default_file_mode() -> int:
+    """Mode a plainly created file gets under the user's umask (temporary files are created 0600)."""
+    return 0o666 & ~_umask()
+
+
+def make_readable(path: str) -> None:
+    """Give `path` (and, for a folder, everything in it) 0644 (folders 0755) minus the umask: MindSpore writes
+    checkpoints and exports 0400, which another user (a model server) cannot read."""
+    umask = _umask()
+    if not os.path.isdir(path):
+        os.chmod(path, 0o644 & ~umask)
+        return
+    for folder, _, files in os.walk(path):
+        os.chmod(folder, 0o755 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644 & ~umask)
 
 
 @contextlib.contextmanager

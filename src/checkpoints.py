@@ -1,5 +1,6 @@
-"""Train checkpoints: naming and listing, resuming a run (`resume_or_init`), and the checks that keep a run from
-losing work (space for a checkpoint before the first step, ranks that would resume from different steps).
+"""Train checkpoints: naming and listing, resuming a run (`resume_or_init`), which files a run may delete
+(`of_this_training`), and the checks that keep a run from losing work (space for a checkpoint before the first
+step, ranks that would resume from different steps).
 
 A run killed at any point resumes to the uninterrupted run's trajectory: `resume_or_init` restores weights,
 optimizer state, loss scale and progress from the newest readable checkpoint in the save folder or the
@@ -14,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
+import mindspore as ms
 import numpy as np
 from mindspore import nn
 
@@ -45,9 +47,17 @@ def list_checkpoints(directory: str, prefix: str) -> List[Tuple[int, str]]:
     return sorted(found)
 
 
-def latest_checkpoint(directory: str, prefix: str) -> Optional[str]:
-    found = list_checkpoints(directory, prefix)
-    return found[-1][1] if found else None
+def of_this_training(path: str, plan: StepPlan) -> bool:
+    """Whether `path` is a checkpoint a run of this training wrote: it reads back, holds training progress and the
+    same data plan (what resuming from it needs). Only such files, and the run's own, may ever be deleted by it.
+    Reads only the progress and plan values (MindSpore still parses the whole file)."""
+    wanted = set(PROGRESS_KEYS + PLAN_KEYS)
+    try:
+        values = ms.load_checkpoint(path, choice_func=wanted.__contains__)
+    except Exception:  # MindSpore raises ValueError/RuntimeError for damaged or foreign files
+        return False
+    return all(key in values for key in PROGRESS_KEYS) and all(
+        int(_scalar(values[key])) == value for key, value in plan.signature().items() if key in values)
 
 
 def _scalar(value) -> float:

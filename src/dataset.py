@@ -53,6 +53,9 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     for item in items:
         path = Path(item).expanduser()
         meta = Path(str(path) + ".meta.json")
+        if path.name.endswith(".meta.json") and path.is_file():
+            raise UserError(f"{path}: not MindRecord data but the description of a data set: pass "
+                            f"{str(path)[:-len('.meta.json')]} (the output_file of src.create_*)")
         if path.is_dir():
             files += _folder_files(path)
         elif meta.is_file():
@@ -195,6 +198,15 @@ def check_data_meta(meta: Dict[str, object], vocab_size: Optional[int] = None,
                         f"{max_seq_length}; recreate the data or change the config")
 
 
+def _has_mindrecord_header(path: str) -> bool:
+    """A MindRecord file starts with its JSON header's length (8 bytes, little-endian) and then the header: tells a
+    tsv, json or text file given as data from a damaged MindRecord file."""
+    with open(path, "rb") as handle:
+        start = handle.read(9)
+    length = int.from_bytes(start[:8], "little")
+    return len(start) == 9 and start[8:] == b"{" and 0 < length < os.path.getsize(path)
+
+
 @contextlib.contextmanager
 def _reading(files: List[str]) -> Iterator[None]:
     """MindSpore reports an empty, truncated or foreign MindRecord file as a multi-line RuntimeError that buries
@@ -202,6 +214,10 @@ def _reading(files: List[str]) -> Iterator[None]:
     empty = [f for f in files if os.path.getsize(f) == 0]
     if empty:
         raise UserError(f"{empty[0]}: empty file, not MindRecord data; make the data again")
+    foreign = [f for f in files if not _has_mindrecord_header(f)]
+    if foreign:
+        raise UserError(f"{foreign[0]}: not MindRecord data; make it with src.create_finetune_data (GLUE tsv, RACE), "
+                        f"src.create_squad_data (SQuAD json) or src.create_pretraining_data (text)")
     unindexed = [f for f in files if not os.path.isfile(f + ".db")]
     if unindexed:
         raise UserError(f"{unindexed[0]}: its index file {os.path.basename(unindexed[0])}.db is missing (not "

@@ -121,13 +121,17 @@ def _train(task: Task, settings, device, log):
 
 def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, data_file: str,
               action: str, output_dir: str, log) -> None:
-    from src.checkpoints import latest_checkpoint
+    from src.checkpoints import newest_train_checkpoint
     from src.device_setup import model_runtime
     from src.utils import load_weights
 
     source = "the fine-tuned weights of this run"
     if trained is None:
-        checkpoint = config.load_finetune_checkpoint_path or latest_checkpoint(save_dir, task.checkpoint_prefix)
+        # The save folder's newest checkpoint that reads back whole: a damaged or foreign file numbered higher is
+        # skipped with a warning.
+        newest = newest_train_checkpoint(save_dir, task.checkpoint_prefix, log) \
+            if not config.load_finetune_checkpoint_path else None
+        checkpoint = config.load_finetune_checkpoint_path or (newest[0] if newest else None)
         if not checkpoint:
             raise UserError(f"do_{action} without do_train needs --load_finetune_checkpoint_path (no checkpoint of "
                             f"this task in {save_dir} either)")

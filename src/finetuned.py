@@ -12,18 +12,22 @@ HEAD_OWNERS = {"classifier.": "classifier/RACE", "qa_outputs.": "SQuAD v1.1 (squ
                "start_logits.": "SQuAD v2.0 (squad_v2)"}
 
 
-def check_head(values: Dict[str, object], task: str, config: Config, checkpoint: str, source: str) -> None:
+def check_head(values: Dict[str, object], task: str, config: Config, checkpoint: str, source: str,
+               by_flag: bool = False) -> None:
     """The checkpoint must hold the head of the yaml's task, with the yaml's class count: load_weights would
-    only say 'parameters missing', which hides that the wrong checkpoint or yaml was given."""
+    only say 'parameters missing', which hides that the wrong checkpoint or yaml was given. `by_flag`: the task
+    came from --task (then the remedy is another --task, not another yaml)."""
     found = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
     wanted = TASKS[task].head_prefix
     if not found:
         raise UserError(f"{checkpoint} has no task head (no {', '.join(p + '*' for p in HEAD_OWNERS)} weights): a "
                         f"pretraining checkpoint? Use the checkpoint of a run_{task}.py fine-tuning run")
     if wanted not in found:
-        raise UserError(f"{checkpoint} holds a {HEAD_OWNERS[found[0]]} head ({found[0]}*) but {source} is a {task} "
-                        f"config: use the task yaml the checkpoint was trained with (or --task), or a {task} "
-                        f"checkpoint")
+        held = f"{checkpoint} holds a {HEAD_OWNERS[found[0]]} head ({found[0]}*)"
+        if by_flag:
+            raise UserError(f"{held} but --task {task} needs a {task} head: use {_fitting_task(values, found[0])}")
+        raise UserError(f"{held} but {source} is a {task} config: use the task yaml the checkpoint was trained with "
+                        f"(or {_fitting_task(values, found[0])}), or a {task} checkpoint")
     weight = values.get("classifier.weight")
     if wanted != "classifier." or weight is None:
         return
@@ -38,12 +42,23 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
                         f"{config.num_class}: pass --num_class {outputs}{hint}")
 
 
-def head_network(values: Dict[str, object], task: str, task_config: Config, checkpoint: str, source: str):
+def _fitting_task(values: Dict[str, object], prefix: str) -> str:
+    """The --task a checkpoint's head fits (a one-output classifier is RACE's, or a regression's)."""
+    if prefix != "classifier.":
+        return "--task " + next(name for name, task in TASKS.items() if task.head_prefix == prefix)
+    if int(values["classifier.weight"].shape[0]) == 1:
+        return "--task race (or --task classifier --num_class 1 for a regression head)"
+    return "--task classifier"
+
+
+def head_network(values: Dict[str, object], task: str, task_config: Config, checkpoint: str, source: str,
+                 by_flag: bool = False):
     """The AlbertConfig of the checkpoint's network (the yaml's albert_config_file, else the albert_config.json
-    beside the checkpoint, else the yaml's albert_network; then net_cfg), once its head is known to fit."""
+    beside the checkpoint, else the yaml's albert_network; then net_cfg), once its head is known to fit (`by_flag`:
+    the task came from --task)."""
     from src.run_config import config_beside, network_config
 
-    check_head(values, task, task_config, checkpoint, source)
+    check_head(values, task, task_config, checkpoint, source, by_flag)
     return network_config(task_config, None, config_beside(checkpoint))
 
 

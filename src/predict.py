@@ -252,7 +252,7 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     num_class = int(classes.shape[0]) if args.task == "classifier" and classes is not None else None
     source = args.config_path or f"the shipped {Path(TASKS[args.task].config_file).name}"
     config = task_config(args, num_class)
-    net = head_network(values, args.task, config, args.model, source)
+    net = head_network(values, args.task, config, args.model, source, by_flag=True)
     if shape.seq > net.max_position_embeddings:
         raise UserError(f"--seq_length {shape.seq} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
@@ -340,6 +340,21 @@ def check_request(request: object, task: str, choices: int, where: str) -> None:
                 raise UserError(f"{where}: id must be a string or an integer")
         elif not isinstance(value, str) and not (key == "text_b" and value is None):
             raise UserError(f"{where}: {key} must be a string")
+
+
+def warn_single_sentences(args: argparse.Namespace, requests: List[Dict[str, object]]) -> None:
+    """A sentence-pair model answers a request without text_b as if it were one sentence, and nothing in the model
+    file says which kind it is: say so once, on stderr, instead of answering silently."""
+    alone = [request for request in requests if not request.get("text_b")] if args.task == "classifier" else []
+    if not alone:
+        return
+    from src.create_finetune_data import TSV_TASKS
+
+    pairs = ", ".join(name for name, task in TSV_TASKS.items() if task.train_dev.text_b is not None)
+    which = (f"{len(alone)} of {len(requests)} requests of {args.input_file} have no text_b (the first: id "
+             f"{alone[0]['id']})" if args.input_file else "no --text_b")
+    print(f"warning: {which}: answered as single sentences; a model fine-tuned on sentence pairs ({pairs}) needs "
+          f"text_b", file=sys.stderr)
 
 
 def read_requests(path: str, task: str, choices: int) -> List[Dict[str, object]]:
@@ -467,6 +482,7 @@ def main(argv: List[str]) -> int:
                 else [flag_request(args, shape.choices)])
     tokenizer = load_tokenizer(args, shape.vocab)
     runner = load_runner(args, shape, tokenizer)
+    warn_single_sentences(args, requests)  # once every input is known good
 
     def run(rows: List[Dict[str, np.ndarray]]) -> List[np.ndarray]:
         return run_rows(runner, rows, TASKS[args.task].head_inputs, batch, fixed=shape.batch is not None)

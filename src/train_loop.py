@@ -5,11 +5,12 @@ metrics.jsonl), `NonFiniteGuard` (a run whose loss turns inf/nan without loss sc
 checkpoint) and `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress, newest N
 kept).
 """
+import itertools
 import json
 import math
 import os
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import mindspore as ms
 import numpy as np
@@ -20,7 +21,7 @@ from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
 from src.albert_for_pre_training import AlbertTrainOneStepCell
 from src.albert_model import AlbertConfig, Runtime
-from src.checkpoints import (check_checkpoint_space, check_same_start, latest_checkpoint, list_checkpoints,
+from src.checkpoints import (check_checkpoint_space, check_same_start, list_checkpoints, of_this_training,
                              remove_stale_temporaries, resume_or_init, weights_digest)
 from src.dataset import count_rows
 from src.device_checks import overflow_needs_float_status
@@ -144,7 +145,13 @@ def _clock(seconds: float) -> str:
 
 class CheckpointSaver(Callback):
     """Every `every` optimizer steps and at the end: the whole train cell (weights, optimizer moments, loss scale,
-    accumulation buffers) plus progress and the data plan, written atomically; only the newest `keep` remain."""
+    accumulation buffers) plus progress and the data plan, written atomically.
+
+    Retention keeps the newest `keep` checkpoints of this training and deletes only older ones that this training
+    wrote: this run's own saves, and those `of_this_training` (same plan, readable, with progress) up to the step
+    the run resumed from. Nothing else under the run's checkpoint names is ever deleted or counted: a damaged,
+    foreign or newer-numbered file is left in place with one warning line; one in the way of the next save is moved
+    aside to `<name>.replaced`."""
 
     def __init__(self, train_cell: nn.Cell, plan: StepPlan, progress: Progress, directory: str, prefix: str,
                  every: int, keep: int, log: Callable[[str], None] = print):
@@ -154,7 +161,9 @@ class CheckpointSaver(Callback):
         self.train_cell, self.plan, self.progress = train_cell, plan, progress
         self.directory, self.prefix, self.every, self.keep, self.log = directory, prefix, every, keep, log
         self._last_step = progress.micro_step // plan.accumulation_steps
+        self._resumed_step = self._last_step
         self._pending = False
+        self._ours: Dict[str, bool] = {}  # path -> whether this training wrote it (checked once per file)
 
     def on_train_step_end(self, run_context) -> None:
         """Save once a multiple of `every` was passed, at the first step that ends an accumulation window."""
@@ -170,17 +179,50 @@ class CheckpointSaver(Callback):
         path = os.path.join(self.directory, f"{self.prefix}-{step}.ckpt")
         extra = {"micro_step": self.progress.micro_step, "overflow_count": self.progress.overflow_count,
                  **self.plan.signature()}
+        if os.path.lexists(path):
+            self._move_aside(path)
         try:
             save_checkpoint_atomic(self.train_cell, path, append_dict=extra)
         except OSError as err:
-            newest = latest_checkpoint(self.directory, self.prefix)
+            newest = self.newest()
             raise UserError(f"could not write checkpoint {path}: {err.strerror or err}; "
                             f"{f'the newest complete checkpoint is {newest}' if newest else 'no checkpoint was kept'}"
                             f" (free space, then start the run again to resume)") from err
-        for _, old in list_checkpoints(self.directory, self.prefix)[:-self.keep]:
+        self._ours[path] = True
+        for old in self._lineage()[:-self.keep]:
             os.remove(old)
+            del self._ours[old]
         self.log(f"saved {path}")
         return path
+
+    def newest(self) -> Optional[str]:
+        """This training's newest checkpoint in the folder (None when it has none)."""
+        lineage = self._lineage()
+        return lineage[-1] if lineage else None
+
+    def _lineage(self) -> List[str]:
+        """This training's checkpoints in the folder, oldest first; warns once about each other file named like
+        one."""
+        found = []
+        for step, path in list_checkpoints(self.directory, self.prefix):
+            if path not in self._ours:
+                self._ours[path] = step <= self._resumed_step and of_this_training(path, self.plan)
+                if not self._ours[path]:
+                    self.log(f"warning: {path} is not a checkpoint of this run (damaged, of another run, or newer "
+                             f"than the step it resumed from): left in place, never deleted or counted in "
+                             f"save_checkpoint_num")
+            if self._ours[path]:
+                found.append(path)
+        return found
+
+    def _move_aside(self, path: str) -> None:
+        """A file under the name of the checkpoint about to be written was not written by this training (it would
+        have resumed from it): keep its bytes under another name."""
+        names = (f"{path}.replaced" + (f"-{n}" if n else "") for n in itertools.count())
+        aside = next(name for name in names if not os.path.lexists(name))
+        os.rename(path, aside)
+        self._ours.pop(path, None)
+        self.log(f"warning: {path} is not a checkpoint of this run: moved aside to {aside}")
 
 
 class NonFiniteGuard(Callback):
@@ -189,9 +231,10 @@ class NonFiniteGuard(Callback):
     good one. (With loss scaling on, overflows are expected: the train cell skips them, TrainMonitor counts them.)
     """
 
-    def __init__(self, plan: StepPlan, progress: Progress, checkpoint_dir: str = "", prefix: str = ""):
+    def __init__(self, plan: StepPlan, progress: Progress, saver: Optional[CheckpointSaver] = None,
+                 save_dir: str = ""):
         super().__init__()
-        self.plan, self.progress, self.checkpoint_dir, self.prefix = plan, progress, checkpoint_dir, prefix
+        self.plan, self.progress, self.saver, self.save_dir = plan, progress, saver, save_dir
 
     def on_train_step_end(self, run_context) -> None:
         loss = self.progress.window_sums[0]
@@ -199,10 +242,14 @@ class NonFiniteGuard(Callback):
             return
         step = (self.progress.micro_step - 1) // self.plan.accumulation_steps + 1
         what = f"the loss is {loss}" if not math.isfinite(loss) else "the gradients hold inf/nan"
-        newest = latest_checkpoint(self.checkpoint_dir, self.prefix) if self.checkpoint_dir else None
-        kept = f"the last good checkpoint is {newest}" if newest else "no checkpoint was written"
-        raise UserError(f"step {step}: {what} with loss scaling off: training diverged and was stopped; {kept}. "
-                        f"Lower the learning rate, set clip_norm, or set enable_lossscale true")
+        raise UserError(f"step {step}: {what} with loss scaling off: training diverged and was stopped; "
+                        f"{self._kept()}. Lower the learning rate, set clip_norm, or set enable_lossscale true")
+
+    def _kept(self) -> str:
+        if not self.saver:  # only rank 0 saves
+            return f"rank 0 keeps the checkpoints in {self.save_dir}" if self.save_dir else "no checkpoint was written"
+        newest = self.saver.newest()
+        return f"the last good checkpoint is {newest}" if newest else "no checkpoint was written"
 
 
 def trim_metrics(path: str, step: int) -> None:
@@ -295,12 +342,15 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
                                  TrainMonitor(plan, progress, config.log_steps, seq_length,
                                               lr_function(optimizer.learning_rate),
                                               metrics if device.is_main else None, log, settings.part_names)]
-    if not cell.use_loss_scale:
-        callbacks.append(NonFiniteGuard(plan, progress, settings.save_dir, settings.checkpoint_prefix))
+    saver = None
     if settings.save_dir and device.is_main:
         check_checkpoint_space(settings.save_dir, cell, settings.flag("save_dir"))
-        callbacks.append(CheckpointSaver(cell, plan, progress, settings.save_dir, settings.checkpoint_prefix,
-                                         config.save_checkpoint_steps, config.save_checkpoint_num, log))
+        saver = CheckpointSaver(cell, plan, progress, settings.save_dir, settings.checkpoint_prefix,
+                                config.save_checkpoint_steps, config.save_checkpoint_num, log)
+    if not cell.use_loss_scale:  # before the saver: a diverged step is never saved
+        callbacks.append(NonFiniteGuard(plan, progress, saver, settings.save_dir))
+    if saver:
+        callbacks.append(saver)
     return callbacks
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn
 
 from model_utils.errors import UserError
-from src.atomic_files import atomic_path
+from src.atomic_files import atomic_path, make_readable
 
 BACKBONE_PREFIX = "albert."
 # Train-cell state that shares a checkpoint with the weights (optimizer moments, step, loss scale).
@@ -89,9 +89,10 @@ def _as_parameter(name: str, value: Union[Parameter, np.ndarray, Tensor]) -> Par
 def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str,
                            append_dict: Optional[Dict[str, Union[int, float, bool, str]]] = None) -> None:
     """Write a checkpoint under a temporary name and rename it into place once it is on disk, so a crash never
-    leaves half a file under the final name. `append_dict` adds scalars (e.g. training progress) beside the
-    parameters."""
+    leaves half a file under the final name; readable by others (see make_readable). `append_dict` adds scalars
+    (e.g. training progress) beside the parameters."""
     if not path.endswith(".ckpt"):
         raise UserError(f"checkpoint file name must end with .ckpt: {path}")
     with atomic_path(path, ".ckpt", plain_mode=False, durable=True) as tmp:
         ms.save_checkpoint(items, tmp, append_dict=append_dict)
+        make_readable(tmp)

@@ -141,6 +141,10 @@ MATRIX: List[Row] = [
     row(PRE, "unknown yaml key", "--config_path {bad}", ["{bad}: unknown key 'bach_size'; did you mean 'batch_size'?"],
         text("bach_size: 8\n"), bad="bad.yaml"),
     row(PRE, "unknown flag", "--save_checkpoint_step 5", ["did you mean '--save_checkpoint_steps'?"]),
+    row(PRE, "optimizer section misspelled in yaml", "--config_path {bad}",
+        ["{bad}: unknown key 'optimizer_cfg.AdamW.learning_rate'; "
+         "did you mean 'optimizer_cfg.AdamWeightDecay.learning_rate'?"],
+        text("optimizer_cfg:\n  AdamW:\n    learning_rate: 0.001\n"), bad="bad.yaml"),
     row(PRE, "wrong type in yaml", "--config_path {bad}", ["{bad}: key 'batch_size' expects int, got 'eight'"],
         text("batch_size: eight\n"), bad="bad.yaml"),
     row(PRE, "batch_size 0", "--batch_size 0", ["key 'batch_size' must be in [1, inf), got 0"]),
@@ -195,6 +199,14 @@ MATRIX: List[Row] = [
     row(CLS, "wrong type in yaml", "--config_path {bad}", ["{bad}: key 'do_train' expects bool, got 'sure'"],
         text("do_train: sure\n"), bad="bad.yaml"),
     row(CLS, "train_batch_size 0", "--train_batch_size 0", ["key 'train_batch_size' must be in [1, inf), got 0"]),
+    row(CLS, "optimizer section misspelled", "--optimizer_cfg.AdamW.learning_rate 1e-4",
+        ["unknown option '--optimizer_cfg.AdamW.learning_rate'; "
+         "did you mean '--optimizer_cfg.AdamWeightDecay.learning_rate'?"]),
+    row(CLS, "raw GLUE tsv as data", "--eval_data_file_path {fx}/mrpc.tsv",
+        ["{fx}/mrpc.tsv: not MindRecord data; make it with src.create_finetune_data"]),
+    row(CLS, ".meta.json as data", "--train_data_file_path {fx}/mrpc_train.mindrecord.meta.json",
+        ["{fx}/mrpc_train.mindrecord.meta.json: not MindRecord data but the description of a data set: pass "
+         "{fx}/mrpc_train.mindrecord "]),
     row(CLS, "classifier_dropout_prob 1", "--classifier_dropout_prob 1",
         ["key 'classifier_dropout_prob' must be in [0, 1), got 1.0"]),
     row(CLS, "warmup_proportion 2", "--optimizer_cfg.AdamWeightDecay.warmup_proportion 2",
@@ -380,6 +392,9 @@ MATRIX: List[Row] = [
         ["{fx}/pre.ckpt has no task head", "a pretraining checkpoint?"]),
     row(EXPORT, "checkpoint of another task", "--config_path task_squad_v1_config.yaml",
         ["{fx}/cls.ckpt holds a classifier/RACE head", "is a squad_v1 config"]),
+    row(EXPORT, "classifier checkpoint as --task squad_v1", "--config_path '' --task squad_v1",
+        ["{fx}/cls.ckpt holds a classifier/RACE head (classifier.*) but --task squad_v1 needs a squad_v1 head: use "
+         "--task classifier"]),
     row(EXPORT, "checkpoint of another config", "--net_cfg.hidden_size 48",
         ["{fx}/cls.ckpt: shapes do not match the network"]),
     row(EXPORT, "classifier checkpoint as RACE", "--task race",
@@ -423,6 +438,9 @@ MATRIX: List[Row] = [
         ["{fx}/pre.ckpt has no task head", "a pretraining checkpoint?"]),
     row(PREDICT, "classifier checkpoint as RACE", "--task race --article a --question q --option a --option b "
         "--option c --option d", ["{fx}/cls.ckpt: its classifier has 2 outputs", "use it as --task classifier"]),
+    row(PREDICT, "classifier checkpoint as SQuAD", "--task squad_v1 --question q --context c",
+        ["{fx}/cls.ckpt holds a classifier/RACE head (classifier.*) but --task squad_v1 needs a squad_v1 head: use "
+         "--task classifier"]),
     row(PREDICT, "seq_length > max_position_embeddings", "--seq_length 1000 --text_a hi",
         ["--seq_length 1000 exceeds the network's max_position_embeddings 512"]),
     row(PREDICT, "no text", "", ["--task classifier needs --text_a"]),

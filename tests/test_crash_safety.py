@@ -6,9 +6,11 @@ is ever taken for a checkpoint or for data, and the resumed runs' losses and wei
 Also: an output folder that cannot hold a checkpoint fails before training starts, and a loss that turns inf/nan
 without loss scaling stops the run with its last good checkpoint kept.
 """
+import os
 import random
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -106,6 +108,41 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(data, tmp_path):
     assert f"warning: skipping {damaged}: cannot read" in result.stdout
     assert f"resumed from {tmp_path / 'checkpoints' / 'albert_pretrain-2.ckpt'}" in result.stdout
     assert damaged.stat().st_size > 64 * 1024  # steps 3-4 redone and step 4 saved again, whole
+    aside = tmp_path / "checkpoints" / "albert_pretrain-4.ckpt.replaced"  # the damaged bytes are kept, not lost
+    assert aside.stat().st_size == damaged.stat().st_size - 64 and f"moved aside to {aside}" in result.stdout
+
+
+def test_retention_deletes_only_the_checkpoints_of_this_training(data, tmp_path):
+    """A save folder already holding files the run did not write: a damaged `albert_pretrain-999.ckpt` (numbered
+    above every step of the run) and a readable weights-only checkpoint under the run's name. Retention once kept the N
+    highest numbers of every matching file, so with save_checkpoint_num 1 each save deleted the file it had just
+    written and the run ended with no checkpoint. Now both strangers keep their bytes (one warning each), the run's
+    newest checkpoint stays (readable by others: 0644 minus the umask, not MindSpore's 0400) and resumes, and the
+    resumed run prunes the first run's checkpoint."""
+    import mindspore as ms
+
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    damaged, weights_only = folder / "albert_pretrain-999.ckpt", folder / "albert_pretrain-1.ckpt"
+    damaged.write_bytes(bytes(range(256)) * 12)
+    ms.save_checkpoint([{"name": "w", "data": ms.Tensor(np.ones(3, np.float32))}], str(weights_only))
+    strangers = {path: path.read_bytes() for path in (damaged, weights_only)}
+    args = pretrain(data, tmp_path, "--save_checkpoint_steps", "2", "--save_checkpoint_num", "1", "--log_steps", "1")
+    first = ok(run(args + ["--train_steps", "6"], preexec_fn=lambda: os.umask(0o027)))
+    assert [line for line in first.stdout.splitlines() if line.startswith("saved ")] == \
+        [f"saved {folder / f'albert_pretrain-{step}.ckpt'}" for step in (2, 4, 6)]
+    for path in strangers:
+        assert sum(line.startswith(f"warning: {path} is not a checkpoint of this run")
+                   for line in first.stdout.splitlines()) == 1, first.stdout
+    assert checkpoint_steps(folder) == [1, 6, 999]
+    assert stat.S_IMODE((folder / "albert_pretrain-6.ckpt").stat().st_mode) == 0o640  # 0644 minus the umask
+    newest = ms.load_checkpoint(str(folder / "albert_pretrain-6.ckpt"))
+    assert int(newest["micro_step"].asnumpy()) == 6 and int(newest["batch_size"].asnumpy()) == 8
+    second = ok(run(args + ["--train_steps", "8"]))
+    assert f"resumed from {folder / 'albert_pretrain-6.ckpt'}: optimizer step 6 of 8" in second.stdout
+    assert checkpoint_steps(folder) == [1, 8, 999]
+    assert sorted(metrics_by_step(tmp_path / "metrics.jsonl")) == list(range(1, 9))
+    assert all(path.read_bytes() == content for path, content in strangers.items())
 
 
 CREATE = ["-m", "src.create_pretraining_data", "--max_seq_length", "32", "--max_predictions_per_seq", "5",

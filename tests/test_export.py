@@ -4,6 +4,8 @@ Every head is built here, saved as a checkpoint with its albert_config.json (as 
 by export.py in a subprocess; the exported model must give the in-process network's outputs on the same inputs.
 """
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
@@ -93,6 +95,15 @@ def onnx_files(heads, tmp_path_factory) -> Dict[str, Path]:
     for task in ("classifier", "squad_v1"):
         ok(export(task, heads[task][1], folder / task, "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
     return {task: folder / f"{task}.onnx" for task in ("classifier", "squad_v1")}
+
+
+def test_checkpoints_and_exports_are_readable_by_other_users(heads, mindirs, onnx_files):
+    """MindSpore writes checkpoints and exports 0400 (owner only); ours get 0644 minus the umask, so that a model
+    server running as another user can read them."""
+    umask = os.umask(0)
+    os.umask(umask)
+    files = [heads["classifier"][1], mindirs["classifier"], onnx_files["classifier"]]
+    assert [stat.S_IMODE(path.stat().st_mode) for path in files] == [0o644 & ~umask] * 3
 
 
 def random_inputs(task: str, batch: int, seed: int) -> List[np.ndarray]:
@@ -343,6 +354,22 @@ def test_predict_on_onnx_never_imports_mindspore(onnx_files, spm_path):
                      "--spm_model_file", spm_path, "--text_a", "The cat sat.", "--threads", "1"]))
     assert result.stderr.strip().splitlines()[-1] == "False"
     assert set(json.loads(result.stdout)["probabilities"]) == {"0", "1", "2"}
+    assert result.stderr.count("warning: no --text_b: answered as single sentences") == 1
+
+
+def test_predict_warns_once_about_requests_without_text_b(onnx_files, spm_path, tmp_path):
+    """Nothing in a model file says whether it was fine-tuned on sentence pairs (MRPC) or single sentences (CoLA):
+    requests without text_b are answered as single sentences with one warning, not silently."""
+    requests = requests_file(tmp_path / "requests.jsonl", [{"id": "q1", "text_a": "A cat sat."},
+                                                           {"text_a": "A cat sat.", "text_b": "A dog ran."},
+                                                           {"text_a": "A dog ran."}])
+    result = ok(run(["-m", "src.predict", "--model", str(onnx_files["classifier"]), "--task", "classifier",
+                     "--spm_model_file", spm_path, "--input_file", str(requests)]))
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"warning: 2 of 3 requests of {requests} have no text_b (the first: id q1): answered as single sentences; "
+        f"a model fine-tuned on sentence pairs (mrpc, qqp, mnli"), warnings
+    assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["q1", 2, 3]
 
 
 def expected_squad(task: str, head, tokenizer, question: str, context: str) -> Tuple[str, List[dict], int]:

@@ -90,6 +90,9 @@ def test_classifier_overfits_200_real_cola_rows(data, tmp_path):
 
 def test_classifier_train_eval_predict_and_reload(data, tmp_path):
     mrpc = data["mrpc"]
+    stranger = tmp_path / "run" / "checkpoints" / "albert_classifier-999.ckpt"  # damaged, not the run's
+    stranger.parent.mkdir(parents=True)
+    stranger.write_bytes(b"not a checkpoint" * 64)
     train = ok(finetune("run_classifier.py", tmp_path / "run", "--train_data_file_path", str(mrpc["train"]),
                         "--eval_data_file_path", str(mrpc["dev"]), "--do_predict", "true",
                         "--predict_data_file_path", str(mrpc["dev"]), "--train_batch_size", "8", "--train_steps", "6",
@@ -102,11 +105,14 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
         (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
     assert "final weights sha256" in train.stdout
 
-    # The saved checkpoint, evaluated alone, gives the predictions of the run that wrote it.
+    # The saved checkpoint (retention kept it and the stranger: save_checkpoint_num 1), evaluated alone from the save
+    # folder, gives the predictions of the run that wrote it.
     checkpoint = tmp_path / "run" / "checkpoints" / "albert_classifier-6.ckpt"
-    ok(run(["run_classifier.py", "--output_dir", str(tmp_path / "again"), "--device_target", "CPU",
-            "--do_train", "false", "--eval_data_file_path", str(mrpc["dev"]), "--assessment_method", "f1",
-            "--load_finetune_checkpoint_path", str(checkpoint)]))
+    assert sorted(p.name for p in checkpoint.parent.glob("*.ckpt")) == [checkpoint.name, stranger.name]
+    again = ok(run(["run_classifier.py", "--output_dir", str(tmp_path / "again"), "--device_target", "CPU",
+                    "--do_train", "false", "--eval_data_file_path", str(mrpc["dev"]), "--assessment_method", "f1",
+                    "--save_finetune_checkpoint_path", str(checkpoint.parent)]))
+    assert f"warning: skipping {stranger}" in again.stdout and f"with {checkpoint}" in again.stdout
     assert (tmp_path / "again" / "eval" / "predictions.tsv").read_text() == \
         (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
 

@@ -32,6 +32,16 @@ def test_quick_start_runs_end_to_end_and_the_loss_falls(tmp_path):
     assert set(metrics) >= {"masked_lm_accuracy", "masked_lm_loss", "sentence_order_accuracy", "sentence_order_loss"}
 
 
+def test_quick_start_refuses_a_train_steps_that_is_not_a_positive_integer(tmp_path):
+    """TRAIN_STEPS was shell arithmetic: 'abc' became 0 and an array index ran the command inside it."""
+    planted = tmp_path / "planted"
+    for value in ("abc", "0", "010", "1e3", "-5", f"a[$(touch {planted})]", "1000000000"):
+        result = bash([SCRIPTS / "run_pretrain_single.sh"], {"OUTPUT_DIR": str(tmp_path / "out"), "TRAIN_STEPS": value})
+        assert result.returncode == 2, (value, result.stdout, result.stderr)
+        assert result.stderr == f"error: TRAIN_STEPS must be a positive integer below 10^9, got '{value}'\n"
+    assert not planted.exists() and not (tmp_path / "out").exists()
+
+
 def test_single_script_on_given_data_returns_the_job_exit_code(data, tmp_path):
     out = tmp_path / "given"
     result = bash([SCRIPTS / "run_pretrain_single.sh", data["train"], out, *TINY, "--train_steps", "3",

@@ -9,7 +9,7 @@ import pytest
 from model_utils.config import load_yaml_documents, parse_cli
 from model_utils.errors import UserError
 from src.albert_model import PRESETS
-from src.checkpoints import latest_checkpoint, list_checkpoints
+from src.checkpoints import list_checkpoints
 from src.device_setup import pick_device_target
 from src.step_plan import StepPlan
 from src.train_loop import sink_size
@@ -78,8 +78,7 @@ def test_only_finished_checkpoints_of_the_run_count(tmp_path):
                  ".tmp-abc123.ckpt", "other-900.ckpt", "albert_pretrain-7.ckpt.part", "albert_config.json"):
         (tmp_path / name).write_bytes(b"x")
     assert [step for step, _ in list_checkpoints(str(tmp_path), "albert_pretrain")] == [5, 40, 100]
-    assert latest_checkpoint(str(tmp_path), "albert_pretrain") == str(tmp_path / "albert_pretrain-100.ckpt")
-    assert latest_checkpoint(str(tmp_path / "missing"), "albert_pretrain") is None
+    assert list_checkpoints(str(tmp_path / "missing"), "albert_pretrain") == []
 
 
 def test_device_target_auto_picks_what_is_present():
