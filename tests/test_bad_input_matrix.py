@@ -404,6 +404,8 @@ MATRIX: List[Row] = [
         ["{fx}/cls.ckpt: the checkpoint's classifier has 2 class(es) but num_class is 3"]),
     row(EXPORT, "seq_length > max_position_embeddings", "--export_seq_length 1000",
         ["export_seq_length 1000 exceeds the network's max_position_embeddings 512"]),
+    row(EXPORT, "int8 without ONNX", "--quantize int8",
+        ["--quantize int8 makes an ONNX model for ONNX Runtime", "add --file_format ONNX"]),
     row(EXPORT, "export_batch_size 0", "--export_batch_size 0", ["key 'export_batch_size' must be in [1, inf), got 0"]),
     row(EXPORT, "missing task yaml", "--config_path {tmp}/task_classifier_mine.yaml",
         ["config_path not found: {tmp}/task_classifier_mine.yaml"]),
