@@ -3,7 +3,7 @@ transformers' AlbertForSequenceClassification on PyTorch eager and of ONNX Runti
 
     python benchmarks/bench_infer.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 1,32] [--seq_length 128 | --sweep] [--variant KEY=VALUE ...] [--export static|dynamic]
-        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime,kernels] [--profile N]
+        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime,kernels,bf16] [--profile N]
         [--output results.json]
 
 Ours is what a deployment runs: AlbertForSequenceClassification of the config (random weights) exported with
@@ -23,6 +23,8 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   ort_ours_int8: our ONNX file made int8 as `export.py --quantize int8` makes it (src/quantize.py)
     kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
                   (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
+    bf16          torch_bf16: HF's model under torch.autocast("cpu", bfloat16); ours_kernels_bf16: ours_kernels with
+                  the products in bfloat16 (src/predict.py --precision bfloat16); CPUs with AVX512_BF16 or AMX-BF16
 
 With --compare every side uses HF's random weights (perturbed, converted to ours), so all logits must agree; the run
 reports each side's max abs difference from ours.
@@ -213,19 +215,29 @@ class OursInfer(common.MindSporeSide):
 
 
 class KernelsInfer(OursInfer):
-    """Our classifier built in this process for model_runtime (on CPU in float32: the compiled kernels), no export."""
+    """Our classifier built in this process for model_runtime (on CPU in float32: the compiled kernels), no export;
+    ours_kernels_bf16: with the kernels' products in bfloat16, as `src.predict --precision bfloat16` serves it."""
 
     def build(self) -> Dict[str, Any]:
         from src.device_setup import model_runtime
 
         runtime = model_runtime(self.device.target, self.spec["config"]["compute_type"])
+        if self.spec["side"].endswith("_bf16"):
+            from src import cpu_kernels
+            from src.predict import use_bf16_products
+
+            supported, why = cpu_kernels.bf16_support()
+            if not supported:
+                raise common.UserError(f"{self.spec['side']}: {why}")
+            use_bf16_products(self.device.target, runtime)
         self.cell = our_classifier(self.spec, runtime)
         self.inputs = self._inputs()
         return {"kernels": runtime.kernels}
 
 
 class TorchInfer(common.TorchSide):
-    """HF AlbertForSequenceClassification (eager attention), eval mode, torch.no_grad()."""
+    """HF AlbertForSequenceClassification (eager attention), eval mode, torch.no_grad(); torch_bf16: under
+    torch.autocast("cpu", bfloat16), PyTorch's own bfloat16 inference."""
 
     def build(self) -> Dict[str, Any]:
         self.model = hf_model(self.spec)
@@ -235,8 +247,8 @@ class TorchInfer(common.TorchSide):
     def _call(self) -> Any:
         import torch
 
-        with torch.no_grad():
-            return self.model(**self.inputs).logits
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.spec["side"] == "torch_bf16"):
+            return self.model(**self.inputs).logits.float()
 
     def first(self) -> Dict[str, Any]:
         return {"check": self._call().numpy().tolist()}
@@ -266,11 +278,11 @@ class OrtInfer(common.OrtSide):
 
 
 SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fused": OrtInfer, "ort_ours": OrtInfer,
-         "ort_hf_int8": OrtInfer, "ort_ours_int8": OrtInfer, "ours_kernels": KernelsInfer, "export": Exporter,
-         "hf_export": HfExporter}
+         "ort_hf_int8": OrtInfer, "ort_ours_int8": OrtInfer, "ours_kernels": KernelsInfer,
+         "ours_kernels_bf16": KernelsInfer, "torch_bf16": TorchInfer, "export": Exporter, "hf_export": HfExporter}
 COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours", "ort_hf_int8",
                                                        "ort_ours_int8"),
-                  "kernels": ("ours_kernels",)}
+                  "kernels": ("ours_kernels",), "bf16": ("torch_bf16", "ours_kernels_bf16")}
 
 
 def export_worker(spec: Dict[str, Any], side: str) -> Dict[str, Any]:
@@ -322,7 +334,8 @@ def main(argv: List[str]) -> int:
     parser = common.make_parser(__doc__, batch_default="1,32", steps_default=10, rounds_default=3,
                                 compare={"torch": "HF transformers on PyTorch eager",
                                          "onnxruntime": "ONNX Runtime on HF's and our ONNX exports",
-                                         "kernels": "our network in-process with the compiled CPU kernels"})
+                                         "kernels": "our network in-process with the compiled CPU kernels",
+                                         "bf16": "PyTorch's bfloat16 autocast and our kernels' bfloat16 products"})
     parser.add_argument("--export", choices=("static", "dynamic"), default="static",
                         help="static: one MINDIR per batch size; dynamic: a MINDIR with a dynamic batch dimension")
     parser.add_argument("--num_labels", type=int, default=2)

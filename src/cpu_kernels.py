@@ -115,15 +115,42 @@ def available() -> bool:
 
 # The last cpu_threads given (empty: never given, the library's default of all hardware threads applies).
 _requested_threads: List[int] = []
+# Whether products run in bfloat16 (set_bf16); float32 unless asked.
+_requested_bf16: List[bool] = [False]
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo names of the native bfloat16 dot products
 
 
 @lru_cache(maxsize=None)
 def _library(path: str) -> ctypes.CDLL:
-    """The kernel library as loaded in this process (MindSpore's Custom ops share it), with the thread count set."""
+    """The kernel library as loaded in this process (MindSpore's Custom ops share it), with the thread count and
+    the products' precision set."""
     library = ctypes.CDLL(path)
     if _requested_threads:
         library.SetThreads(_requested_threads[0])
+    library.SetBf16(int(_requested_bf16[0]))
     return library
+
+
+def bf16_support() -> Tuple[bool, str]:
+    """(True, "") when this CPU has native bfloat16 dot products (AVX512_BF16 or AMX-BF16), else (False, why):
+    elsewhere oneDNN would emulate them, slower than float32."""
+    try:
+        flags = {flag for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+                 if line.startswith(("flags", "Features")) for flag in line.split(":", 1)[1].split()}
+    except OSError as err:
+        return False, f"cannot read the CPU's features ({err})"
+    if flags & set(BF16_FLAGS):
+        return True, ""
+    return False, "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
+
+
+def set_bf16(on: bool) -> None:
+    """Every product of the kernels in bfloat16 with float32 accumulation (on), or in float32; the rest of the
+    network (softmax, LayerNorm, GELU, losses) stays float32 either way. Process-wide, like set_threads."""
+    _requested_bf16[0] = bool(on)
+    path = _build()[0] if _build.cache_info().currsize else None
+    if path:
+        _library(path).SetBf16(int(on))
 
 
 def set_threads(threads: int) -> None:

@@ -13,13 +13,14 @@ One request is given by flags; a file of requests (--input_file) is answered in 
 
 The file's suffix picks the engine:
 - .mindir (export.py): MindSpore, ms.load + nn.GraphCell. The portable path: any MindSpore 2.x loads it.
-- .onnx (export.py --file_format ONNX): ONNX Runtime (ORT_ENABLE_ALL, CPU; needs `pip install onnxruntime onnx`,
-  not part of requirements.txt). The process never imports MindSpore: on CPU the fastest at batch 1, in a fraction
-  of the memory.
+- .onnx (export.py --file_format ONNX, also --quantize int8): ONNX Runtime (ORT_ENABLE_ALL, CPU; needs
+  `pip install onnxruntime onnx`, not part of requirements.txt). The process never imports MindSpore: on CPU the
+  fastest at batch 1, in a fraction of the memory; int8 files about 3x faster again.
 - .ckpt (a run_*.py checkpoint): the task head built in this process as fine-tuning evaluation builds it, so on CPU
   in float32 it runs this package's compiled kernels (built with g++ on first use): the fastest for batches on CPU,
-  but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned with (default:
-  the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature length.
+  but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned
+  with (default: the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature
+  length, --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16).
 
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
 text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id. The
@@ -94,6 +95,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--null_score_diff_threshold", type=float, default=0.0, help="squad_v2: answer '' above it")
     parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"),
                         help="MINDIR and .ckpt: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
+                        help=".ckpt on CPU: bfloat16 runs the compiled kernels' products in bfloat16 with float32 "
+                             "accumulation (needs AVX512_BF16 or AMX-BF16); softmax, LayerNorm and the rest stay "
+                             "float32")
     parser.add_argument("--threads", type=int, default=0,
                         help="ONNX: intra-op threads (0: ONNX Runtime's default); .ckpt on CPU: kernel threads "
                              "(0: all usable CPUs)")
@@ -118,10 +123,17 @@ def check_args(args: argparse.Namespace) -> None:
             raise UserError(f"an ONNX model runs on ONNX Runtime: pip install {' '.join(missing)}")
     if not args.model.endswith(".ckpt"):
         used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]
+        used += ["precision"] if args.precision != "float32" else []
         if used:
             raise UserError(f"--{used[0]} is for a .ckpt model; an exported model has its own")
     elif args.seq_length < 0:
         raise UserError(f"--seq_length must be >= 0, got {args.seq_length}")
+    elif args.precision == "bfloat16":
+        from src.cpu_kernels import bf16_support
+
+        supported, why = bf16_support()
+        if not supported:
+            raise UserError(f"--precision bfloat16 needs native bfloat16 dot products: {why}; use --precision float32")
     text_flags = [flag for flag in ("text_a", "text_b", "article", "question", "context") if getattr(args, flag)]
     if args.input_file:
         if text_flags or args.option:
@@ -258,11 +270,26 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
                         f"{net.max_position_embeddings}")
     check_vocabulary(tokenizer, net.vocab_size)
     runtime = model_runtime(device.target, net.compute_type)
+    if args.precision == "bfloat16":
+        use_bf16_products(device.target, runtime)
     model = build_head(values, args.task, config, net, runtime, args.model)
     engine = kernels_status(device.target) if runtime.kernels else "MindSpore operations"
+    engine += ", bfloat16 products" if args.precision == "bfloat16" else ""
     print(f"{args.model}: {args.task} head, {net.num_hidden_layers} layers, hidden {net.hidden_size}, seq {shape.seq}, "
           f"on {device.target} in this process ({engine})", file=sys.stderr)
     return cell_runner(model)
+
+
+def use_bf16_products(target: str, runtime) -> None:
+    """Switch the compiled kernels to bfloat16 products (the CPU's support is checked with the flags), or say in
+    one line why they do not run here."""
+    from src import cpu_kernels
+    from src.device_setup import kernels_status
+
+    if target != "CPU" or not runtime.kernels:
+        raise UserError(f"--precision bfloat16 runs the compiled CPU kernels' products in bfloat16; here the model "
+                        f"runs on {target} with {kernels_status(target)}")
+    cpu_kernels.set_bf16(True)
 
 
 def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:

@@ -111,6 +111,54 @@ def test_dense_qkv_equals_numpy_in_float64(m, k, n, threads):
         assert_close(grads[4 + i].asnumpy(), dy.sum(0))
 
 
+def bf16_rounded(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to bfloat16 (nearest, ties to even) by their bits: an independent reference."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return bits.astype(np.uint32).view(np.float32)
+
+
+@pytest.fixture
+def bf16_products():
+    supported, why = cpu_kernels.bf16_support()
+    if not supported:
+        pytest.skip(f"bfloat16 products: {why}")
+    cpu_kernels.set_bf16(True)
+    yield
+    cpu_kernels.set_bf16(False)
+
+
+@needs_kernels
+@pytest.mark.parametrize("m, k, n", [(63, 17, 9), (200, 70, 130), (600, 20, 70)])
+def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, threads, bf16_products):
+    """Under set_bf16(True) every product (x w^T forward, dy w and dy^T x backward, read in place or transposed) is
+    the float64 product of the operands rounded to bfloat16: exact up to float32 accumulation, and not the float32
+    product (bfloat16 keeps 8 bits of mantissa)."""
+    rng = np.random.default_rng(m * k)
+    x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
+    xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
+    y, (dx, dw, db) = forward_and_input_grads(cpu_kernels.matmul_nt_bias(), (x, w, b), dy)
+    assert_close(y.asnumpy(), xb @ wb.T + b)
+    assert_close(dx, dyb @ wb)
+    assert_close(dw, dyb.T @ xb)
+    assert np.abs(y.asnumpy() - (x.astype(np.float64) @ w.T.astype(np.float64) + b)).max() > 1e-3
+
+
+@needs_kernels
+def test_bf16_attention_products_and_float32_softmax(bf16_products):
+    """The attention scores are bfloat16 products; their softmax runs on the float32 scores (rows sum to 1)."""
+    batch, seq, heads, size = 2, 16, 2, 8
+    rng = np.random.default_rng(5)
+    q, k = (rng.standard_normal((batch, seq, heads * size)).astype(np.float32) for _ in range(2))
+    bias, scale = np.zeros((batch, 1, 1, seq), np.float32), np.array([0.5], np.float32)
+    probs = Call(cpu_kernels.attention(heads)[0])(*map(Tensor, (q, k, bias, scale))).asnumpy()
+    split = lambda a: a.reshape(batch, seq, heads, size).transpose(0, 2, 1, 3).astype(np.float64)  # noqa: E731
+    scores = split(bf16_rounded(q)) @ split(bf16_rounded(k)).transpose(0, 1, 3, 2) * 0.5
+    want = np.exp(scores - scores.max(-1, keepdims=True))
+    assert_close(probs, want / want.sum(-1, keepdims=True))
+    assert np.abs(probs.sum(-1) - 1).max() < 1e-5
+
+
 def _gelu_tanh(x):
     """Google's formula as written in its code: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
     return 0.5 * x * (1.0 + torch.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))

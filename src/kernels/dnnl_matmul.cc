@@ -2,7 +2,12 @@
 // that ships inside the MindSpore wheel, and attention's masked softmax, run on each head's scores while they are in
 // cache. That library is built for a caller-supplied thread pool and runs single-threaded here, so each product is
 // split by rows of the result (or by attention head) over albert::Threads() threads.
+// With SetBf16(1) every product runs in bfloat16 with float32 accumulation (oneDNN's gemm_bf16bf16f32, about twice
+// sgemm's rate on CPUs with AVX512_BF16): each call rounds the operand parts it reads to bfloat16 in a buffer of its
+// thread, and writes float32 as before, so softmax, LayerNorm and everything else stay float32.
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
+#include <immintrin.h>
+
 #include <initializer_list>
 
 #include "parallel.h"
@@ -10,8 +15,54 @@
 
 extern "C" int dnnl_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+extern "C" int dnnl_gemm_bf16bf16f32(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+                                     const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                                     float *c, int64_t ldc);
 
 namespace {
+
+bool &Bf16() {
+  static bool on = false;
+  return on;
+}
+
+// float32 -> bfloat16, rounded to nearest even (the CPU's own instruction where it has one).
+void ToBf16(const float *from, uint16_t *to, int64_t count) {
+  int64_t i = 0;
+#ifdef __AVX512BF16__
+  for (; i + 16 <= count; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(from + i)));
+  }
+#endif
+  for (; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, from + i, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+      to[i] = static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN
+    } else {
+      to[i] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+  }
+}
+
+// The rows x cols block of a row-major matrix with leading dimension ld, packed as bfloat16 (leading dim cols).
+const uint16_t *PackBf16(const float *from, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t> *buffer) {
+  buffer->resize(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) ToBf16(from + r * ld, buffer->data() + r * cols, cols);
+  return buffer->data();
+}
+
+// dnnl_sgemm's contract (c = alpha op(a) op(b) + beta c, row-major), in float32 or, under SetBf16(1), in bfloat16
+// with float32 accumulation: op(a) is m x k (stored k x m when ta), op(b) k x n (stored n x k when tb).
+int Product(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+            const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (!Bf16()) return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  thread_local std::vector<uint16_t> a_buffer, b_buffer;
+  const bool at = ta == 'T', bt = tb == 'T';
+  const uint16_t *a16 = PackBf16(a, at ? k : m, at ? m : k, lda, &a_buffer);
+  const uint16_t *b16 = PackBf16(b, bt ? n : k, bt ? k : n, ldb, &b_buffer);
+  return dnnl_gemm_bf16bf16f32(ta, tb, m, n, k, alpha, a16, at ? m : k, b16, bt ? k : n, beta, c, ldc);
+}
 
 const int64_t kMinSlicePerThread = 64;  // rows or columns of a product per thread
 // x w^T products with fewer rows than this are split by columns (see ForBlocks).
@@ -35,8 +86,8 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   // column j of op(b) at b + j (b stored [k, n]) or at b + j * ldb (b stored [n, k], read transposed).
   const float *a_rows = ta ? a + block.r0 : a + block.r0 * lda;
   const float *b_columns = tb ? b + block.c0 * ldb : b + block.c0;
-  return dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', block.r1 - block.r0, block.c1 - block.c0, k, 1.0f, a_rows, lda,
-                    b_columns, ldb, beta, c + block.r0 * n + block.c0, n);
+  return Product(ta ? 'T' : 'N', tb ? 'T' : 'N', block.r1 - block.r0, block.c1 - block.c0, k, 1.0f, a_rows, lda,
+                 b_columns, ldb, beta, c + block.r0 * n + block.c0, n);
 }
 
 // Runs fn(block) over slices of c[m, n] on the threads; fn returns dnnl_sgemm's status. Split by rows, except
@@ -183,8 +234,8 @@ int AttentionProbs(void **params, int *ndims, int64_t **shapes, const char **dty
   return ForEachPair(heads, 0, [&](int64_t pair, float *) {
     const int64_t columns = heads.Columns(pair);
     float *square = probs + heads.Square(pair);
-    const int status = dnnl_sgemm('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
-                                  heads.hidden, 0.0f, square, seq);
+    const int status = Product('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
+                               heads.hidden, 0.0f, square, seq);
     for (int64_t row = 0; row < seq; ++row) {
       const float *bias_row = full_bias ? bias + heads.Square(pair) + row * seq : bias + pair / heads.count * seq;
       albert::SoftmaxRow(square + row * seq, bias_row, square + row * seq, seq);
@@ -214,10 +265,10 @@ int AttentionProbsGrad(void **params, int *ndims, int64_t **shapes, const char *
     for (int64_t row = 0; row < seq; ++row) {
       albert::SoftmaxGradRow(probs + square + row * seq, dprobs + square + row * seq, ds + row * seq, seq);
     }
-    const int status = dnnl_sgemm('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, 0.0f,
-                                  dq + columns, ld);
-    return status != 0 ? status : dnnl_sgemm('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld, 0.0f,
-                                             dk + columns, ld);
+    const int status = Product('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, 0.0f,
+                               dq + columns, ld);
+    return status != 0 ? status : Product('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld, 0.0f,
+                                          dk + columns, ld);
   });
 }
 
@@ -243,11 +294,11 @@ int HeadGemm(HeadProduct kind, void **params, int *ndims, int64_t **shapes, cons
   return ForEachPair(heads, 0, [&](int64_t pair, float *) {
     const int64_t columns = heads.Columns(pair), square = heads.Square(pair);
     if (scores) {
-      return dnnl_sgemm('N', 'T', seq, seq, heads.size, scale, x + columns, ld, y + columns, ld, 0.0f,
-                        out + square, seq);
+      return Product('N', 'T', seq, seq, heads.size, scale, x + columns, ld, y + columns, ld, 0.0f,
+                     out + square, seq);
     }
-    return dnnl_sgemm(kind == HeadProduct::kContextT ? 'T' : 'N', 'N', seq, heads.size, seq, scale, x + square, seq,
-                      y + columns, ld, 0.0f, out + columns, ld);
+    return Product(kind == HeadProduct::kContextT ? 'T' : 'N', 'N', seq, heads.size, seq, scale, x + square, seq,
+                   y + columns, ld, 0.0f, out + columns, ld);
   });
 }
 
@@ -255,6 +306,7 @@ int HeadGemm(HeadProduct kind, void **params, int *ndims, int64_t **shapes, cons
 
 extern "C" {
 void SetThreads(int threads) { albert::Threads() = std::max(1, threads); }
+void SetBf16(int on) { Bf16() = on != 0; }
 int MatMulNN(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   return Gemm(false, false, false, p, d, s, t);
 }

@@ -1,9 +1,11 @@
-"""int8 serving (issue 27): `export.py --file_format ONNX --quantize int8` writes a model that is really int8 (the
-quantized operators, the dense layers' weights stored as 8-bit numbers) and stays close to the float32 export on real
-MRPC pairs, and src.predict serves it.
+"""Low-precision serving (issue 27): `export.py --file_format ONNX --quantize int8` writes a model that is really
+int8 (the quantized operators, the dense layers' weights stored as 8-bit numbers) and stays close to the float32
+export on real MRPC pairs, and src.predict serves it; `src.predict --precision bfloat16` serves a checkpoint with the
+kernels' products in bfloat16, close to float32, and says in one line why where it cannot.
 
 The counts expected are the architecture's (which layers are dense, which stay float), not read from our code; the
-float32 ONNX export is the reference the int8 file is held to.
+float32 paths are the reference the low-precision ones are held to (the bfloat16 products themselves are checked
+against numpy in tests/test_cpu_kernels.py).
 """
 import json
 
@@ -95,4 +97,47 @@ def test_predict_serves_the_int8_file(exports, assets, tokenizer, spm_path, tmp_
         np.testing.assert_allclose([int8["probabilities"][k] for k in "abc"],
                                    [fp32["probabilities"][k] for k in "abc"], rtol=0, atol=0.1)
     assert json.dumps(answers["int8"]) != json.dumps(answers["float"])
-    assert NUM_CLASS == 3
+
+
+def _pairs_file(assets, tokenizer, path, rows: int):
+    from tests.test_export import requests_file
+
+    pairs, _ = _mrpc_features(assets, tokenizer, rows)
+    return requests_file(path, [{"text_a": f[3], "text_b": f[4]} for f in pairs])
+
+
+def test_predict_serves_a_checkpoint_with_bf16_products(heads, assets, tokenizer, spm_path, tmp_path):  # noqa: F811
+    from src import cpu_kernels
+    from tests.pretrain_helpers import run
+
+    supported, why = cpu_kernels.bf16_support()
+    if not supported:
+        pytest.skip(f"bfloat16 products: {why}")
+    requests = _pairs_file(assets, tokenizer, tmp_path / "pairs.jsonl", 8)
+    answers = {}
+    for precision in ("float32", "bfloat16"):
+        done = ok(run(["-m", "src.predict", "--model", str(heads["classifier"][1]), "--task", "classifier",
+                       "--spm_model_file", spm_path, "--seq_length", str(SEQ), "--input_file", str(requests),
+                       "--labels", "a,b,c", "--batch_size", "3", "--precision", precision]))
+        answers[precision] = [json.loads(line) for line in done.stdout.strip().splitlines()]
+        assert ("bfloat16 products" in done.stderr) == (precision == "bfloat16"), done.stderr
+    probabilities = {precision: np.array([[a["probabilities"][k] for k in "abc"] for a in found])
+                     for precision, found in answers.items()}
+    difference = np.abs(probabilities["bfloat16"] - probabilities["float32"]).max()
+    assert 0 < difference < 0.05
+    assert [a["label"] for a in answers["bfloat16"]] == [a["label"] for a in answers["float32"]]
+
+
+def test_bf16_is_refused_where_it_cannot_run(heads, spm_path, monkeypatch, capsys):  # noqa: F811
+    from model_utils.errors import run_cli
+    from src import cpu_kernels, predict
+
+    why = "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
+    monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, why))
+    argv = ["--model", str(heads["classifier"][1]), "--task", "classifier", "--spm_model_file", spm_path,
+            "--seq_length", str(SEQ), "--text_a", "A sentence.", "--precision", "bfloat16", "--device_target", "CPU"]
+    assert run_cli(predict.main, argv) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error == ("error: --precision bfloat16 needs native bfloat16 dot products: this CPU has no native bfloat16 "
+                     "dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo); use --precision float32")
+    assert cpu_kernels._requested_bf16 == [False]
