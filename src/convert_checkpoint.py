@@ -232,10 +232,11 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--input", required=True, help="HF directory/file, or TF checkpoint prefix")
     parser.add_argument("--output", required=True, help="MindSpore checkpoint to write (.ckpt)")
     parser.add_argument("--config", default=None, help="config json (required for tf; HF default: config.json)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output (.ckpt or its .json)")
     args = parser.parse_args(argv)
-    if os.path.exists(args.output) and not args.overwrite:
-        raise UserError(f"{args.output} exists; pass --overwrite to replace it")
+    for path in (args.output, args.output + ".json"):
+        if os.path.lexists(path) and not args.overwrite:
+            raise UserError(f"{path} exists; pass --overwrite to replace it")
     summary = convert(args.src, args.input, args.output, args.config)
     print(f"wrote {summary['written']} ({summary['parameters']} parameters) and {summary['config']}")
     if summary["missing_heads"]:

@@ -116,6 +116,11 @@ def test_cli_converts_and_refuses_to_overwrite(converted, tmp_path):
     assert out.is_file() and (tmp_path / "cli.ckpt.json").is_file()
     again = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
     assert_one_line_error(again, str(out), "--overwrite")
+    out.unlink()  # the config beside it is an output too: never replaced without --overwrite
+    (tmp_path / "cli.ckpt.json").write_text("{}")
+    again = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
+    assert_one_line_error(again, f"{out}.json exists", "--overwrite")
+    assert (tmp_path / "cli.ckpt.json").read_text() == "{}" and not out.exists()
 
 
 def test_cli_config_that_does_not_match_the_weights(converted, tmp_path):

@@ -106,6 +106,16 @@ def test_checkpoints_and_exports_are_readable_by_other_users(heads, mindirs, onn
     assert [stat.S_IMODE(path.stat().st_mode) for path in files] == [0o644 & ~umask] * 3
 
 
+def test_an_existing_export_is_replaced_only_with_overwrite(heads, tmp_path):
+    """Without --overwrite an existing output stops the run (a matrix row); with it, the export takes its place."""
+    planted = tmp_path / "model.mindir"
+    planted.write_bytes(b"an earlier export")
+    ok(export("classifier", heads["classifier"][1], tmp_path / "model", "--overwrite", "true"))
+    arrays = random_inputs("classifier", 1, seed=3)
+    assert_same(outputs_of(heads["classifier"][0], arrays), outputs_of(graph_cell(planted), arrays))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.mindir"]
+
+
 def random_inputs(task: str, batch: int, seed: int) -> List[np.ndarray]:
     rng = np.random.default_rng(seed)
     shape = (batch, RACE_CHOICES, SEQ) if task == "race" else (batch, SEQ)
