@@ -5,6 +5,7 @@ by export.py in a subprocess; the exported model must give the in-process networ
 """
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -538,6 +539,25 @@ def test_predict_a_checkpoint_in_process_gives_hf_transformers_logits(assets, to
     assert np.abs(expected).max() > 0.1  # not a degenerate model
     np.testing.assert_allclose([line["logits"] for line in printed], expected, rtol=0, atol=1e-5)
     assert [line["label"] for line in printed] == ["abc"[i] for i in expected.argmax(-1)]
+
+
+def test_predict_refuses_a_context_of_more_windows_than_the_cap(mindirs, assets, spm_path, tmp_path):
+    """A paragraph of over 120 tokens makes 3 or more windows of 64 tokens at stride 48: over --max_windows 2, the
+    run stops with one line, before any features are made of it, and writes nothing."""
+    context = (assets / "derived" / "squad_v1.1_dev_sample_SuperBowl50_5paras.json").read_text(encoding="utf-8")
+    context = json.loads(context)["data"][0]["paragraphs"][0]["context"]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "q1", "question": "Who won Super Bowl 50?", "context": context}) + "\n")
+    result = run(["-m", "src.predict", "--model", str(mindirs["squad_v1"]), "--task", "squad_v1", "--spm_model_file",
+                  spm_path, "--input_file", str(requests), "--output_file", str(tmp_path / "answers.jsonl"),
+                  "--doc_stride", "48", "--max_query_length", "16", "--max_windows", "2"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    found = re.search(r"error: request q1: its context \((\d+) tokens\) makes (\d+) windows of 64 tokens at "
+                      r"--doc_stride 48, more than --max_windows 2", result.stderr)
+    assert found, result.stderr[-2000:]
+    tokens, windows = map(int, found.groups())
+    assert tokens > 120 and windows == 1 + -(-(tokens - (64 - 3 - 6)) // 48)  # a 6-token question, 3 markers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.jsonl"]
 
 
 def test_predict_rejects_a_model_of_another_task(mindirs, spm_path):
