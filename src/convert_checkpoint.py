@@ -102,12 +102,26 @@ def _read_safetensors(path: str) -> Tensors:
         raise UserError(f"cannot read {path}: {err}") from err
 
 
+SAFE_TORCH = (2, 6)  # torch.load(weights_only=True) up to 2.5.1 can run code from a crafted file (CVE-2025-32434)
+
+
+def check_torch_version(version: str, path: str) -> None:
+    """Refuse a pickled .bin through a torch whose weights_only loader is known to be escapable."""
+    from packaging.version import Version
+
+    if Version(version).release[:2] < SAFE_TORCH:
+        raise UserError(f"reading {path} needs torch >= {'.'.join(map(str, SAFE_TORCH))}: torch {version} can run code "
+                        f"from a crafted .bin even with weights_only (CVE-2025-32434); upgrade torch, or convert the "
+                        f"model.safetensors file of the same model, which holds no code")
+
+
 def _read_torch_bin(path: str) -> Tensors:
     try:
         import torch
     except ImportError:
         raise UserError(f"reading {path} needs PyTorch (pip install torch); "
                         "a model.safetensors file converts without it") from None
+    check_torch_version(torch.__version__, path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises RuntimeError/EOFError/UnpicklingError for damaged files

@@ -179,9 +179,36 @@ def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[in
         graph = onnx.load_model(path, load_external_data=False).graph
     except Exception as err:  # protobuf's DecodeError
         raise UserError(f"{path} is not a readable ONNX model ({type(err).__name__})") from err
+    check_external_data(path, graph)
     inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
     vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
     return inputs, (int(vocab[0]) if vocab else None)
+
+
+def _graph_tensors(graph) -> Iterator[object]:
+    """Every tensor a graph stores: initializers and attribute tensors, subgraphs (If, Loop) included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            yield from ([attribute.t] if attribute.HasField("t") else [])
+            yield from attribute.tensors
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _graph_tensors(subgraph)
+
+
+def check_external_data(path: str, graph) -> None:
+    """An ONNX tensor may keep its bytes in another file named by the model: a crafted model naming ../../secret or
+    /etc/shadow would make ONNX Runtime read that file as weights (older versions do not check). Only files inside
+    the model's folder are accepted, whatever the onnxruntime version, before it opens the model."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for tensor in _graph_tensors(graph):
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), None)
+        if location is None:
+            continue
+        target = os.path.realpath(os.path.join(folder, location))
+        if os.path.isabs(location) or os.path.commonpath([folder, target]) != folder:
+            raise UserError(f"{path}: tensor {tensor.name or '(unnamed)'} keeps its data in {location!r}, outside the "
+                            f"model's folder; refused (a model's external data must lie beside it)")
 
 
 def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]]) -> None:

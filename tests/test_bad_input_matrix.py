@@ -89,6 +89,24 @@ def held_lock() -> Maker:
     return make
 
 
+def onnx_reading(location: str) -> Maker:
+    """{bad}: a classifier-shaped ONNX model whose one weight keeps its bytes in the file `location`."""
+    def make(bad: Path, fx: Path) -> None:
+        import onnx
+        from onnx import TensorProto, helper
+
+        weight = helper.make_tensor("w", TensorProto.FLOAT, [1], [0.0])
+        weight.ClearField("float_data")
+        weight.data_location = TensorProto.EXTERNAL
+        weight.external_data.add(key="location", value=location)
+        inputs = [helper.make_tensor_value_info(name, TensorProto.INT32, [1, 8])
+                  for name in ("input_ids", "token_type_ids", "input_mask")]
+        graph = helper.make_graph([helper.make_node("Identity", ["w"], ["logits"])], "g", inputs,
+                                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1])], [weight])
+        onnx.save(helper.make_model(graph), str(bad))
+    return make
+
+
 def meta_listing(name: str, entry: str) -> Maker:
     """The fixture data set `name` copied as {bad}, its .meta.json listing `entry` as a data file."""
     def make(bad: Path, fx: Path) -> None:
@@ -494,6 +512,12 @@ MATRIX: List[Row] = [
         text('{"text_a": "a"}\n' + "[" * 100000 + "]" * 100000 + "\n"), bad="requests.jsonl"),
     row(PREDICT_FILE, "request over the size cap", "", ["{bad} line 1: a request is longer than 1048576 bytes"],
         text('{"text_a": "' + "a" * (1 << 20) + '"}\n'), bad="requests.jsonl"),
+    row(PREDICT, "onnx weights outside the model's folder", "--model {bad} --text_a hi",
+        ["{bad}: tensor w keeps its data in '../../etc/passwd', outside the model's folder; refused"],
+        onnx_reading("../../etc/passwd"), bad="model.onnx"),
+    row(PREDICT, "onnx weights at an absolute path", "--model {bad} --text_a hi",
+        ["{bad}: tensor w keeps its data in '/etc/passwd', outside the model's folder"], onnx_reading("/etc/passwd"),
+        bad="model.onnx"),
     row(PREDICT, "max_windows 0", "--max_windows 0 --text_a hi", ["--max_windows must be >= 1, got 0"]),
     row(PREDICT_FILE, "request not an object", "", ["{bad} line 1: a request is a JSON object, got list"],
         text('["a", "b"]\n'), bad="requests.jsonl"),

@@ -564,3 +564,20 @@ def test_predict_rejects_a_model_of_another_task(mindirs, spm_path):
     result = run(["-m", "src.predict", "--model", str(mindirs["classifier"]), "--task", "squad_v1",
                   "--spm_model_file", spm_path, "--question", "q", "--context", "c"])
     assert result.returncode == 2 and "not the [batch, seq] inputs" in result.stderr
+
+
+def test_onnx_external_data_is_read_only_from_the_models_folder(tmp_path):
+    """A weight kept in a file beside the model (as onnx saves models over 2 GB) is accepted; one naming a file
+    outside the folder through a symlinked subfolder is refused before ONNX Runtime could read it."""
+    pytest.importorskip("onnx")
+    from model_utils.errors import UserError
+    from src.predict import model_signature
+    from tests.test_bad_input_matrix import onnx_reading
+
+    onnx_reading("weights/w.bin")(tmp_path / "inside.onnx", tmp_path)
+    assert [name for name, _ in model_signature(str(tmp_path / "inside.onnx"))[0]] == [
+        "input_ids", "token_type_ids", "input_mask"]
+    (tmp_path / "link").symlink_to("/etc")
+    onnx_reading("link/passwd")(tmp_path / "linked.onnx", tmp_path)
+    with pytest.raises(UserError, match="keeps its data in 'link/passwd', outside the model's folder"):
+        model_signature(str(tmp_path / "linked.onnx"))
