@@ -27,6 +27,7 @@ from typing import List, Sequence, Tuple
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
 from model_utils.errors import UserError, run_cli
 from src.atomic_files import make_readable
+from src.data_utils import refuse_existing
 from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
@@ -128,6 +129,24 @@ def check_request(args: Config) -> None:
     if args.dynamic_batch and args.file_format != "MINDIR":
         raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
                         f"shapes): drop --dynamic_batch or use --file_format MINDIR")
+    refuse_existing(planned_outputs(output_name(args), args.file_format), args.overwrite)
+
+
+def output_name(args: Config) -> str:
+    """Where the export goes, before MindSpore's suffix (the checkpoint's path when not given)."""
+    return args.export_file_name or os.path.splitext(args.export_ckpt_file)[0]
+
+
+def split_suffix(file_name: str, file_format: str) -> Tuple[str, str]:
+    """(name without the format's suffix, the suffix): MindSpore appends the suffix itself."""
+    suffix = "." + file_format.lower()
+    return (file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name), suffix
+
+
+def planned_outputs(file_name: str, file_format: str) -> List[str]:
+    """Every path an export of `file_name` may write (a MINDIR over 1 GB is <name>_graph.mindir + <name>_variables/)."""
+    base, suffix = split_suffix(file_name, file_format)
+    return [base + suffix] + ([base + "_graph.mindir", base + "_variables"] if file_format == "MINDIR" else [])
 
 
 def export_runtime(file_format: str, target: str, compute_type: str):
@@ -174,8 +193,7 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
     the file is made int8 before it is moved."""
     import mindspore as ms
 
-    suffix = "." + file_format.lower()
-    base = file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name
+    base, suffix = split_suffix(file_name, file_format)
     if not os.path.basename(base) or os.path.isdir(base):
         raise UserError(f"export_file_name must name a file (MindSpore adds {suffix}), not a folder: {file_name}")
     folder = os.path.dirname(os.path.abspath(base))
@@ -194,7 +212,7 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
         for entry in sorted(os.listdir(staging)):
             target = os.path.join(folder, entry)
             if os.path.isdir(target) and not os.path.islink(target):
-                shutil.rmtree(target)  # the parameter folder of an earlier split MINDIR of the same name
+                shutil.rmtree(target)  # with --overwrite: the parameter folder of an earlier split MINDIR
             make_readable(os.path.join(staging, entry))
             os.replace(os.path.join(staging, entry), target)
             written.append(target)
@@ -239,8 +257,7 @@ def main(argv: List[str]) -> int:
         inputs = [Tensor(shape=shape, dtype=ms.int32) for _ in names]
     else:
         inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
-    file_name = args.export_file_name or os.path.splitext(args.export_ckpt_file)[0]
-    written = export_atomically(model, inputs, file_name, args.file_format, args.quantize)
+    written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize)
     shown_batch = "batch" if batch is None else batch
     shown_shape = [shown_batch] + shape[1:]
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "

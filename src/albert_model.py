@@ -20,6 +20,7 @@ from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
 from src import cpu_kernels
+from src.atomic_files import save_json_atomic
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
 SHARE_TYPES = ("all", "attention", "ffn", "none")
@@ -133,8 +134,8 @@ class AlbertConfig:
         return asdict(self)
 
     def to_json_file(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, indent=2)
+        """Written whole or not at all (a reader never finds half a config beside a checkpoint)."""
+        save_json_atomic(self.to_dict(), path)
 
 
 def _english(hidden: int, layers: int, heads: int, dropout: float) -> Dict[str, Any]:

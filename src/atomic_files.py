@@ -1,34 +1,71 @@
 """The one way this package writes a file that others may read: under a temporary name in the same folder, renamed
-into place when complete, so a reader (or a run resumed after a crash) never sees half a file."""
+into place when complete, so a reader (or a run resumed after a crash) never sees half a file; and the lock that
+keeps a second run off an output while a first one writes it."""
+import atexit
 import contextlib
+import fcntl
+import itertools
 import json
 import os
 import tempfile
-from typing import Iterator
+from typing import Dict, Iterator
+
+from model_utils.errors import UserError
 
 
-def _umask() -> int:
-    umask = os.umask(0)
+def _read_umask() -> int:
+    """The process's umask, read without changing it where Linux reports it (/proc/self/status); elsewhere set and
+    restored once, here at import, rather than whenever a file is written (os.umask is process-wide: a thread
+    creating a file meanwhile would get mode 0666)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    umask = os.umask(0o077)
     os.umask(umask)
     return umask
 
 
+UMASK = _read_umask()
+
+
 def default_file_mode() -> int:
     """Mode a plainly created file gets under the user's umask (temporary files are created 0600)."""
-    return 0o666 & ~_umask()
+    return 0o666 & ~UMASK
 
 
 def make_readable(path: str) -> None:
     """Give `path` (and, for a folder, everything in it) 0644 (folders 0755) minus the umask: MindSpore writes
     checkpoints and exports 0400, which another user (a model server) cannot read."""
-    umask = _umask()
     if not os.path.isdir(path):
-        os.chmod(path, 0o644 & ~umask)
+        os.chmod(path, 0o644 & ~UMASK)
         return
     for folder, _, files in os.walk(path):
-        os.chmod(folder, 0o755 & ~umask)
+        os.chmod(folder, 0o755 & ~UMASK)
         for name in files:
-            os.chmod(os.path.join(folder, name), 0o644 & ~umask)
+            os.chmod(os.path.join(folder, name), 0o644 & ~UMASK)
+
+
+def fsync_path(path: str) -> None:
+    """Flush a file's (or a folder's entries') data to the disk: after a power cut a renamed file must not be
+    found empty."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def move_aside(path: str, tag: str) -> str:
+    """Rename `path` to the first free `path.<tag>`, `path.<tag>-1`, ...: an output in the way is kept, never
+    deleted. Returns the new name."""
+    names = (f"{path}.{tag}" + (f"-{n}" if n else "") for n in itertools.count())
+    aside = next(name for name in names if not os.path.lexists(name))
+    os.rename(path, aside)
+    return aside
 
 
 @contextlib.contextmanager
@@ -46,21 +83,13 @@ def atomic_path(path: str, suffix: str = "", plain_mode: bool = True, durable: b
         if plain_mode:
             os.chmod(tmp, default_file_mode())
         if durable:
-            _fsync(tmp)
+            fsync_path(tmp)
         os.replace(tmp, path)
         if durable:
-            _fsync(folder)
+            fsync_path(folder)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-
-
-def _fsync(path: str) -> None:
-    handle = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
 
 
 def save_text_atomic(text: str, path: str) -> None:
@@ -72,3 +101,52 @@ def save_text_atomic(text: str, path: str) -> None:
 def save_json_atomic(values: object, path: str) -> None:
     """Write json through a temporary file and a rename, so readers never see half a file."""
     save_text_atomic(json.dumps(values, indent=2) + "\n", path)
+
+
+_HELD: Dict[str, int] = {}  # lock file -> open descriptor holding its lock
+
+
+def lock_output(lock_file: str, what: str) -> None:
+    """Hold an exclusive lock on `lock_file` (created beside the output) until `release_output` or the end of the
+    process: the kernel drops a flock when its holder dies, crash included, so no stale lock ever blocks a run.
+    A second run on the same output stops here with one line naming the first run's pid, instead of deleting the
+    temporaries the first one is writing. Taking a lock this process holds already is a no-op."""
+    path = os.path.abspath(lock_file)
+    while path not in _HELD:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(handle)
+            raise UserError(f"{what} is in use by another run (pid {owner}, lock {path}): wait for it to end, or "
+                            f"write to another output") from None
+        if _is_file_at(handle, path):
+            os.ftruncate(handle, 0)
+            os.pwrite(handle, f"{os.getpid()}\n".encode("ascii"), 0)
+            _HELD[path] = handle
+        else:  # the holder released (and removed) it between our open and our lock: take the new file
+            os.close(handle)
+
+
+def _is_file_at(handle: int, path: str) -> bool:
+    try:
+        return os.path.samestat(os.fstat(handle), os.stat(path))
+    except FileNotFoundError:
+        return False
+
+
+def release_output(lock_file: str) -> None:
+    """Give up a lock of `lock_output` and remove its file (removed while held, so no run ever locks a stale one)."""
+    handle = _HELD.pop(os.path.abspath(lock_file), None)
+    if handle is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(lock_file)
+        os.close(handle)
+
+
+@atexit.register
+def _release_all() -> None:
+    for path in list(_HELD):
+        release_output(path)

@@ -102,12 +102,26 @@ def _read_safetensors(path: str) -> Tensors:
         raise UserError(f"cannot read {path}: {err}") from err
 
 
+SAFE_TORCH = (2, 6)  # torch.load(weights_only=True) up to 2.5.1 can run code from a crafted file (CVE-2025-32434)
+
+
+def check_torch_version(version: str, path: str) -> None:
+    """Refuse a pickled .bin through a torch whose weights_only loader is known to be escapable."""
+    from packaging.version import Version
+
+    if Version(version).release[:2] < SAFE_TORCH:
+        raise UserError(f"reading {path} needs torch >= {'.'.join(map(str, SAFE_TORCH))}: torch {version} can run code "
+                        f"from a crafted .bin even with weights_only (CVE-2025-32434); upgrade torch, or convert the "
+                        f"model.safetensors file of the same model, which holds no code")
+
+
 def _read_torch_bin(path: str) -> Tensors:
     try:
         import torch
     except ImportError:
         raise UserError(f"reading {path} needs PyTorch (pip install torch); "
                         "a model.safetensors file converts without it") from None
+    check_torch_version(torch.__version__, path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises RuntimeError/EOFError/UnpicklingError for damaged files
@@ -232,10 +246,11 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--input", required=True, help="HF directory/file, or TF checkpoint prefix")
     parser.add_argument("--output", required=True, help="MindSpore checkpoint to write (.ckpt)")
     parser.add_argument("--config", default=None, help="config json (required for tf; HF default: config.json)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output (.ckpt or its .json)")
     args = parser.parse_args(argv)
-    if os.path.exists(args.output) and not args.overwrite:
-        raise UserError(f"{args.output} exists; pass --overwrite to replace it")
+    for path in (args.output, args.output + ".json"):
+        if os.path.lexists(path) and not args.overwrite:
+            raise UserError(f"{path} exists; pass --overwrite to replace it")
     summary = convert(args.src, args.input, args.output, args.config)
     print(f"wrote {summary['written']} ({summary['parameters']} parameters) and {summary['config']}")
     if summary["missing_heads"]:

@@ -183,18 +183,21 @@ def doc_windows(num_tokens: int, window: int, stride: int) -> List[Tuple[int, in
         start += min(length, stride)
 
 
-def is_max_context(windows: Sequence[Tuple[int, int]], current: int, position: int) -> bool:
-    """Whether window `current` gives token `position` the most context on both sides (BERT's rule: the
-    smaller of left and right context, plus a small bonus for longer windows)."""
-    best, best_score = None, None
+def max_context_windows(windows: Sequence[Tuple[int, int]], num_tokens: int) -> List[int]:
+    """For each context token, the window that gives it the most context on both sides (BERT's rule: the smaller
+    of left and right context, plus a small bonus for longer windows; the first such window on a tie). One pass
+    over the windows' tokens, linear in the size of the features: scoring every window anew for each token of
+    each window was quadratic in the number of windows (minutes for a long context, far worse with a small
+    doc_stride)."""
+    best = [-1] * num_tokens
+    best_score = [-1.0] * num_tokens  # every real score is > 0
     for index, (start, length) in enumerate(windows):
         end = start + length - 1
-        if position < start or position > end:
-            continue
-        score = min(position - start, end - position) + 0.01 * length
-        if best_score is None or score > best_score:
-            best, best_score = index, score
-    return best == current
+        for position in range(start, start + length):
+            score = min(position - start, end - position) + 0.01 * length
+            if score > best_score[position]:
+                best[position], best_score[position] = index, score
+    return best
 
 
 @dataclass
@@ -222,6 +225,7 @@ def example_features(example: SquadExample, example_index: int, tokenizer: FullT
     if options.is_training and not example.is_impossible:
         answer = context.token_span(example.start_char, example.start_char + len(example.answer_text))
     windows = doc_windows(len(context.ids), options.max_seq_length - len(query) - 3, options.doc_stride)
+    owner = max_context_windows(windows, len(context.ids))
     for window_index, (start, length) in enumerate(windows):
         offset = len(query) + 2  # feature position of the first context token
         ids = [tokenizer.cls_id, *query, tokenizer.sep_id, *context.ids[start:start + length], tokenizer.sep_id]
@@ -244,8 +248,8 @@ def example_features(example: SquadExample, example_index: int, tokenizer: FullT
             "token_to_orig_map": [-1] * offset + [context.word_index[start + i] for i in range(length)] + [-1],
             "token_to_char_span": [None] * offset + [list(context.char_spans[start + i]) for i in range(length)]
             + [None],
-            "token_is_max_context": [False] * offset + [is_max_context(windows, window_index, start + i)
-                                                        for i in range(length)] + [False],
+            "token_is_max_context": [False] * offset + [owner[start + i] == window_index for i in range(length)]
+            + [False],
         }
         yield record, feature_map
 

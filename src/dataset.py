@@ -75,9 +75,23 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
 
 def _read_meta(path: Path) -> Dict[str, object]:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not a readable .meta.json ({err})") from None
+    files = meta.get("files") if isinstance(meta, dict) else None
+    if not isinstance(files, list):
+        raise UserError(f"{path}: not a .meta.json of src.create_* (no 'files' list); make the data again")
+    for name in files:
+        _check_plain_name(name, path)
+    return meta
+
+
+def _check_plain_name(name: object, meta: Path) -> None:
+    """A meta lists files beside it: a path (`../x`, `/etc/x`) would make a reader open files elsewhere."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name \
+            or "\0" in name:
+        raise UserError(f"{meta}: files entry {name!r} is not a plain file name (a .meta.json lists the data files "
+                        f"beside it); make the data again")
 
 
 def _folder_metas(folder: Path) -> Dict[Path, Dict[str, object]]:

@@ -4,9 +4,10 @@ leaves nothing that looks complete.
 Every data creator writes through a `RecordWriter`: records go into
 MindRecord files, their `.db` index files and any sidecar files (e.g. SQuAD's feature map) in a hidden staging
 folder beside the output, are moved into place only after every `FileWriter.commit()`, and
-`<output_file>.meta.json` is written last. A reader that finds the meta file therefore finds complete data, and
-the meta file says what the data is (files, columns, counts, sequence length, tokenizer), so training scripts can
-check it against their model config.
+`<output_file>.meta.json` is written last, each file flushed to the disk before it is renamed into place. A reader
+that finds the meta file therefore finds complete data, and the meta file says what the data is (files, columns,
+counts, sequence length, tokenizer), so training scripts can check it against their model config. While a writer
+works, `.<output_file name>.lock` keeps a second run off the same output.
 
 Two layouts:
 - `partition_number` N (`write`; N = 1 by default): `--output_file DIR/train.mindrecord` writes
@@ -28,7 +29,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping
 import numpy as np
 
 from model_utils.errors import UserError
-from src.atomic_files import default_file_mode
+from src.atomic_files import default_file_mode, fsync_path, lock_output, release_output
 from src.data_utils import refuse_existing
 
 META_SUFFIX = ".meta.json"
@@ -154,6 +155,11 @@ class RecordWriter:
         self._created = [d for d in [self.output_file.parent, *self.output_file.parent.parents] if not d.exists()]
         self.output_file.parent.mkdir(parents=True, exist_ok=True)
         self.published = False
+        try:
+            lock_output(str(self._lock_file), f"output_file {self.output_file}")
+        except UserError:
+            self._remove_created()
+            raise
         for stale in self.output_file.parent.glob(f".{self.output_file.name}.tmp-*"):  # left by a killed run
             shutil.rmtree(stale, ignore_errors=True)
         self.staging = Path(tempfile.mkdtemp(prefix=f".{self.output_file.name}.tmp-", dir=self.output_file.parent))
@@ -162,14 +168,24 @@ class RecordWriter:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        """Remove the staging folder and, when nothing was published, the folders this writer created."""
+        """Remove the staging folder and the lock and, when nothing was published, the folders this writer
+        created."""
         shutil.rmtree(self.staging, ignore_errors=True)
+        release_output(str(self._lock_file))
         if not self.published:
-            for folder in self._created:  # deepest first
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+            self._remove_created()
+
+    @property
+    def _lock_file(self) -> Path:
+        """One lock per data set, not per folder: the parts of one data set may be made at once into one folder."""
+        return self.output_file.with_name(f".{self.output_file.name}.lock")
+
+    def _remove_created(self) -> None:
+        for folder in self._created:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def sidecar(self, suffix: str) -> Path:
         """Where to write the sidecar file `suffix` (published with the data)."""
@@ -216,18 +232,24 @@ class RecordWriter:
         if self.overwrite:
             for path in _existing_outputs(self.output_file, self.sidecars):
                 path.unlink()
-        mode = default_file_mode()
         staged = [name for file in self.files for name in (file, file + ".db")]
         staged += [self.output_file.name + suffix for suffix in self.sidecars]
-        for name in staged:
-            os.chmod(self.staging / name, mode)  # FileWriter creates 0600 files
-            os.replace(self.staging / name, self.output_file.with_name(name))
-        tmp_meta = self.staging / final_meta.name
-        tmp_meta.write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.chmod(tmp_meta, mode)
-        os.replace(tmp_meta, final_meta)
+        self._place(staged)
+        (self.staging / final_meta.name).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n",
+                                                    encoding="utf-8")
+        self._place([final_meta.name])
         self.published = True
         return meta
+
+    def _place(self, names: List[str]) -> None:
+        """Move staged files into place durably: each flushed to the disk before its rename, the folder's entries
+        after, so that after a power cut the meta (placed last) never stands beside empty data."""
+        mode = default_file_mode()
+        for name in names:
+            os.chmod(self.staging / name, mode)  # FileWriter creates 0600 files
+            fsync_path(str(self.staging / name))
+            os.replace(self.staging / name, self.output_file.with_name(name))
+        fsync_path(str(self.output_file.parent))
 
 
 def _cache_schema_lookups(writer: Any) -> None:

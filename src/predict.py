@@ -25,7 +25,10 @@ The file's suffix picks the engine:
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
 text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id. The
 answers are JSON lines in the input's order, each with the request's id (else its line number), written to
---output_file (whole, or not at all) or stdout. Requests are answered --batch_size rows at a time.
+--output_file (whole, or not at all) or stdout. Requests are answered --batch_size rows at a time. The file is
+read twice, streamed: every request is checked before the model is loaded, then CHUNK_REQUESTS at a time are
+answered, so memory does not grow with the file. Caps: MAX_REQUEST_BYTES (1 MiB) per line, --max_windows (256)
+SQuAD windows per request.
 
 Text becomes features exactly as the data tools make them (create_finetune_data.classifier_feature and
 race_feature, create_squad_data.example_features) at the sequence length the model was exported with; the task's
@@ -34,13 +37,14 @@ squad_get_predictions, as in evaluation. One request prints one JSON object on s
 """
 import argparse
 import difflib
+import itertools
 import importlib.util
 import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
 import numpy as np
 
@@ -60,7 +64,9 @@ SHOWN_ANSWERS = 5
 SUFFIXES = (".mindir", ".onnx", ".ckpt")
 DEFAULT_BATCH = 32
 DEFAULT_SEQ = 128
-CHUNK_REQUESTS = 1024  # requests made into features at a time: bounds the memory of a large --input_file
+CHUNK_REQUESTS = 1024  # requests read and made into features at a time: bounds the memory of a large --input_file
+MAX_REQUEST_BYTES = 1 << 20  # one line of --input_file (read no further: a line with no end never fills memory)
+MAX_WINDOWS = 256  # SQuAD windows one request may make (a 1 MiB context at --doc_stride 1 would make ~250,000)
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -89,6 +95,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--question", default=None, help="SQuAD and RACE: the question")
     parser.add_argument("--context", default=None, help="SQuAD: the paragraph to find the answer in")
     parser.add_argument("--doc_stride", type=int, default=128, help="SQuAD: as create_squad_data")
+    parser.add_argument("--max_windows", type=int, default=MAX_WINDOWS,
+                        help="SQuAD: most windows one request may make (a longer context is refused)")
     parser.add_argument("--max_query_length", type=int, default=64, help="SQuAD: as create_squad_data")
     parser.add_argument("--n_best_size", type=int, default=20)
     parser.add_argument("--max_answer_length", type=int, default=30)
@@ -115,6 +123,8 @@ def check_args(args: argparse.Namespace) -> None:
     for flag in ("threads", "batch_size"):
         if getattr(args, flag) < 0:
             raise UserError(f"--{flag} must be >= 0, got {getattr(args, flag)}")
+    if args.max_windows < 1:
+        raise UserError(f"--max_windows must be >= 1, got {args.max_windows}")
     if args.max_qa_length < 1:
         raise UserError(f"--max_qa_length must be >= 1, got {args.max_qa_length}")
     if args.model.endswith(".onnx"):
@@ -181,9 +191,36 @@ def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[in
         graph = onnx.load_model(path, load_external_data=False).graph
     except Exception as err:  # protobuf's DecodeError
         raise UserError(f"{path} is not a readable ONNX model ({type(err).__name__})") from err
+    check_external_data(path, graph)
     inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
     vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
     return inputs, (int(vocab[0]) if vocab else None)
+
+
+def _graph_tensors(graph) -> Iterator[object]:
+    """Every tensor a graph stores: initializers and attribute tensors, subgraphs (If, Loop) included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            yield from ([attribute.t] if attribute.HasField("t") else [])
+            yield from attribute.tensors
+            for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from _graph_tensors(subgraph)
+
+
+def check_external_data(path: str, graph) -> None:
+    """An ONNX tensor may keep its bytes in another file named by the model: a crafted model naming ../../secret or
+    /etc/shadow would make ONNX Runtime read that file as weights (older versions do not check). Only files inside
+    the model's folder are accepted, whatever the onnxruntime version, before it opens the model."""
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for tensor in _graph_tensors(graph):
+        location = next((entry.value for entry in tensor.external_data if entry.key == "location"), None)
+        if location is None:
+            continue
+        target = os.path.realpath(os.path.join(folder, location))
+        if os.path.isabs(location) or os.path.commonpath([folder, target]) != folder:
+            raise UserError(f"{path}: tensor {tensor.name or '(unnamed)'} keeps its data in {location!r}, outside the "
+                            f"model's folder; refused (a model's external data must lie beside it)")
 
 
 def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]]) -> None:
@@ -369,28 +406,30 @@ def check_request(request: object, task: str, choices: int, where: str) -> None:
             raise UserError(f"{where}: {key} must be a string")
 
 
-def warn_single_sentences(args: argparse.Namespace, requests: List[Dict[str, object]]) -> None:
+def warn_single_sentences(args: argparse.Namespace, total: int, alone: List[object]) -> None:
     """A sentence-pair model answers a request without text_b as if it were one sentence, and nothing in the model
-    file says which kind it is: say so once, on stderr, instead of answering silently."""
-    alone = [request for request in requests if not request.get("text_b")] if args.task == "classifier" else []
-    if not alone:
+    file says which kind it is: say so once, on stderr, instead of answering silently. `alone`: the ids of the
+    `total` requests that have no text_b."""
+    if args.task != "classifier" or not alone:
         return
     from src.create_finetune_data import TSV_TASKS
 
     pairs = ", ".join(name for name, task in TSV_TASKS.items() if task.train_dev.text_b is not None)
-    which = (f"{len(alone)} of {len(requests)} requests of {args.input_file} have no text_b (the first: id "
-             f"{alone[0]['id']})" if args.input_file else "no --text_b")
+    which = (f"{len(alone)} of {total} requests of {args.input_file} have no text_b (the first: id "
+             f"{alone[0]})" if args.input_file else "no --text_b")
     print(f"warning: {which}: answered as single sentences; a model fine-tuned on sentence pairs ({pairs}) needs "
           f"text_b", file=sys.stderr)
 
 
-def read_requests(path: str, task: str, choices: int) -> List[Dict[str, object]]:
-    """The requests of a JSON lines file (blank lines skipped), each checked and given its line number as id when
-    it has none."""
-    requests = []
+def read_requests(path: str, task: str, choices: int) -> Iterator[Dict[str, object]]:
+    """The requests of a JSON lines file, streamed (blank lines skipped), each checked and given its line number
+    as id when it has none. A line over MAX_REQUEST_BYTES and JSON nested too deeply to parse are refused."""
     with open(path, "rb") as lines:  # decoded line by line, so a bad byte is named with its line
-        for number, raw in enumerate(lines, 1):
+        for number, raw in enumerate(iter(lambda: lines.readline(MAX_REQUEST_BYTES + 1), b""), 1):
             where = f"{path} line {number}"
+            if len(raw) > MAX_REQUEST_BYTES:
+                raise UserError(f"{where}: a request is longer than {MAX_REQUEST_BYTES} bytes (the cap of one line); "
+                                f"split the text")
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
@@ -401,11 +440,23 @@ def read_requests(path: str, task: str, choices: int) -> List[Dict[str, object]]
                 request = json.loads(line.rstrip())
             except json.JSONDecodeError as err:
                 raise UserError(f"{where}: not JSON ({err.msg} at column {err.colno})") from err
+            except RecursionError:
+                raise UserError(f"{where}: JSON nested too deeply (a request is a flat JSON object)") from None
             check_request(request, task, choices, where)
-            requests.append({"id": number, **request})
-    if not requests:
+            yield {"id": number, **request}
+
+
+def survey_requests(path: str, task: str, choices: int) -> Tuple[int, List[object]]:
+    """Read every request once before the model is loaded, keeping none (memory stays flat): a bad line stops the
+    run before any work. Returns the number of requests and the ids of those without text_b."""
+    total, alone = 0, []
+    for request in read_requests(path, task, choices):
+        total += 1
+        if not request.get("text_b"):
+            alone.append(request["id"])
+    if not total:
         raise UserError(f"{path} holds no request")
-    return requests
+    return total, alone
 
 
 # -------------------------------------------------------------------------------------------------- the answers
@@ -453,7 +504,8 @@ def choose(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
 def answer(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
            requests: List[Dict[str, object]]) -> List[Dict[str, object]]:
     """SQuAD: the answer span (v2: or no answer) found in the context, windows as evaluation makes them."""
-    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row
+    from src.create_squad_data import (FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row,
+                                       tokenize_context)
     from src.squad_get_predictions import predictions_v1, predictions_v2, results_from_outputs
 
     options = SquadOptions(shape.seq, args.doc_stride, args.max_query_length, is_training=False)
@@ -462,7 +514,9 @@ def answer(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
     for index, request in enumerate(requests):
         example = SquadExample(f"predict-{index}", request["question"], request["context"], answers=[])
         examples.append(example_row(index, example))
-        made = list(example_features(example, index, tokenizer, options))
+        context = tokenize_context(tokenizer, example.context)
+        check_windows(args, tokenizer, options, request, len(context.ids))
+        made = list(example_features(example, index, tokenizer, options, context))
         for record, feature in made:
             unique_id = FIRST_UNIQUE_ID + len(rows)
             rows.append(record)
@@ -488,14 +542,31 @@ def answer(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
     return answers
 
 
+def check_windows(args: argparse.Namespace, tokenizer, options, request: Dict[str, object], tokens: int) -> None:
+    """A context longer than --max_windows windows is refused before its features are made (their memory and the
+    model's time grow with the windows)."""
+    from src.create_squad_data import doc_windows
+
+    query = len(tokenizer.encode(request["question"])[:options.max_query_length])
+    count = len(doc_windows(tokens, options.max_seq_length - query - 3, options.doc_stride))
+    if count > args.max_windows:
+        which = f"request {request['id']}" if "id" in request else "--context"
+        raise UserError(f"{which}: its context ({tokens} tokens) makes {count} windows of "
+                        f"{options.max_seq_length} tokens at --doc_stride {options.doc_stride}, more than "
+                        f"--max_windows {args.max_windows}: split the context, or raise --max_windows")
+
+
 ANSWERS = {"classifier": classify, "race": choose, "squad_v1": answer, "squad_v2": answer}
 
 
 def write_answers(answer_requests: Callable[[List[Dict[str, object]]], List[Dict[str, object]]],
-                  requests: List[Dict[str, object]], out: TextIO) -> None:
-    """One JSON line per request, with its id, CHUNK_REQUESTS requests made into features at a time."""
-    for start in range(0, len(requests), CHUNK_REQUESTS):
-        chunk = requests[start:start + CHUNK_REQUESTS]
+                  requests: Iterable[Dict[str, object]], out: TextIO) -> None:
+    """One JSON line per request, with its id, CHUNK_REQUESTS requests read and made into features at a time."""
+    requests = iter(requests)
+    while True:
+        chunk = list(itertools.islice(requests, CHUNK_REQUESTS))
+        if not chunk:
+            return
         for request, result in zip(chunk, answer_requests(chunk)):
             out.write(json.dumps({"id": request["id"], **result}, ensure_ascii=False, default=float) + "\n")
 
@@ -505,11 +576,14 @@ def main(argv: List[str]) -> int:
     check_args(args)
     shape = model_shape(args)
     batch = rows_per_call(args, shape)
-    requests = (read_requests(args.input_file, args.task, shape.choices) if args.input_file
-                else [flag_request(args, shape.choices)])
+    if args.input_file:
+        total, alone = survey_requests(args.input_file, args.task, shape.choices)
+    else:
+        request = flag_request(args, shape.choices)
+        total, alone = 1, [] if request.get("text_b") else [None]
     tokenizer = load_tokenizer(args, shape.vocab)
     runner = load_runner(args, shape, tokenizer)
-    warn_single_sentences(args, requests)  # once every input is known good
+    warn_single_sentences(args, total, alone)  # once every input is known good
 
     def run(rows: List[Dict[str, np.ndarray]]) -> List[np.ndarray]:
         return run_rows(runner, rows, TASKS[args.task].head_inputs, batch, fixed=shape.batch is not None)
@@ -518,13 +592,13 @@ def main(argv: List[str]) -> int:
         return ANSWERS[args.task](args, tokenizer, run, shape, chunk)
 
     if not args.input_file:
-        print(json.dumps(answer_requests(requests)[0], ensure_ascii=False, default=float))
+        print(json.dumps(answer_requests([request])[0], ensure_ascii=False, default=float))
     elif not args.output_file:
-        write_answers(answer_requests, requests, sys.stdout)
+        write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), sys.stdout)
     else:
         with atomic_path(args.output_file, ".jsonl") as tmp, open(tmp, "w", encoding="utf-8") as out:
-            write_answers(answer_requests, requests, out)
-        print(f"answered {len(requests)} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
+            write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), out)
+        print(f"answered {total} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
     return 0
 
 

@@ -5,7 +5,6 @@ metrics.jsonl), `NonFiniteGuard` (a run whose loss turns inf/nan without loss sc
 checkpoint) and `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress, newest N
 kept).
 """
-import itertools
 import json
 import math
 import os
@@ -29,7 +28,7 @@ from src.device_setup import Device, model_runtime
 from src.optimization import build_optimizer
 from src.settings import TrainSettings
 from src.step_plan import Progress, StepPlan
-from src.atomic_files import save_text_atomic
+from src.atomic_files import lock_output, move_aside, save_text_atomic
 from src.utils import save_checkpoint_atomic
 
 class CountedSteps(nn.Cell):
@@ -218,9 +217,7 @@ class CheckpointSaver(Callback):
     def _move_aside(self, path: str) -> None:
         """A file under the name of the checkpoint about to be written was not written by this training (it would
         have resumed from it): keep its bytes under another name."""
-        names = (f"{path}.replaced" + (f"-{n}" if n else "") for n in itertools.count())
-        aside = next(name for name in names if not os.path.lexists(name))
-        os.rename(path, aside)
+        aside = move_aside(path, "replaced")
         self._ours.pop(path, None)
         self.log(f"warning: {path} is not a checkpoint of this run: moved aside to {aside}")
 
@@ -269,6 +266,7 @@ def trim_metrics(path: str, step: int) -> None:
     save_text_atomic("".join(kept), path)
 
 
+RUN_LOCK = ".albert-run.lock"  # in the output and save folders while a run writes there
 # Rows a rank reads per dataset (MindSpore's SubsetSampler keeps its indices as a Python list, ~45 bytes a row):
 # a run longer than that builds its dataset anew (and compiles its graph again on GPU/Ascend) every 2^24 rows.
 MAX_ROWS_PER_DATASET = 1 << 24
@@ -335,7 +333,7 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
     config = settings.config
     metrics = os.path.join(settings.output_dir, "metrics.jsonl")
     if device.is_main and progress.micro_step == 0 and os.path.exists(metrics):
-        os.remove(metrics)
+        log(f"{metrics} of an earlier run moved aside to {move_aside(metrics, 'previous')}")
     elif device.is_main:
         trim_metrics(metrics, progress.micro_step // plan.accumulation_steps)
     callbacks: List[Callback] = [StepCounter(cell, progress, len(settings.part_names)),
@@ -386,12 +384,14 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
 
 
 def _create_outputs(settings: TrainSettings, net: AlbertConfig) -> None:
-    """The output folder and the save folder, each with albert_config.json (the network, for evaluation and
-    fine-tuning); half-written checkpoints a killed run left are removed."""
-    os.makedirs(settings.output_dir, exist_ok=True)
+    """The output folder and the save folder, each locked for this run (see lock_output) and given
+    albert_config.json (the network, for evaluation and fine-tuning); half-written checkpoints a killed run left
+    are removed."""
+    for folder, key in ((settings.output_dir, "output_dir"), (settings.save_dir, "save_dir")):
+        if folder:
+            lock_output(os.path.join(folder, RUN_LOCK), f"{settings.flag(key)} {folder}")
     net.to_json_file(os.path.join(settings.output_dir, "albert_config.json"))
     if settings.save_dir:
-        os.makedirs(settings.save_dir, exist_ok=True)
         remove_stale_temporaries(settings.save_dir)
         net.to_json_file(os.path.join(settings.save_dir, "albert_config.json"))
 

@@ -14,6 +14,7 @@ fails the test if it is reached: every check must come before any work. Rows mar
 command in a subprocess, end to end, device setup included.
 """
 import importlib
+import json
 import shlex
 import shutil
 import subprocess
@@ -70,6 +71,48 @@ def copy_of(name: str, truncate: int = 0, drop: str = "") -> Maker:
                 shutil.copy(source, bad.parent / source.name)
         if truncate:
             bad.write_bytes((fx / bad.name).read_bytes()[:truncate])
+    return make
+
+
+_HOLDERS: List[subprocess.Popen] = []  # processes holding a lock for a row; they end with this test process
+
+
+def held_lock() -> Maker:
+    """{bad} is a lock file held by another process, as a first run holds its output's (src.atomic_files)."""
+    def make(bad: Path, fx: Path) -> None:
+        script = ("import sys; from src.atomic_files import lock_output; lock_output(sys.argv[1], 'x'); "
+                  "print('locked', flush=True); sys.stdin.read()")
+        holder = subprocess.Popen([sys.executable, "-c", script, str(bad)], cwd=ROOT, env=ENV, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "locked\n"
+        _HOLDERS.append(holder)
+    return make
+
+
+def onnx_reading(location: str) -> Maker:
+    """{bad}: a classifier-shaped ONNX model whose one weight keeps its bytes in the file `location`."""
+    def make(bad: Path, fx: Path) -> None:
+        import onnx
+        from onnx import TensorProto, helper
+
+        weight = helper.make_tensor("w", TensorProto.FLOAT, [1], [0.0])
+        weight.ClearField("float_data")
+        weight.data_location = TensorProto.EXTERNAL
+        weight.external_data.add(key="location", value=location)
+        inputs = [helper.make_tensor_value_info(name, TensorProto.INT32, [1, 8])
+                  for name in ("input_ids", "token_type_ids", "input_mask")]
+        graph = helper.make_graph([helper.make_node("Identity", ["w"], ["logits"])], "g", inputs,
+                                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1])], [weight])
+        onnx.save(helper.make_model(graph), str(bad))
+    return make
+
+
+def meta_listing(name: str, entry: str) -> Maker:
+    """The fixture data set `name` copied as {bad}, its .meta.json listing `entry` as a data file."""
+    def make(bad: Path, fx: Path) -> None:
+        copy_of(name)(bad, fx)
+        meta = Path(f"{bad}.meta.json")
+        meta.write_text(json.dumps(dict(json.loads(meta.read_text()), files=[entry])))
     return make
 
 
@@ -136,6 +179,12 @@ MATRIX: List[Row] = [
         copy_of("pt.mindrecord", truncate=3000), bad="pt.mindrecord00000"),
     row(PRE, "data of another task", "--data_dir {fx}/mrpc_train.mindrecord",
         ["{fx}/mrpc_train.mindrecord: columns", "missing", "written for this task?"]),
+    row(PRE, "data meta listing a file outside its folder", "--data_dir {bad}",
+        ["{bad}.meta.json: files entry '../../etc/passwd' is not a plain file name"],
+        meta_listing("pt.mindrecord", "../../etc/passwd"), bad="pt.mindrecord"),
+    row(PRE, "output folder in use by another run", "",
+        ["output_dir {out} is in use by another run (pid ", "wait for it to end"], held_lock(),
+        bad="out/.albert-run.lock"),
     row(PRE, "malformed yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("batch_size: [8\n"),
         bad="bad.yaml"),
     row(PRE, "unknown yaml key", "--config_path {bad}", ["{bad}: unknown key 'bach_size'; did you mean 'batch_size'?"],
@@ -336,6 +385,8 @@ MATRIX: List[Row] = [
     row(PRE, "a part missing", "--data_dir {bad}", ["{bad}: part 1 of 2 of pt.mindrecord is missing (found parts [0])"],
         parts(("--num_shards", "2", "--shard_index", "0", "--max_seq_length", "32"),), bad="parts"),
     # ---------------------------------------------------------------------------------------------- create_finetune
+    row(MAKE_FT, "output in use by another run", "",
+        ["output_file {out}/ft.mindrecord is in use by another run (pid "], held_lock(), bad="out/.ft.mindrecord.lock"),
     row(MAKE_FT, "missing input", "--input_file {tmp}/missing.tsv", ["input file not found: {tmp}/missing.tsv"]),
     row(MAKE_FT, "empty tsv", "--input_file {bad}", ["{bad}: no examples"], text(""), bad="bad.tsv"),
     row(MAKE_FT, "malformed tsv row", "--input_file {bad}",
@@ -408,6 +459,8 @@ MATRIX: List[Row] = [
     row(EXPORT, "int8 without ONNX", "--quantize int8",
         ["--quantize int8 makes an ONNX model for ONNX Runtime", "add --file_format ONNX"]),
     row(EXPORT, "export_batch_size 0", "--export_batch_size 0", ["key 'export_batch_size' must be in [1, inf), got 0"]),
+    row(EXPORT, "existing export", "", ["output already exists: {bad} (pass --overwrite true to replace it)"],
+        raw(b"an earlier export"), bad="out/model.mindir"),
     row(EXPORT, "missing task yaml", "--config_path {tmp}/task_classifier_mine.yaml",
         ["config_path not found: {tmp}/task_classifier_mine.yaml"]),
     row(EXPORT, "malformed task yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("num_class: [\n"),
@@ -433,6 +486,8 @@ MATRIX: List[Row] = [
         ["--config albert_config.json is required with --src tf"]),
     row(CONVERT, "existing output", "--input {fx}/hf_vocab100.safetensors --config {fx}/pre.ckpt.json --output {bad}",
         ["{bad} exists; pass --overwrite to replace it"], text("mine"), bad="bad.ckpt"),
+    row(CONVERT, "existing config beside the output", "--input {fx}/hf_vocab100.safetensors --config "
+        "{fx}/pre.ckpt.json", ["{bad} exists; pass --overwrite to replace it"], text("{}"), bad="out/c.ckpt.json"),
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
@@ -458,6 +513,17 @@ MATRIX: List[Row] = [
         ["--input_file holds the requests: drop --text_a"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "request not json", "", ["{bad} line 3: not JSON"], text('{"text_a": "a"}\n\n{"text_a": \n'),
         bad="requests.jsonl"),
+    row(PREDICT_FILE, "request nested too deeply", "", ["{bad} line 2: JSON nested too deeply"],
+        text('{"text_a": "a"}\n' + "[" * 100000 + "]" * 100000 + "\n"), bad="requests.jsonl"),
+    row(PREDICT_FILE, "request over the size cap", "", ["{bad} line 1: a request is longer than 1048576 bytes"],
+        text('{"text_a": "' + "a" * (1 << 20) + '"}\n'), bad="requests.jsonl"),
+    row(PREDICT, "onnx weights outside the model's folder", "--model {bad} --text_a hi",
+        ["{bad}: tensor w keeps its data in '../../etc/passwd', outside the model's folder; refused"],
+        onnx_reading("../../etc/passwd"), bad="model.onnx"),
+    row(PREDICT, "onnx weights at an absolute path", "--model {bad} --text_a hi",
+        ["{bad}: tensor w keeps its data in '/etc/passwd', outside the model's folder"], onnx_reading("/etc/passwd"),
+        bad="model.onnx"),
+    row(PREDICT, "max_windows 0", "--max_windows 0 --text_a hi", ["--max_windows must be >= 1, got 0"]),
     row(PREDICT_FILE, "request not an object", "", ["{bad} line 1: a request is a JSON object, got list"],
         text('["a", "b"]\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "unknown request key", "", ["{bad} line 2: unknown key 'txt_b'", "did you mean 'text_b'?"],

@@ -1,5 +1,6 @@
 """Weight conversion (TF path against HF's own TF loader), the loading helper, and the converter CLI's errors."""
 import os
+import re
 import subprocess
 import sys
 import types
@@ -116,6 +117,11 @@ def test_cli_converts_and_refuses_to_overwrite(converted, tmp_path):
     assert out.is_file() and (tmp_path / "cli.ckpt.json").is_file()
     again = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
     assert_one_line_error(again, str(out), "--overwrite")
+    out.unlink()  # the config beside it is an output too: never replaced without --overwrite
+    (tmp_path / "cli.ckpt.json").write_text("{}")
+    again = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
+    assert_one_line_error(again, f"{out}.json exists", "--overwrite")
+    assert (tmp_path / "cli.ckpt.json").read_text() == "{}" and not out.exists()
 
 
 def test_cli_config_that_does_not_match_the_weights(converted, tmp_path):
@@ -181,3 +187,16 @@ def test_model_summary_counts(capsys):
     rows = {line.split("|")[1].strip(): line for line in capsys.readouterr().out.splitlines() if "|" in line}
     expected = hf_parameter_count(AlbertConfig.from_preset("albert_base")) / 1e6
     assert f"| {expected:.1f}M |" in rows["albert_base"]
+
+
+@pytest.mark.parametrize("version", ["2.5.1", "2.5.1+cpu", "2.4.0", "1.13.1"])
+def test_a_pickled_bin_is_refused_through_a_torch_with_the_weights_only_escape(tmp_path, monkeypatch, version):
+    """CVE-2025-32434: torch.load(weights_only=True) up to 2.5.1 can run code from a crafted file; such a torch
+    never opens the file, and the message points to the model's safetensors."""
+    save_hf(make_hf_pretraining(TINY_CONFIGS["exact_gelu_3layers"]), tmp_path / "hf", safetensors=False)
+    monkeypatch.setattr(torch, "__version__", version)
+    monkeypatch.setattr(torch, "load", lambda *args, **kwargs: pytest.fail("torch.load was reached"))
+    with pytest.raises(UserError, match=rf"needs torch >= 2.6: torch {re.escape(version)} can run code .*"
+                                        r"CVE-2025-32434.*model.safetensors"):
+        convert("hf", str(tmp_path / "hf"), str(tmp_path / "x.ckpt"))
+    assert not (tmp_path / "x.ckpt").exists()

@@ -5,6 +5,7 @@ by export.py in a subprocess; the exported model must give the in-process networ
 """
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -104,6 +105,16 @@ def test_checkpoints_and_exports_are_readable_by_other_users(heads, mindirs, onn
     os.umask(umask)
     files = [heads["classifier"][1], mindirs["classifier"], onnx_files["classifier"]]
     assert [stat.S_IMODE(path.stat().st_mode) for path in files] == [0o644 & ~umask] * 3
+
+
+def test_an_existing_export_is_replaced_only_with_overwrite(heads, tmp_path):
+    """Without --overwrite an existing output stops the run (a matrix row); with it, the export takes its place."""
+    planted = tmp_path / "model.mindir"
+    planted.write_bytes(b"an earlier export")
+    ok(export("classifier", heads["classifier"][1], tmp_path / "model", "--overwrite", "true"))
+    arrays = random_inputs("classifier", 1, seed=3)
+    assert_same(outputs_of(heads["classifier"][0], arrays), outputs_of(graph_cell(planted), arrays))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.mindir"]
 
 
 def random_inputs(task: str, batch: int, seed: int) -> List[np.ndarray]:
@@ -530,7 +541,43 @@ def test_predict_a_checkpoint_in_process_gives_hf_transformers_logits(assets, to
     assert [line["label"] for line in printed] == ["abc"[i] for i in expected.argmax(-1)]
 
 
+def test_predict_refuses_a_context_of_more_windows_than_the_cap(mindirs, assets, spm_path, tmp_path):
+    """A paragraph of over 120 tokens makes 3 or more windows of 64 tokens at stride 48: over --max_windows 2, the
+    run stops with one line, before any features are made of it, and writes nothing."""
+    context = (assets / "derived" / "squad_v1.1_dev_sample_SuperBowl50_5paras.json").read_text(encoding="utf-8")
+    context = json.loads(context)["data"][0]["paragraphs"][0]["context"]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text(json.dumps({"id": "q1", "question": "Who won Super Bowl 50?", "context": context}) + "\n")
+    result = run(["-m", "src.predict", "--model", str(mindirs["squad_v1"]), "--task", "squad_v1", "--spm_model_file",
+                  spm_path, "--input_file", str(requests), "--output_file", str(tmp_path / "answers.jsonl"),
+                  "--doc_stride", "48", "--max_query_length", "16", "--max_windows", "2"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    found = re.search(r"error: request q1: its context \((\d+) tokens\) makes (\d+) windows of 64 tokens at "
+                      r"--doc_stride 48, more than --max_windows 2", result.stderr)
+    assert found, result.stderr[-2000:]
+    tokens, windows = map(int, found.groups())
+    assert tokens > 120 and windows == 1 + -(-(tokens - (64 - 3 - 6)) // 48)  # a 6-token question, 3 markers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["requests.jsonl"]
+
+
 def test_predict_rejects_a_model_of_another_task(mindirs, spm_path):
     result = run(["-m", "src.predict", "--model", str(mindirs["classifier"]), "--task", "squad_v1",
                   "--spm_model_file", spm_path, "--question", "q", "--context", "c"])
     assert result.returncode == 2 and "not the [batch, seq] inputs" in result.stderr
+
+
+def test_onnx_external_data_is_read_only_from_the_models_folder(tmp_path):
+    """A weight kept in a file beside the model (as onnx saves models over 2 GB) is accepted; one naming a file
+    outside the folder through a symlinked subfolder is refused before ONNX Runtime could read it."""
+    pytest.importorskip("onnx")
+    from model_utils.errors import UserError
+    from src.predict import model_signature
+    from tests.test_bad_input_matrix import onnx_reading
+
+    onnx_reading("weights/w.bin")(tmp_path / "inside.onnx", tmp_path)
+    assert [name for name, _ in model_signature(str(tmp_path / "inside.onnx"))[0]] == [
+        "input_ids", "token_type_ids", "input_mask"]
+    (tmp_path / "link").symlink_to("/etc")
+    onnx_reading("link/passwd")(tmp_path / "linked.onnx", tmp_path)
+    with pytest.raises(UserError, match="keeps its data in 'link/passwd', outside the model's folder"):
+        model_signature(str(tmp_path / "linked.onnx"))

@@ -15,6 +15,7 @@ from src import create_squad_data as csd
 from src import squad_get_predictions as sgp
 from src import squad_postprocess as sp
 from tests.fuzz_helpers import TEXT, WORDS, fuzz
+from tests.test_create_squad_data import reference_is_max_context
 
 VALID_OPTIONS = st.integers(8, 48).flatmap(lambda seq: st.builds(
     csd.SquadOptions, max_seq_length=st.just(seq), doc_stride=st.integers(1, 24),
@@ -39,9 +40,10 @@ def test_doc_windows_cover_the_context_in_order(num_tokens, window, stride):
     for (start, length), (next_start, _) in zip(windows, windows[1:]):
         assert 1 <= length <= window
         assert start < next_start <= start + min(stride, length)  # no gap, at most `stride` apart
+    owners = csd.max_context_windows(windows, num_tokens)  # the former rule (quadratic) as the reference
     for position in range(num_tokens):  # each token is scored in exactly one window, one that holds it
-        best = [i for i in range(len(windows)) if csd.is_max_context(windows, i, position)]
-        assert len(best) == 1
+        best = [i for i in range(len(windows)) if reference_is_max_context(windows, i, position)]
+        assert len(best) == 1 and owners[position] == best[0]
         start, length = windows[best[0]]
         assert start <= position < start + length
 

@@ -195,3 +195,13 @@ def test_weights_only_checkpoint_initialises_and_a_restart_continues_the_run(dat
     assert "already holds this run's checkpoints: continuing from them" in second.stdout
     assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'albert_pretrain-2.ckpt'}" in second.stdout
     assert sorted(metrics_by_step(tmp_path / "run" / "metrics.jsonl")) == [1, 2, 3]
+
+
+def test_a_fresh_run_moves_an_earlier_metrics_file_aside_and_leaves_no_lock(data, tmp_path):
+    """metrics.jsonl of an earlier run into the same folder is kept (moved aside, never deleted); the run's lock on
+    its output folders is gone when it ends."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 9.5}\n')
+    ok(run(pretrain(data, tmp_path, "--train_steps", "2", "--log_steps", "1", "--enable_save_ckpt", "false")))
+    assert (tmp_path / "metrics.jsonl.previous").read_text() == '{"step": 1, "loss": 9.5}\n'
+    assert sorted(metrics_by_step(tmp_path / "metrics.jsonl")) == [1, 2]
+    assert not list(tmp_path.rglob("*.lock"))
