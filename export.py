@@ -228,8 +228,8 @@ def _quantize_in_place(path: str) -> None:
     os.replace(path, float_copy)
     counts = quantize_int8(float_copy, path)
     os.remove(float_copy)
-    print(f"int8: {counts['quantized']} dense layer(s) quantized, {counts['kept_float']} kept float32 (the head's "
-          f"last layer); embeddings, LayerNorm, softmax and the attention products float32")
+    print(f"int8: {counts['quantized']} dense layer(s) quantized, {counts['kept_float']} kept float32 (the layers "
+          f"giving the outputs); embeddings, LayerNorm, softmax and the attention products float32")
 
 
 def _describe(signature: Signature) -> str:

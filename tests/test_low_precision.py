@@ -55,6 +55,37 @@ def test_the_int8_file_is_int8(exports):
     assert exports["int8"].stat().st_size < exports["float"].stat().st_size
 
 
+# dense layers of each head (the architecture's): quantized = the embedding projection + 6 per layer + the head's
+# inner dense layers (pooler for classifier and RACE; the end and answer-class hidden layers of SQuAD v2); kept float
+# = the layers that give the outputs
+HEAD_DENSE = {"race": (1, 1), "squad_v1": (0, 1), "squad_v2": (2, 3)}
+
+
+@pytest.mark.parametrize("task", list(HEAD_DENSE))
+def test_every_head_exports_int8_with_its_last_layers_float(task, heads, tmp_path):  # noqa: F811
+    import onnx
+    import onnxruntime
+
+    from tests.test_export import INPUTS, outputs_of, random_inputs
+
+    head, checkpoint = heads[task]
+    done = ok(export(task, checkpoint, tmp_path / "int8", "--file_format", "ONNX", "--quantize", "int8",
+                     "--export_batch_size", str(BATCH)))
+    inner, last = HEAD_DENSE[task]
+    quantized = 1 + 6 * tiny_config().num_hidden_layers + inner
+    assert f"int8: {quantized} dense layer(s) quantized, {last} kept float32" in done.stdout
+    ops = [node.op_type for node in onnx.load(str(tmp_path / "int8.onnx")).graph.node]
+    assert ops.count("MatMulInteger") == quantized
+    session = onnxruntime.InferenceSession(str(tmp_path / "int8.onnx"), providers=["CPUExecutionProvider"])
+    arrays = random_inputs(task, BATCH, seed=4)
+    got = session.run(None, dict(zip([i.name for i in session.get_inputs()], arrays[:INPUTS[task]])))
+    want = outputs_of(head, arrays)
+    assert [g.shape for g in got] == [w.shape for w in want]
+    if task != "squad_v2":  # its outputs are top-k choices, which may reorder under int8
+        spread = max(np.abs(w).max() for w in want)  # weights of std 0.3 (the export tests' heads): a coarse case
+        assert 0 < max(np.abs(g - w).max() for g, w in zip(got, want)) < 0.3 * spread
+
+
 def _mrpc_features(assets, tokenizer, rows: int):
     from src.create_finetune_data import InputExample, classifier_feature
     from src.data_utils import read_tsv
