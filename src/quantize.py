@@ -14,6 +14,7 @@ MindSpore writes a dense layer as ONNX `Gemm` (bias included), which ONNX Runtim
 take, so each is first rewritten as `MatMul` by the transposed weight (stored once, however many layers share it:
 ALBERT's layers share their weights) followed by `Add` of the bias: the same function.
 """
+import logging
 import os
 from pathlib import Path
 from typing import Dict, List, Set
@@ -97,10 +98,14 @@ def quantize_int8(source: str, target: str) -> Dict[str, int]:
              and node.input[1] in _initializers(model)]
     prepared = f"{target}.float.onnx"
     onnx.save(model, prepared)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # its advice to pre-process first: gemm_to_matmul is that step here
     try:
         quantize_dynamic(prepared, target, weight_type=QuantType.QInt8, op_types_to_quantize=list(QUANTIZED_OPS),
                          nodes_to_exclude=kept_float, extra_options={"MatMulConstBOnly": True})
     finally:
+        root.setLevel(level)
         os.remove(prepared)
     return {"dense_layers": len(dense), "rewritten_gemm": rewritten,
             "quantized": len([name for name in dense if name not in kept_float]), "kept_float": len(kept_float)}
