@@ -2,7 +2,7 @@
 
 A config file holds up to three yaml documents: the values, a help string per key and the allowed values per
 key (keys of nested values are written with dots, `optimizer_cfg.Lamb.learning_rate`): a list of choices, or an
-interval such as "[1, inf)" or "[0, 1)" for a number, so that a bad value stops the run at parse time, naming
+interval such as "[1, 65536]" or "(0, inf)" for a number, so that a bad value stops the run at parse time, naming
 the key and where it was set, before anything is written or computed. Every key, nested ones
 included, becomes a `--key value` option whose type is the type of its value in the yaml. The file shipped with a
 script is the schema: a user's own yaml (`--config_path`) may only set keys the shipped file has.

@@ -21,6 +21,8 @@ Environment:
   LAUNCHER       msrun | mpirun (default msrun, on every target). mpirun (Open MPI 4.x; GPU or Ascend only) is
                  started with --allow-run-as-root when root, -x for PATH, LD_LIBRARY_PATH, PYTHONPATH, CUDA_HOME,
                  NCCL_SOCKET_IFNAME, NCCL_DEBUG and GLOG_v where set, and --bind-to none
+  MPI_IF_INCLUDE interfaces or subnets mpirun's own traffic may use (eth1, 10.0.0.0/24; comma-separated): passed
+                 as --mca oob_tcp_if_include and --mca btl_tcp_if_include (NCCL_SOCKET_IFNAME does it for NCCL)
   NNODES         machines in the job (default 1). With msrun, start this script once on each machine, each
                  with its own NODE_RANK and the same MASTER_ADDR/MASTER_PORT. With mpirun, start it once, on one
                  machine, with HOSTFILE naming all NNODES machines: mpirun starts the workers on the others.
@@ -127,6 +129,11 @@ albert_run_distributed() {
         if [[ -n "${!name:-}" ]]; then cmd+=(-x "$name"); fi
       done
       cmd+=(--bind-to none)
+      # Open MPI uses every interface unless told: MPI_IF_INCLUDE keeps its launch (oob) and transport (btl) traffic on
+      # the given interfaces or subnets.
+      if [[ -n "${MPI_IF_INCLUDE:-}" ]]; then
+        cmd+=(--mca oob_tcp_if_include "$MPI_IF_INCLUDE" --mca btl_tcp_if_include "$MPI_IF_INCLUDE")
+      fi
       if [[ -n "${HOSTFILE:-}" ]]; then cmd+=(--hostfile "$HOSTFILE" --map-by "ppr:$device_num:node"); fi
       cmd+=(--output-filename "$logs/mpirun" --merge-stderr-to-stdout "${PYTHON:-python}" "$ALBERT_ROOT/$script"
             "${args[@]}")

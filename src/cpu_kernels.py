@@ -11,19 +11,25 @@ products, and some products too:
   attention products, on each head's scores while they are in cache).
 
 Nothing new is installed: the sources are compiled once with the system C++ compiler (for this CPU) into a per-user
-cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`) and loaded as Custom ops of type "aot", each with
-its own backward. Cells use them when their `albert_model.Runtime` says so: `src.device_setup.model_runtime` asks for
-them on CPU in float32 when `available()`. MindSpore's own operations are used instead, with results equal up to
-float32 rounding, on other devices, in other compute types, and when no C++ compiler or oneDNN library is found, the
-compilation fails, `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says
-which). Exported models never use them (export.py's `export_runtime`), so a MINDIR never needs the .so.
+cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`, created 0700) and loaded as Custom ops of type
+"aot", each with its own backward. A library is code this process runs: it is loaded from the cache only when this
+user owns it and its folder, neither is a symlink and nobody else can write them; otherwise it is built in a private
+folder of the process. Cells use them when their `albert_model.Runtime` says so: `src.device_setup.model_runtime`
+asks for them on CPU in float32 when `available()`. MindSpore's own operations are used instead, with results equal
+up to float32 rounding, on other devices, in other compute types, and when no C++ compiler or oneDNN library is found,
+the compilation fails, the library does not load, `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or
+`ALBERT_CPU_KERNELS=0` is set (`status()` says which). Exported models never use them (export.py's `export_runtime`),
+so a MINDIR never needs the .so.
 """
+import atexit
 import ctypes
 import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import List, Optional, Tuple
@@ -51,14 +57,80 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("ALBERT_CACHE_DIR") or Path.home() / ".cache" / "albert_mindspore")
 
 
+CPUINFO = Path("/proc/cpuinfo")
+# The lines of CPUINFO that say which CPU this is: x86's model and flags, ARM's implementer, part and features.
+CPU_LINES = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part")
+
+
 def _cpu_identity() -> bytes:
     """The CPU model and feature flags, so that a cache shared between different machines holds one build each."""
     try:
-        lines = Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
+        lines = CPUINFO.read_text(errors="replace").splitlines()
     except OSError:
         return platform.processor().encode()
-    wanted = [line for line in lines if line.startswith(("model name", "flags"))]
+    wanted = [line for line in lines if line.startswith(CPU_LINES)]
     return "\n".join(sorted(set(wanted))).encode()
+
+
+def _compiler_identity(compiler: str) -> bytes:
+    """The compiler's version (first line of --version), its target machine (-dumpmachine) and what -march=native
+    resolves to on this CPU (-march/-mtune/-mcpu and the enabled instruction sets): a library built by another
+    compiler, or for a CPU with other instructions, must not be loaded here (an instruction the CPU lacks is a
+    SIGILL, not an error)."""
+    def output(*args: str) -> List[str]:
+        try:
+            return subprocess.run([compiler, *args], capture_output=True, text=True, timeout=60).stdout.splitlines()
+        except (OSError, subprocess.SubprocessError) as err:
+            return [f"{' '.join(args)}: {err}"]
+
+    target = [" ".join(line.split()) for line in output("-march=native", "-Q", "--help=target")
+              if line.strip().startswith(("-march=", "-mtune=", "-mcpu=")) or line.rstrip().endswith("[enabled]")]
+    return "\n".join([*output("--version")[:1], *output("-dumpmachine"), *target]).encode()
+
+
+def _cache_key(compiler: str, dnnl: Path) -> str:
+    """Hash of everything the built library depends on: sources, flags, oneDNN, MindSpore, compiler, libc, CPU."""
+    described = "\n".join([str(dnnl), ms.__version__, " ".join(FLAGS), repr(platform.libc_ver())])
+    digest = hashlib.sha256(described.encode() + _cpu_identity() + _compiler_identity(compiler))
+    for path in SOURCES + HEADERS:
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _untrusted(path: Path) -> str:
+    """Why the library or its folder at `path` cannot be trusted ("" when it can): whoever can write either, or
+    point a symlink elsewhere, would run their code in this process."""
+    try:
+        info = os.lstat(path)
+    except OSError as err:
+        return f"cannot inspect {path} ({err.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symlink"
+    if info.st_uid != os.geteuid():
+        return f"{path} is owned by another user (uid {info.st_uid})"
+    if info.st_mode & 0o022:
+        return f"{path} is writable by group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    return ""
+
+
+def _library_folder(name: str) -> Tuple[Optional[Path], str]:
+    """The folder to load (or build) the library `name` in, and why not the cache ("" when the cache): the cache,
+    created 0700, when this user owns it and its `name` and nobody else can write either; else a private folder of
+    this process, removed at exit; else None."""
+    cache = _cache_dir()
+    try:
+        cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        why = _untrusted(cache) or (_untrusted(cache / name) if os.path.lexists(cache / name) else "")
+    except OSError as err:
+        why = f"cannot create {cache} ({err.strerror})"
+    if not why:
+        return cache, ""
+    try:
+        private = Path(tempfile.mkdtemp(prefix="albert_kernels-"))
+    except OSError as err:
+        return None, f"{why}, and no private folder ({err.strerror})"
+    atexit.register(shutil.rmtree, private, True)
+    return private, f"{why}: built in a private folder"
 
 
 def _allowed_by_white_list(path: Path) -> bool:
@@ -69,8 +141,9 @@ def _allowed_by_white_list(path: Path) -> bool:
 
 @lru_cache(maxsize=None)
 def _build() -> Tuple[Optional[str], str]:
-    """(path of the compiled kernel library, "") or (None, why not). Compiled once per source/library/MindSpore
-    version/CPU; concurrent processes (data-parallel workers) each write a temporary file and rename it into place."""
+    """(path of the loaded kernel library, "" or why it is not the cache's) or (None, why not). Compiled once per
+    source/library/MindSpore version/compiler/libc/CPU; concurrent processes (data-parallel workers) each write a
+    temporary file and rename it into place."""
     if os.environ.get("ALBERT_CPU_KERNELS", "1") == "0":
         return None, "ALBERT_CPU_KERNELS=0"
     dnnl = _dnnl_library()
@@ -79,15 +152,26 @@ def _build() -> Tuple[Optional[str], str]:
     compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
     if compiler is None:
         return None, "no C++ compiler (g++ or c++) on PATH"
-    digest = hashlib.sha256(str(dnnl).encode() + ms.__version__.encode() + " ".join(FLAGS).encode()
-                            + _cpu_identity())
-    for path in SOURCES + HEADERS:
-        digest.update(path.read_bytes())
-    target = _cache_dir() / f"albert_kernels-{digest.hexdigest()[:16]}.so"
+    name = f"albert_kernels-{_cache_key(compiler, dnnl)}.so"
+    folder, note = _library_folder(name)
+    if folder is None:
+        return None, note
+    target = folder / name
     if not _allowed_by_white_list(target):
         return None, f"MS_CUSTOM_AOT_WHITE_LIST does not include {target.parent}"
-    if target.is_file():
-        return str(target), ""
+    if not target.is_file():
+        failure = _compile(compiler, dnnl, target)
+        if failure:
+            return None, failure
+    try:
+        _library(str(target))
+    except OSError as err:
+        return None, f"cannot load {target} ({err})"
+    return str(target), note
+
+
+def _compile(compiler: str, dnnl: Path, target: Path) -> str:
+    """Build the library at `target`, for this user only; "" or why it failed."""
     names = ", ".join(path.name for path in SOURCES)
     try:
         with atomic_path(str(target), ".so", plain_mode=False) as partial:  # a failed build leaves nothing behind
@@ -97,15 +181,19 @@ def _build() -> Tuple[Optional[str], str]:
             if result.returncode != 0:
                 lines = (result.stderr or result.stdout).strip().splitlines()
                 raise subprocess.SubprocessError(lines[0] if lines else f"exit code {result.returncode}")
+            os.chmod(partial, 0o700)  # the linker gives it the umask's mode, which may let the group write it
     except (OSError, subprocess.SubprocessError) as err:
-        return None, f"compiling {names} failed: {err}"
-    return str(target), ""
+        return f"compiling {names} failed: {err}"
+    return ""
 
 
 def status() -> str:
-    """One line for logs: whether float32 networks on CPU use the compiled kernels, and if not, why."""
+    """One line for logs: whether float32 networks on CPU use the compiled kernels (and where, when not from the
+    cache), and if not, why."""
     path, why = _build()
-    return f"compiled CPU kernels, oneDNN sgemm ({path})" if path else f"MindSpore operations ({why})"
+    if path is None:
+        return f"MindSpore operations ({why})"
+    return f"compiled CPU kernels, oneDNN sgemm ({path}{'; ' + why if why else ''})"
 
 
 def available() -> bool:

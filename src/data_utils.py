@@ -23,8 +23,12 @@ CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
 
 
 def parse_tool_config(argv: Sequence[str], section: str, description: str) -> Config:
-    """The tool's section of create_data_config.yaml, overridden by --config_path and --flags."""
-    return parse_cli(CONFIG_FILE, argv, description, section=section)
+    """The tool's section of create_data_config.yaml, overridden by --config_path and --flags; a max_seq_length the
+    network cannot take stops here, before any input is read."""
+    config = parse_cli(CONFIG_FILE, argv, description, section=section)
+    if "max_position_embeddings" in config:
+        check_max_seq_length(config.max_seq_length, config.max_position_embeddings)
+    return config
 
 
 def not_utf8(path: os.PathLike, err: UnicodeDecodeError) -> UserError:
@@ -153,9 +157,15 @@ def truncate_pair_from_end(ids_a: List[int], ids_b: List[int], max_tokens: int) 
         (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
 
 
-def check_max_seq_length(max_seq_length: int, minimum: int = 8) -> None:
+def check_max_seq_length(max_seq_length: int, max_position_embeddings: Optional[int] = None, minimum: int = 8) -> None:
+    """Shorter than `minimum`, a sequence holds no pair; longer than the network's position table
+    (`max_position_embeddings`, 512 in every published ALBERT), no network can take the data made with it."""
     if max_seq_length < minimum:
         raise UserError(f"max_seq_length must be at least {minimum}, got {max_seq_length}")
+    if max_position_embeddings is not None and max_seq_length > max_position_embeddings:
+        raise UserError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings {max_position_embeddings} "
+                        f"(the network's position table, 512 in every published ALBERT): lower max_seq_length, or "
+                        f"set --max_position_embeddings for a network pretrained with a longer table")
 
 
 class Progress:

@@ -28,7 +28,7 @@ answers are JSON lines in the input's order, each with the request's id (else it
 --output_file (whole, or not at all) or stdout. Requests are answered --batch_size rows at a time. The file is
 read twice, streamed: every request is checked before the model is loaded, then CHUNK_REQUESTS at a time are
 answered, so memory does not grow with the file. Caps: MAX_REQUEST_BYTES (1 MiB) per line, --max_windows (256)
-SQuAD windows per request.
+SQuAD windows per request, and a range for every integer flag (FLAG_RANGES).
 
 Text becomes features exactly as the data tools make them (create_finetune_data.classifier_feature and
 race_feature, create_squad_data.example_features) at the sequence length the model was exported with; the task's
@@ -67,6 +67,11 @@ DEFAULT_SEQ = 128
 CHUNK_REQUESTS = 1024  # requests read and made into features at a time: bounds the memory of a large --input_file
 MAX_REQUEST_BYTES = 1 << 20  # one line of --input_file (read no further: a line with no end never fills memory)
 MAX_WINDOWS = 256  # SQuAD windows one request may make (a 1 MiB context at --doc_stride 1 would make ~250,000)
+# The integer flags' ranges: the upper bounds stop an absurd value before a model, a thread pool or a batch is
+# allocated (8192 positions: 16 times the position table of every published ALBERT).
+FLAG_RANGES = {"batch_size": (0, 65536), "threads": (0, 1024), "seq_length": (0, 8192), "max_qa_length": (1, 8192),
+               "doc_stride": (1, 8192), "max_query_length": (1, 8192), "max_windows": (1, 65536),
+               "n_best_size": (1, 512), "max_answer_length": (1, 8192)}
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -120,13 +125,9 @@ def check_args(args: argparse.Namespace) -> None:
     if not args.model.endswith(SUFFIXES):
         raise UserError(f"--model must be a .mindir (MindSpore) or .onnx (ONNX Runtime) file written by export.py, "
                         f"or a fine-tuned .ckpt: {args.model}")
-    for flag in ("threads", "batch_size"):
-        if getattr(args, flag) < 0:
-            raise UserError(f"--{flag} must be >= 0, got {getattr(args, flag)}")
-    if args.max_windows < 1:
-        raise UserError(f"--max_windows must be >= 1, got {args.max_windows}")
-    if args.max_qa_length < 1:
-        raise UserError(f"--max_qa_length must be >= 1, got {args.max_qa_length}")
+    for flag, (low, high) in FLAG_RANGES.items():
+        if not low <= getattr(args, flag) <= high:
+            raise UserError(f"--{flag} must be in [{low}, {high}], got {getattr(args, flag)}")
     if args.model.endswith(".onnx"):
         missing = [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
         if missing:
@@ -136,8 +137,6 @@ def check_args(args: argparse.Namespace) -> None:
         used += ["precision"] if args.precision != "float32" else []
         if used:
             raise UserError(f"--{used[0]} is for a .ckpt model; an exported model has its own")
-    elif args.seq_length < 0:
-        raise UserError(f"--seq_length must be >= 0, got {args.seq_length}")
     elif args.precision == "bfloat16":
         from src.cpu_kernels import bf16_support
 

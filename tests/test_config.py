@@ -1,4 +1,5 @@
 """model_utils/config.py: yaml values/help/choices documents turned into a typed command line."""
+import math
 import subprocess
 import sys
 import textwrap
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from model_utils.config import ConfigError, parse_cli
+from model_utils.config import ConfigError, flatten, load_yaml_documents, parse_cli, parse_interval
 
 SCHEMA = textwrap.dedent("""\
     batch_size: 32
@@ -147,3 +148,31 @@ def test_ranges_accept_their_bounds_and_the_shipped_defaults(schema, project_roo
     for name in ("pretrain_config.yaml", "task_classifier_config.yaml", "task_race_config.yaml",
                  "task_squad_v1_config.yaml", "task_squad_v2_config.yaml", "export_config.yaml"):
         parse_cli(project_root / name, [])  # every shipped default lies in its own range
+
+
+SHIPPED = sorted(Path(__file__).resolve().parents[1].glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_integer_ranges_have_an_upper_bound(path):
+    """A count, size or thread number open to infinity lets an absurd value allocate or spawn before any check."""
+    values, _, choices = load_yaml_documents(path)
+    flat = flatten(values)
+    integers = {key: spec for key, spec in choices.items()
+                if isinstance(spec, str) and isinstance(flat[key], int) and not isinstance(flat[key], bool)}
+    assert integers, f"{path.name}: no integer range found"
+    assert {key: spec for key, spec in integers.items() if math.isinf(parse_interval(spec)[1])} == {}
+
+
+@pytest.mark.parametrize("name, section, key, largest, absurd", [
+    ("pretrain_config.yaml", None, "batch_size", 65536, 1000000000),
+    ("pretrain_config.yaml", None, "cpu_threads", 1024, 4096),
+    ("task_squad_v2_config.yaml", None, "start_n_top", 512, 100000),
+    ("export_config.yaml", None, "export_seq_length", 8192, 100000),
+    ("create_data_config.yaml", "pretraining", "num_workers", 256, 100000),
+    ("create_data_config.yaml", "pretraining", "dupe_factor", 1000, 1000001),
+])
+def test_absurd_sizes_stop_when_the_flags_are_read(project_root, name, section, key, largest, absurd):
+    with pytest.raises(ConfigError, match=rf"key '{key}' must be in \[\d+, {largest}\], got {absurd}"):
+        parse_cli(project_root / name, [f"--{key}", str(absurd)], section=section)
+    assert parse_cli(project_root / name, [f"--{key}", str(largest)], section=section)[key] == largest

@@ -1,8 +1,11 @@
 """src/cpu_kernels.py: the compiled CPU kernels (oneDNN sgemm products, attention, LayerNorm, GELU, cross entropy,
 column sums), each forward and gradient checked against an independent reference (numpy in float64, PyTorch autograd in
-float64, MindSpore's own cells), and their fallbacks (switched off, no compiler, a failing build, white list)."""
+float64, MindSpore's own cells), and their cache and fallbacks (the cache key, an untrusted cache, switched off, no
+compiler, a failing build or load, white list)."""
+import errno
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -409,3 +412,148 @@ def test_a_failing_build_falls_back_and_leaves_no_partial_library(fresh_build, m
 def test_a_white_list_without_the_cache_falls_back(fresh_build, monkeypatch):
     monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", str(fresh_build / "elsewhere"))
     assert not cpu_kernels.available() and "MS_CUSTOM_AOT_WHITE_LIST" in cpu_kernels.status()
+
+
+FAKE_CXX = """#!/bin/sh
+# g++ as a test wants it: its identity read from the files beside it; a build copies output.so to the -o path.
+here=$(dirname "$0")
+case "$1 $2" in
+  "--version "*) cat "$here/version"; exit 0;;
+  "-dumpmachine "*) cat "$here/machine"; exit 0;;
+  "-march=native -Q") cat "$here/target"; exit 0;;
+esac
+while [ $# -gt 0 ]; do
+  if [ "$1" = "-o" ]; then cp "$here/output.so" "$2"; exit $?; fi
+  shift
+done
+exit 1
+"""
+TARGET = ("The following options are target specific:\n  -march=   \t\tskylake\n  -mtune=   \t\tskylake\n"
+          "  -mavx2    \t\t[enabled]\n  -mavx512f \t\t[disabled]\n")
+
+
+@pytest.fixture
+def fake_compiler(fresh_build, monkeypatch):
+    """CXX set to a stand-in for g++ (FAKE_CXX) whose builds are a small real library with the two entry points
+    every load calls (SetThreads, SetBf16), so that where the library is built and loaded from can be watched in a
+    fraction of a second; returns its folder."""
+    real = shutil.which("g++") or shutil.which("c++")
+    if real is None:
+        pytest.skip("compiled CPU kernels unavailable: no C++ compiler")
+    folder = fresh_build / "cxx"
+    folder.mkdir()
+    (folder / "stub.cc").write_text('extern "C" { void SetThreads(int) {} void SetBf16(int) {} }\n')
+    subprocess.run([real, "-shared", "-fPIC", "-o", str(folder / "output.so"), str(folder / "stub.cc")], check=True,
+                   timeout=120)
+    (folder / "version").write_text("g++ (GCC) 13.2.0\nCopyright (C) 2023 Free Software Foundation, Inc.\n")
+    (folder / "machine").write_text("x86_64-linux-gnu\n")
+    (folder / "target").write_text(TARGET)
+    (folder / "g++").write_text(FAKE_CXX)
+    (folder / "g++").chmod(0o755)
+    monkeypatch.setenv("CXX", str(folder / "g++"))
+    monkeypatch.setattr(cpu_kernels, "_dnnl_library", lambda: folder / "libdnnl.so.3")
+    return folder
+
+
+def _key(folder: Path) -> str:
+    return cpu_kernels._cache_key(str(folder / "g++"), folder / "libdnnl.so.3")
+
+
+@pytest.mark.parametrize("part, before, after", [
+    ("version", "13.2.0\n", "14.1.0\n"),  # another compiler
+    ("machine", "x86_64-linux-gnu", "aarch64-linux-gnu"),  # another target
+    ("target", "-march=   \t\tskylake", "-march=   \t\ticelake-server"),  # -march=native resolved on another CPU
+    ("target", "-mavx512f \t\t[disabled]", "-mavx512f \t\t[enabled]"),  # an instruction set more
+])
+def test_the_cache_key_holds_compiler_target_and_resolved_cpu(fake_compiler, part, before, after):
+    original = (fake_compiler / part).read_text()
+    key = _key(fake_compiler)
+    (fake_compiler / part).write_text(original.replace(before, after, 1))
+    assert _key(fake_compiler) != key
+    (fake_compiler / part).write_text(original)
+    assert _key(fake_compiler) == key
+
+
+def test_the_cache_key_holds_libc_but_not_the_compilers_copyright(fake_compiler, monkeypatch):
+    key = _key(fake_compiler)
+    (fake_compiler / "version").write_text("g++ (GCC) 13.2.0\nCopyright (C) 2024 Free Software Foundation, Inc.\n")
+    assert _key(fake_compiler) == key
+    monkeypatch.setattr(cpu_kernels.platform, "libc_ver", lambda *args, **kwargs: ("glibc", "2.17"))
+    assert _key(fake_compiler) != key
+
+
+def test_on_arm_the_cpu_is_told_by_its_part_and_features(tmp_path, monkeypatch):
+    """aarch64's /proc/cpuinfo has no model name or flags line: its identity is the implementer, part and
+    features, and nothing that varies between boots (BogoMIPS)."""
+    cpuinfo = tmp_path / "cpuinfo"
+    arm = ("processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd aes pmull sha1 sha2 crc32 atomics\n"
+           "CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x3\nCPU part\t: 0xd0c\n")
+    monkeypatch.setattr(cpu_kernels, "CPUINFO", cpuinfo)
+    cpuinfo.write_text(arm)
+    identity = cpu_kernels._cpu_identity()
+    for before, after in (("atomics", "atomics sve"), ("0xd0c", "0xd40")):
+        cpuinfo.write_text(arm.replace(before, after))
+        assert cpu_kernels._cpu_identity() != identity
+    cpuinfo.write_text(arm.replace("50.00", "48.00"))
+    assert cpu_kernels._cpu_identity() == identity
+
+
+def test_the_cache_is_made_0700_and_its_library_is_loaded_from_it_once_built(fake_compiler):
+    cache = fake_compiler.parent / "cache"
+    path, why = cpu_kernels._build()
+    assert (Path(path).parent, why) == (cache, "")
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE(Path(path).stat().st_mode) & 0o077 == 0
+    built = Path(path).read_bytes()
+    (fake_compiler / "output.so").write_bytes(b"a rebuild")
+    cpu_kernels._build.cache_clear()
+    assert cpu_kernels._build() == (path, "") and Path(path).read_bytes() == built
+
+
+@pytest.mark.parametrize("plant", ["group-writable cache", "group-writable library", "symlinked library",
+                                   "another user's cache"])
+def test_an_untrusted_cache_is_not_loaded_the_library_is_built_privately(fake_compiler, monkeypatch, plant):
+    """Whoever can write the cache or its library (or point it elsewhere) could run code as this user."""
+    cache = fake_compiler.parent / "cache"
+    planted = Path(cpu_kernels._build()[0])
+    if plant == "group-writable cache":
+        cache.chmod(0o770)
+        reason = f"{cache} is writable by group or others (mode 770)"
+    elif plant == "group-writable library":
+        planted.chmod(0o760)
+        reason = f"{planted} is writable by group or others (mode 760)"
+    elif plant == "symlinked library":
+        planted.unlink()
+        (fake_compiler / "evil.so").write_bytes(b"anyone's code")
+        planted.symlink_to(fake_compiler / "evil.so")
+        reason = f"{planted} is a symlink"
+    else:
+        me = os.geteuid()
+        monkeypatch.setattr(os, "geteuid", lambda: me + 1)
+        reason = f"{cache} is owned by another user (uid {me})"
+    cpu_kernels._build.cache_clear()
+    path, why = cpu_kernels._build()
+    assert why == f"{reason}: built in a private folder"
+    assert Path(path).parent != cache and Path(path).name == planted.name
+    assert stat.S_IMODE(Path(path).parent.stat().st_mode) == 0o700
+    assert cpu_kernels.status() == f"compiled CPU kernels, oneDNN sgemm ({path}; {why})"
+
+
+def test_without_a_trusted_or_private_folder_they_fall_back(fake_compiler, monkeypatch):
+    cache = fake_compiler.parent / "cache"
+    cache.mkdir()
+    cache.chmod(0o777)
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cpu_kernels.tempfile, "mkdtemp", no_space)
+    assert not cpu_kernels.available()
+    assert cpu_kernels.status() == (f"MindSpore operations ({cache} is writable by group or others (mode 777), and "
+                                    f"no private folder ({os.strerror(errno.ENOSPC)}))")
+
+
+def test_a_library_that_does_not_load_falls_back_with_the_reason(fake_compiler):
+    (fake_compiler / "output.so").write_bytes(b"not a shared library")
+    assert not cpu_kernels.available()
+    assert cpu_kernels.status().startswith(f"MindSpore operations (cannot load {fake_compiler.parent / 'cache'}/")

@@ -82,3 +82,16 @@ def test_missing_input_is_one_line_error(tmp_path, project_root, assets):
     assert done.returncode == 2
     assert done.stderr.strip() == f"error: input file not found: {tmp_path / 'train.tsv'}"
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("section", ["pretraining", "finetune", "squad"])
+def test_max_seq_length_is_checked_against_the_position_table(section):
+    """Every published ALBERT has 512 positions: longer data fits no network unless the user says theirs has more."""
+    from model_utils.errors import UserError
+    from src.data_utils import parse_tool_config
+    assert parse_tool_config(["--max_seq_length", "512"], section, "").max_seq_length == 512
+    with pytest.raises(UserError, match=r"^max_seq_length 513 exceeds max_position_embeddings 512 .*"
+                                        r"set --max_position_embeddings"):
+        parse_tool_config(["--max_seq_length", "513"], section, "")
+    longer = parse_tool_config(["--max_seq_length", "1024", "--max_position_embeddings", "1024"], section, "")
+    assert longer.max_seq_length == 1024

@@ -48,7 +48,7 @@ def test_a_gpu_without_a_cuda_11_toolkit_is_named_with_the_reason(tmp_path, monk
 
 @pytest.mark.parametrize("cuda, expected", [
     ("11.6", "a compute capability 9 GPU needs CUDA >= 11.8"),
-    (None, "CUDA_HOME is not set; MindSpore 2.10.0 needs a CUDA 11.1 or 11.6 toolkit")])
+    (None, f"CUDA_HOME is not set; MindSpore {ms.__version__} needs a CUDA 11.1 or 11.6 toolkit")])
 def test_hopper_needs_cuda_11_8_and_cuda_home_must_be_set(cuda, expected, tmp_path, monkeypatch):
     fake_gpu_host(tmp_path, monkeypatch, cuda or "11.6")
     if cuda is None:

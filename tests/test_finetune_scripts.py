@@ -102,6 +102,11 @@ def test_mpirun_commands_and_refusals(tmp_path):
     given = dict(ENV, PATH="set", CUDA_HOME="set")  # what bash() passes the script
     assert re.findall(r" -x (\S+)", gpu.stdout) == [name for name in MPIRUN_FORWARDS if name in given]
     assert f" --bind-to none --output-filename {tmp_path}/logs/mpirun --merge-stderr-to-stdout " in gpu.stdout
+    fenced = ok(bash([launch, 8, tmp_path], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1", "LAUNCHER": "mpirun",
+                                             "MPI_IF_INCLUDE": "10.0.0.0/24", "NCCL_SOCKET_IFNAME": "eth1"}))
+    assert " -x NCCL_SOCKET_IFNAME " in fenced.stdout  # NCCL's sockets and Open MPI's own on the cluster network
+    assert (" --bind-to none --mca oob_tcp_if_include 10.0.0.0/24 --mca btl_tcp_if_include 10.0.0.0/24 "
+            "--output-filename ") in fenced.stdout
     assert f"run_squad_v1.py --distribute true --device_num 8 --device_target GPU --output_dir {tmp_path} " \
            f"--epoch_num 2" in gpu.stdout
     hosts = ok(bash([launch, 8, tmp_path], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1", "NNODES": "2",
