@@ -25,7 +25,8 @@ The file's suffix picks the engine:
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
 text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id. The
 answers are JSON lines in the input's order, each with the request's id (else its line number), written to
---output_file (whole, or not at all) or stdout. Requests are answered --batch_size rows at a time. The file is
+--output_file (whole, or not at all; an existing one only with --overwrite) or stdout. Requests are answered
+--batch_size rows at a time. The file is
 read twice, streamed: every request is checked before the model is loaded, then CHUNK_REQUESTS at a time are
 answered, so memory does not grow with the file. Caps: MAX_REQUEST_BYTES (1 MiB) per line, --max_windows (256)
 SQuAD windows per request, and a range for every integer flag (FLAG_RANGES).
@@ -86,6 +87,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--do_lower_case", type=boolean, default=True, help="true or false")
     parser.add_argument("--input_file", default="", help="JSON lines, a request per line (instead of the text flags)")
     parser.add_argument("--output_file", default="", help="with --input_file: the answers' JSON lines (else stdout)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output_file")
     parser.add_argument("--batch_size", type=int, default=0,
                         help=f"rows per model call (0: the exported batch; dynamic batch and .ckpt: {DEFAULT_BATCH})")
     parser.add_argument("--config_path", default="", help=".ckpt: the task yaml it was fine-tuned with")
@@ -151,6 +153,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise UserError(f"input_file not found: {args.input_file}")
         if args.output_file and os.path.isdir(args.output_file):
             raise UserError(f"--output_file must name a file, not a folder: {args.output_file}")
+        if args.output_file and os.path.lexists(args.output_file) and not args.overwrite:
+            raise UserError(f"output_file already exists: {args.output_file} (pass --overwrite to replace it)")
     elif args.output_file:
         raise UserError("--output_file goes with --input_file; one request is printed on stdout")
 

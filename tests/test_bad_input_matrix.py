@@ -548,6 +548,9 @@ MATRIX: List[Row] = [
     row(PREDICT_FILE, "empty requests file", "", ["{bad} holds no request"], text("\n\n"), bad="requests.jsonl"),
     row(PREDICT_FILE, "requests file not utf-8", "", ["{bad} line 2: not UTF-8 text"],
         raw(b'{"text_a": "a"}\n{"text_a": "caf\xe9"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "output file exists (here the requests file itself)", "--output_file {bad}",
+        ["output_file already exists: {bad} (pass --overwrite to replace it)"], text('{"text_a": "a"}\n'),
+        bad="requests.jsonl"),
     row(PREDICT_FILE, "output file is a folder", "--output_file {tmp}",
         ["--output_file must name a file, not a folder: {tmp}"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     # ---------------------------------------------------------------------------------------------- squad_postprocess

@@ -484,6 +484,11 @@ def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokeni
         np.testing.assert_allclose([line["probabilities"][k] for k in "ABCD"], expected, rtol=0, atol=1e-5)
         assert line["answer"] == "ABCD"[int(expected.argmax())]
         assert line["option"] == one.choices[int(expected.argmax())]
+    again = run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl")])
+    assert again.returncode == 2 and f"output_file already exists: {tmp_path / 'out.jsonl'}" in again.stderr
+    (tmp_path / "out.jsonl").write_text("stale\n")
+    ok(run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl"), "--overwrite"]))
+    assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == in_file
     too_few = run(common + ["--article", example.article, "--question", example.question, "--option", "yes"])
     assert too_few.returncode == 2 and "chooses among 4 options but 1 --option were given" in too_few.stderr
     other_batch = run(common + ["--input_file", str(requests), "--batch_size", "4"])
