@@ -263,8 +263,10 @@ def test_bad_input_is_a_one_line_error(data, tmp_path):
           "--eval_json_path", str(squad["dev_json"])], "unique_ids"),
         (["run_classifier.py", *base, "--train_data_file_path", str(mrpc["train"]), "--train_batch_sizee", "8"],
          "train_batch_size"),
-        (["run_classifier.py", *base, "--train_data_file_path", str(mrpc["train"]), "--train_batch_size", "100000",
-          "--do_eval", "false"], "fewer than train_batch_size x device count = 100000 x 1: lower train_batch_size"),
+        (["run_classifier.py", *base, "--train_data_file_path", str(mrpc["train"]), "--train_batch_size", "60000",
+          "--do_eval", "false"], "fewer than train_batch_size x device count = 60000 x 1: lower train_batch_size"),
+        (["run_classifier.py", *base, "--train_data_file_path", str(mrpc["train"]), "--train_batch_size", "100000"],
+         "key 'train_batch_size' must be in [1, 65536], got 100000"),
     ]
     for args, message in cases:
         result = run(args)
