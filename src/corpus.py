@@ -101,12 +101,14 @@ class ReadCounts:
         if self.cut_documents:
             found.append(f"{self.cut_documents} document(s) longer than {MAX_DOCUMENT_CHARS:,} characters were cut "
                          f"into pieces of at most that size (missing blank lines between documents?)")
-        for path, (count, line) in self.json_like_lines.items():
-            found.append(f"{path}: {count} line(s) read as text look like JSON objects (first: line {line}); if "
-                         f"the file is JSON lines, use --input_format jsonl")
-        for where in self.unterminated:
-            found.append(f"{where}: <doc> block without </doc> at the end of the file (file cut short?); its "
-                         f"text was kept")
+        if self.json_like_lines:  # one line for the corpus, however many files
+            path, (_, line) = next(iter(self.json_like_lines.items()))
+            count = sum(count for count, _ in self.json_like_lines.values())
+            found.append(f"{count} line(s) in {len(self.json_like_lines)} text file(s) look like JSON objects "
+                         f"(first: {path} line {line}); if the files are JSON lines, use --input_format jsonl")
+        if self.unterminated:
+            found.append(f"{len(self.unterminated)} <doc> block(s) without </doc> at the end of their file (file cut "
+                         f"short?; first: {self.unterminated[0]}); their text was kept")
         return found
 
     def as_dict(self) -> Dict[str, object]:
@@ -256,7 +258,7 @@ class Corpus:
 
     def _check_text_line(self, path: Path, line_no: int, text: str, kind: str) -> None:
         """A WikiExtractor line in a text file is an error; JSON-object lines are counted (a mix may be real)."""
-        if _DOC_HEADER.match(text) or text == _DOC_END:
+        if text.startswith("<") and (_DOC_HEADER.match(text) or text == _DOC_END):
             shown = _DOC_END if text == _DOC_END else "<doc ...>"
             raise UserError(f"{path} line {line_no}: a WikiExtractor {shown} line in a file read as {kind}; use "
                             f"--input_format auto (or wikiextractor)")

@@ -185,9 +185,19 @@ def test_json_like_lines_in_a_text_file_are_counted_and_warned(tmp_path, spm_pat
     text.write_text('A plain sentence opens it.\nAnother follows it.\n\n{"text": "a stray record"}\nMore plain text '
                     'is here.\n{"id": 3}\n\nLast document starts.\nAnd it ends here.\n', encoding="utf-8")
     stats = _create(spm_path, text, tmp_path / "out.mindrecord")
-    assert any(f"{text}: 2 line(s) read as text look like JSON objects (first: line 4)" in w
+    assert any(f"2 line(s) in 1 text file(s) look like JSON objects (first: {text} line 4)" in w
                for w in stats["warnings"])
-    assert f"warning: {text}: 2 line(s) read as text look like JSON objects" in capsys.readouterr().err
+    assert "warning: 2 line(s) in 1 text file(s) look like JSON objects" in capsys.readouterr().err
+
+
+def test_a_doc_block_cut_short_keeps_its_text_with_a_warning(tmp_path):
+    cut = tmp_path / "wiki_07"
+    cut.write_text('<doc id="1" url="u?curid=1" title="T">\nT\n\nOne here. Two there.\n</doc>\n'
+                   '<doc id="2" url="u?curid=2" title="U">\nU\n\nThree here. Four there.\n', encoding="utf-8")
+    reader = Corpus([cut])
+    assert [d.sentences for d in reader.documents()] == [["One here.", "Two there."], ["Three here.", "Four there."]]
+    assert reader.counts.warnings() == [f"1 <doc> block(s) without </doc> at the end of their file (file cut short?; "
+                                        f"first: {cut} line 6); their text was kept"]
 
 
 # ------------------------------------------------------------------------------------------- folders
