@@ -113,6 +113,15 @@ def _untrusted(path: Path) -> str:
     return ""
 
 
+def _close_own_folder(folder: Path) -> None:
+    """Take group and others' write bits off this user's own cache folder (one made by an earlier version under a
+    umask of 002 is 0775): nobody else can then place a file in it, and a library already there is still checked
+    for its own owner and mode before it is loaded."""
+    info = os.lstat(folder)
+    if not stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o022:
+        os.chmod(folder, stat.S_IMODE(info.st_mode) & ~0o022)
+
+
 def _library_folder(name: str) -> Tuple[Optional[Path], str]:
     """The folder to load (or build) the library `name` in, and why not the cache ("" when the cache): the cache,
     created 0700, when this user owns it and its `name` and nobody else can write either; else a private folder of
@@ -120,6 +129,7 @@ def _library_folder(name: str) -> Tuple[Optional[Path], str]:
     cache = _cache_dir()
     try:
         cache.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _close_own_folder(cache)
         why = _untrusted(cache) or (_untrusted(cache / name) if os.path.lexists(cache / name) else "")
     except OSError as err:
         why = f"cannot create {cache} ({err.strerror})"

@@ -409,17 +409,17 @@ def check_request(request: object, task: str, choices: int, where: str) -> None:
             raise UserError(f"{where}: {key} must be a string")
 
 
-def warn_single_sentences(args: argparse.Namespace, total: int, alone: List[object]) -> None:
+def warn_single_sentences(args: argparse.Namespace, total: int, alone: Tuple[int, object]) -> None:
     """A sentence-pair model answers a request without text_b as if it were one sentence, and nothing in the model
-    file says which kind it is: say so once, on stderr, instead of answering silently. `alone`: the ids of the
-    `total` requests that have no text_b."""
-    if args.task != "classifier" or not alone:
+    file says which kind it is: say so once, on stderr, instead of answering silently. `alone`: how many of the
+    `total` requests have no text_b, and the first one's id."""
+    if args.task != "classifier" or not alone[0]:
         return
     from src.create_finetune_data import TSV_TASKS
 
     pairs = ", ".join(name for name, task in TSV_TASKS.items() if task.train_dev.text_b is not None)
-    which = (f"{len(alone)} of {total} requests of {args.input_file} have no text_b (the first: id "
-             f"{alone[0]})" if args.input_file else "no --text_b")
+    which = (f"{alone[0]} of {total} requests of {args.input_file} have no text_b (the first: id "
+             f"{alone[1]})" if args.input_file else "no --text_b")
     print(f"warning: {which}: answered as single sentences; a model fine-tuned on sentence pairs ({pairs}) needs "
           f"text_b", file=sys.stderr)
 
@@ -449,17 +449,18 @@ def read_requests(path: str, task: str, choices: int) -> Iterator[Dict[str, obje
             yield {"id": number, **request}
 
 
-def survey_requests(path: str, task: str, choices: int) -> Tuple[int, List[object]]:
+def survey_requests(path: str, task: str, choices: int) -> Tuple[int, Tuple[int, object]]:
     """Read every request once before the model is loaded, keeping none (memory stays flat): a bad line stops the
-    run before any work. Returns the number of requests and the ids of those without text_b."""
-    total, alone = 0, []
+    run before any work. Returns the number of requests and, for the classifier, how many have no text_b and the
+    first one's id."""
+    total, alone, first = 0, 0, None
     for request in read_requests(path, task, choices):
         total += 1
-        if not request.get("text_b"):
-            alone.append(request["id"])
+        if task == "classifier" and not request.get("text_b"):
+            alone, first = alone + 1, first if alone else request["id"]
     if not total:
         raise UserError(f"{path} holds no request")
-    return total, alone
+    return total, (alone, first)
 
 
 # -------------------------------------------------------------------------------------------------- the answers
@@ -583,7 +584,7 @@ def main(argv: List[str]) -> int:
         total, alone = survey_requests(args.input_file, args.task, shape.choices)
     else:
         request = flag_request(args, shape.choices)
-        total, alone = 1, [] if request.get("text_b") else [None]
+        total, alone = 1, (0 if request.get("text_b") else 1, None)
     tokenizer = load_tokenizer(args, shape.vocab)
     runner = load_runner(args, shape, tokenizer)
     warn_single_sentences(args, total, alone)  # once every input is known good

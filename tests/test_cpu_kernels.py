@@ -510,16 +510,23 @@ def test_the_cache_is_made_0700_and_its_library_is_loaded_from_it_once_built(fak
     assert cpu_kernels._build() == (path, "") and Path(path).read_bytes() == built
 
 
-@pytest.mark.parametrize("plant", ["group-writable cache", "group-writable library", "symlinked library",
-                                   "another user's cache"])
+def test_a_group_writable_cache_of_this_user_is_closed_and_used(fake_compiler):
+    """A cache folder made 0775 by an earlier version (umask 002) loses its group write bit and stays the cache:
+    no rebuild in a private folder on every run."""
+    cache = fake_compiler.parent / "cache"
+    path = cpu_kernels._build()[0]
+    cache.chmod(0o775)
+    cpu_kernels._build.cache_clear()
+    assert cpu_kernels._build() == (path, "")
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("plant", ["group-writable library", "symlinked library", "another user's cache"])
 def test_an_untrusted_cache_is_not_loaded_the_library_is_built_privately(fake_compiler, monkeypatch, plant):
     """Whoever can write the cache or its library (or point it elsewhere) could run code as this user."""
     cache = fake_compiler.parent / "cache"
     planted = Path(cpu_kernels._build()[0])
-    if plant == "group-writable cache":
-        cache.chmod(0o770)
-        reason = f"{cache} is writable by group or others (mode 770)"
-    elif plant == "group-writable library":
+    if plant == "group-writable library":
         planted.chmod(0o760)
         reason = f"{planted} is writable by group or others (mode 760)"
     elif plant == "symlinked library":
@@ -542,14 +549,15 @@ def test_an_untrusted_cache_is_not_loaded_the_library_is_built_privately(fake_co
 def test_without_a_trusted_or_private_folder_they_fall_back(fake_compiler, monkeypatch):
     cache = fake_compiler.parent / "cache"
     cache.mkdir()
-    cache.chmod(0o777)
+    me = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: me + 1)  # the cache is another user's
 
     def no_space(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(cpu_kernels.tempfile, "mkdtemp", no_space)
     assert not cpu_kernels.available()
-    assert cpu_kernels.status() == (f"MindSpore operations ({cache} is writable by group or others (mode 777), and "
+    assert cpu_kernels.status() == (f"MindSpore operations ({cache} is owned by another user (uid {me}), and "
                                     f"no private folder ({os.strerror(errno.ENOSPC)}))")
 
 
