@@ -48,7 +48,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from model_utils.errors import UserError
 
