@@ -21,6 +21,7 @@ import re
 import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
@@ -180,6 +181,11 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
     if args.export_seq_length > net.max_position_embeddings:
         raise UserError(f"export_seq_length {args.export_seq_length} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
+    if target == "CPU" and net.compute_type == "bfloat16":
+        # bfloat16 on CPU exists only as the compiled kernels' products in this package's process: the file is float32
+        print("note: compute_type bfloat16 (the CPU kernels' products) is exported as float32; for bfloat16 products "
+              "serve the .ckpt with src.predict --precision bfloat16")
+        net = replace(net, compute_type="float32")
     runtime = export_runtime(args.file_format, target, net.compute_type)
     return build_head(values, task, task_config, net, runtime, checkpoint), net
 

@@ -58,7 +58,7 @@ HF_KEYS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "
 COMPARE_MODULES = {"torch": ("torch", "transformers"),
                    "onnxruntime": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime"),
                    "kernels": ("torch", "transformers"),  # HF's model makes the weights every side shares
-                   "bf16": ("torch", "transformers")}
+                   "bf16": ("torch", "transformers"), "torch_bf16": ("torch", "transformers")}
 STAT_KEYS = ("median_ms", "min_ms", "samples_per_s", "tokens_per_s", "model_tflops", "fraction_of_peak",
              "matmul_gflops", "build_s", "first_s", "peak_rss_mb")
 
@@ -189,9 +189,9 @@ def hf_config(config: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
     share_type none = HF with one group per layer; attention/ffn sharing has no HF form, so HF runs unshared layers
     (same FLOPs, more parameters for its optimizer) with its own random weights.
     """
-    if config["ln_type"] != "postln" or config["compute_type"] != "float32":
-        raise UserError(f"--compare needs ln_type postln and compute_type float32 (HF ALBERT has no other), got "
-                        f"{config['ln_type']} and {config['compute_type']}")
+    if config["ln_type"] != "postln" or config["compute_type"] not in ("float32", "bfloat16"):
+        raise UserError(f"--compare needs ln_type postln and compute_type float32 or bfloat16 (HF ALBERT has no "
+                        f"other), got {config['ln_type']} and {config['compute_type']}")
     kwargs = {key: config[key] for key in HF_KEYS}
     kwargs["hidden_act"] = HF_ACT[config["hidden_act"]]
     kwargs["classifier_dropout_prob"] = 0.0  # HF's SOP head drops out in training; ours (as Google's) does not
@@ -268,7 +268,13 @@ class Side:
         raise NotImplementedError
 
     def matmul_gflops(self, size: int) -> float:
+        """The framework's rate for a size^3 product in `precision()`."""
         raise NotImplementedError
+
+    def precision(self) -> str:
+        """float32 or bfloat16: the precision of this side's products, in which its peak is measured and its share of
+        the machine's peak taken."""
+        return "float32"
 
     def build(self) -> Dict[str, Any]:
         """Build the model and inputs; returns extra facts for the ready message."""
@@ -310,12 +316,21 @@ class MindSporeSide(Side):
         self.framework = f"mindspore {ms.__version__} (GRAPH mode)"
 
     def matmul_gflops(self, size: int) -> float:
+        """MindSpore's MatMul in float32; in bfloat16, which MindSpore's CPU operations lack, the compiled kernels'
+        product (a b^T, the same FLOPs) with bfloat16 products, as a bfloat16 network runs its dense layers."""
         import numpy as np
         from mindspore import Tensor, nn, ops
 
+        from src import cpu_kernels
+
+        bf16 = self.precision() == "bfloat16"
+        if bf16:
+            cpu_kernels.set_bf16(True)
+        product = cpu_kernels.matmul_nt() if bf16 else ops.matmul
+
         class _MatMul(nn.Cell):
             def construct(self, a, b):
-                return ops.matmul(a, b)
+                return product(a, b)
 
         cell = _MatMul()
         rng = np.random.default_rng(0)
@@ -357,7 +372,8 @@ class TorchSide(Side):
         import torch
 
         generator = torch.Generator().manual_seed(0)
-        a, b = (torch.randn(size, size, generator=generator) for _ in range(2))
+        dtype = torch.bfloat16 if self.precision() == "bfloat16" else torch.float32
+        a, b = (torch.randn(size, size, generator=generator).to(dtype) for _ in range(2))
         return _best_rate(lambda: torch.mm(a, b), 2.0 * size ** 3)
 
     def profile(self, steps: int) -> List[Dict[str, Any]]:
@@ -497,7 +513,8 @@ def worker_main(sides: Dict[str, Type[Side]]) -> int:
         build_s = time.perf_counter() - start
         start = time.perf_counter()
         facts.update(side.first())
-        say({"ready": True, "framework": side.framework, "matmul_gflops": peak, "build_s": build_s,
+        say({"ready": True, "framework": side.framework, "precision": side.precision(), "matmul_gflops": peak,
+             "build_s": build_s,
              "first_s": time.perf_counter() - start, **facts})
         for line in sys.stdin:
             message = json.loads(line)
@@ -574,7 +591,7 @@ def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds:
     workers: Dict[str, Worker] = {}
     try:
         prepared = prepare({**specs["ours"], "sides": sorted(specs)}) if prepare is not None else {}
-        for side in sorted(specs, key=lambda name: name != "torch"):
+        for side in sorted(specs, key=lambda name: not name.startswith("torch")):
             workers[side] = Worker(script, {**specs[side], **prepared}, log_dir)
         rounds_times: Dict[str, List[List[float]]] = {side: [] for side in workers}
         order = sorted(workers)  # "ours" first
@@ -603,27 +620,30 @@ def _best_of(*rates: Optional[float]) -> Optional[float]:
 
 def summarize(raw: Dict[str, Dict[str, Any]], batch: int, seq: int, flops: float,
               executed: Dict[str, float], unit: str) -> Dict[str, Any]:
-    """Per side: stats over all timed steps, against the machine peak = the best sgemm rate any side reached,
-    before or after its timed rounds (one measurement alone can catch a slow moment of a shared machine: the peak
-    read at a worker's start has been seen 15% below the one read minutes later)."""
+    """Per side: stats over all timed steps, against the machine peak in the side's precision = the best rate any
+    side of that precision reached in its product, before or after its timed rounds (one measurement alone can catch
+    a slow moment of a shared machine: the peak read at a worker's start has been seen 15% below the one read
+    minutes later)."""
     peaks = {name: _best_of(side["ready"]["matmul_gflops"], side["quit"].get("matmul_gflops_end"))
              for name, side in raw.items()}
-    machine_peak = _best_of(*peaks.values())
+    precisions = {name: side["ready"]["precision"] for name, side in raw.items()}
+    machine_peaks = {precision: _best_of(*(peaks[name] for name in raw if precisions[name] == precision))
+                     for precision in sorted(set(precisions.values()))}
     sides = {}
     for name, side in raw.items():
         times = [t for round_times in side["rounds"] for t in round_times]
         ready = {k: v for k, v in side["ready"].items() if k not in ("ready", "check")}
         ready.update(matmul_gflops=peaks[name], matmul_gflops_start=side["ready"]["matmul_gflops"])
-        sides[name] = {**side_stats(times, batch, seq, flops, executed[name], machine_peak), **ready,
-                       "executed_flops_per_" + unit: executed[name],
+        sides[name] = {**side_stats(times, batch, seq, flops, executed[name], machine_peaks[precisions[name]]),
+                       **ready, "executed_flops_per_" + unit: executed[name],
                        "peak_rss_mb": side["quit"]["peak_rss_mb"],
                        **{k: v for k, v in side["quit"].items() if k != "peak_rss_mb"},
                        "round_median_ms": [statistics.median(r) * 1e3 for r in side["rounds"]],
                        "times_ms": [t * 1e3 for t in times],
                        **({"op_profile": side["profile"]} if "profile" in side else {})}
     ratios = {name: side["median_ms"] / sides["ours"]["median_ms"] for name, side in sides.items() if name != "ours"}
-    return {"machine_peak_gflops": machine_peak, "sides": sides, "speed_ratio": ratios.get("torch"),
-            "speed_ratios": ratios}
+    return {"machine_peak_gflops": machine_peaks.get("float32"), "machine_peak_gflops_by_precision": machine_peaks,
+            "sides": sides, "speed_ratio": ratios.get("torch"), "speed_ratios": ratios}
 
 
 def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]], unit: str,

@@ -218,18 +218,13 @@ class KernelsInfer(OursInfer):
     """Our classifier built in this process for model_runtime (on CPU in float32: the compiled kernels), no export;
     ours_kernels_bf16: with the kernels' products in bfloat16, as `src.predict --precision bfloat16` serves it."""
 
+    def precision(self) -> str:
+        return "bfloat16" if self.spec["side"].endswith("_bf16") else "float32"
+
     def build(self) -> Dict[str, Any]:
         from src.device_setup import model_runtime
 
-        runtime = model_runtime(self.device.target, self.spec["config"]["compute_type"])
-        if self.spec["side"].endswith("_bf16"):
-            from src import cpu_kernels
-            from src.predict import use_bf16_products
-
-            supported, why = cpu_kernels.bf16_support()
-            if not supported:
-                raise common.UserError(f"{self.spec['side']}: {why}")
-            use_bf16_products(self.device.target, runtime)
+        runtime = model_runtime(self.device.target, self.precision())
         self.cell = our_classifier(self.spec, runtime)
         self.inputs = self._inputs()
         return {"kernels": runtime.kernels}
@@ -239,6 +234,9 @@ class TorchInfer(common.TorchSide):
     """HF AlbertForSequenceClassification (eager attention), eval mode, torch.no_grad(); torch_bf16: under
     torch.autocast("cpu", bfloat16), PyTorch's own bfloat16 inference."""
 
+    def precision(self) -> str:
+        return "bfloat16" if self.spec["side"] == "torch_bf16" else "float32"
+
     def build(self) -> Dict[str, Any]:
         self.model = hf_model(self.spec)
         self.inputs = hf_inputs(self.spec)
@@ -247,7 +245,7 @@ class TorchInfer(common.TorchSide):
     def _call(self) -> Any:
         import torch
 
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.spec["side"] == "torch_bf16"):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision() == "bfloat16"):
             return self.model(**self.inputs).logits.float()
 
     def first(self) -> Dict[str, Any]:

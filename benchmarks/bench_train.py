@@ -3,7 +3,8 @@ on PyTorch eager doing the same work, in one run.
 
     python benchmarks/bench_train.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 8[,16]] [--seq_length 128[,256,512] | --sweep] [--variant share_type=none ...]
-        [--steps 5] [--rounds 3] [--threads N] [--compare torch] [--profile N] [--output results.json]
+        [--compute_type float32|bfloat16] [--steps 5] [--rounds 3] [--threads N] [--compare torch,torch_bf16]
+        [--profile N] [--output results.json]
 
 One step is everything a pretraining step does. Ours: AlbertTrainOneStepCell around AlbertNetworkWithLoss (forward,
 masked-LM + sentence-order loss, backward, dynamic loss scaling with its overflow check, clipping to global norm
@@ -13,6 +14,11 @@ clip_grad_norm_(1.0), torch.optim.AdamW (same lr schedule, no decay on LayerNorm
 same random batch (fixed seed; --max_predictions_per_seq masked positions per row) and, where HF can express our
 config, the same random weights (HF's, perturbed and converted), so their first losses must agree.
 
+--compute_type bfloat16 runs our step as `net_cfg.compute_type: bfloat16` trains on CPU: the compiled kernels'
+products in bfloat16 with float32 accumulation, everything else float32 (needs AVX512_BF16 or AMX-BF16).
+--compare torch_bf16 runs HF's step under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's bfloat16 training
+recipe: float32 weights, optimizer and gradients, products in bfloat16), beside or instead of --compare torch.
+
 Each side runs in its own worker process (bench_common.py): it builds its model once, measures its framework's
 fp32 sgemm (--peak_size^3) at the same thread count, runs the first step (MindSpore: graph compilation), then
 timed rounds of --steps steps alternate between the sides; each worker measures its sgemm again before it exits.
@@ -21,8 +27,9 @@ configuration's.
 
 Reported per side: median and min ms/step over all timed steps, samples/s and tokens/s (batch x seq_length,
 padding included), model TFLOP/s and its fraction of the machine's fp32 matmul peak (the best sgemm rate any
-worker reached, at its start or its end), first-step (compile) seconds, build seconds, peak RSS; and the speed
-ratio torch ms / ours ms (> 1: ours is faster).
+worker reached, at its start or its end; a bfloat16 side against the best bfloat16 product rate: ours the kernels'
+bfloat16 product, PyTorch's torch.mm on bfloat16 tensors), first-step (compile) seconds, build seconds, peak RSS;
+and the speed ratio of each other side, its ms / ours ms (> 1: ours is faster).
 
 FLOPs (analytic matmul FLOPs, one formula for both sides): training step = 3 x forward (backward = 2 x forward);
 forward = B*S*[2*E*H + L*(8*H^2 + 4*H*I + 4*S*H)] + B*[2*H^2 + 4*H + P*(2*H*E + 2*E*V)], L = num_hidden_layers x
@@ -85,6 +92,9 @@ def _batch(spec: Dict[str, Any]) -> Dict[str, Any]:
 class OursTrain(common.MindSporeSide):
     """AlbertTrainOneStepCell(AlbertNetworkWithLoss) with AdamWeightDecay, loss scaling on, clip_norm 1.0."""
 
+    def precision(self) -> str:
+        return "bfloat16" if self.spec["config"]["compute_type"] == "bfloat16" else "float32"
+
     def build(self) -> Dict[str, Any]:
         from mindspore import Tensor
 
@@ -126,7 +136,11 @@ class OursTrain(common.MindSporeSide):
 
 
 class TorchTrain(common.TorchSide):
-    """HF AlbertForPreTraining (eager attention) + AdamW + clip_grad_norm_(1.0)."""
+    """HF AlbertForPreTraining (eager attention) + AdamW + clip_grad_norm_(1.0); torch_bf16: forward and loss under
+    torch.autocast("cpu", bfloat16)."""
+
+    def precision(self) -> str:
+        return "bfloat16" if self.spec["side"] == "torch_bf16" else "float32"
 
     def build(self) -> Dict[str, Any]:
         import torch
@@ -134,7 +148,9 @@ class TorchTrain(common.TorchSide):
 
         train = self.spec["train"]
         self.model = AlbertForPreTraining(AlbertConfig(attn_implementation="eager", **self.spec["hf_config"]))
-        if self.spec["weights"]:
+        if self.spec["weights"] and Path(self.spec["weights"]).is_file():  # the other torch side wrote them
+            common.load_hf_state(self.model, self.spec["weights"])
+        elif self.spec["weights"]:
             common.save_hf_state(self.model, self.spec["weights"], self.spec["seed"])
         self.model.train()
         named = list(self.model.named_parameters())
@@ -158,7 +174,8 @@ class TorchTrain(common.TorchSide):
     def _call(self) -> float:
         import torch
 
-        loss = self.model(**self.inputs).loss
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision() == "bfloat16"):
+            loss = self.model(**self.inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -187,7 +204,9 @@ def _lr_factor(adam: Dict[str, Any], total_steps: int):
     return factor
 
 
-SIDES = {"ours": OursTrain, "torch": TorchTrain}
+SIDES = {"ours": OursTrain, "torch": TorchTrain, "torch_bf16": TorchTrain}
+COMPARE = {"torch": "HF transformers on PyTorch eager, float32",
+           "torch_bf16": "HF transformers on PyTorch eager under torch.autocast(cpu, bfloat16)"}
 
 
 def train_settings(args: Any) -> Dict[str, Any]:
@@ -207,39 +226,43 @@ def train_flops(predictions: int):
         def step(positions: int) -> float:
             return 3 * common.albert_forward_flops(config, batch, seq, 4 * h + positions * (2 * h * e + 2 * e * v))
         masked = masked_positions(predictions, seq)
-        return step(masked), {"ours": step(masked), "torch": step(seq)}
+        return step(masked), {"ours": step(masked), **{side: step(seq) for side in COMPARE}}
     return flops_for
 
 
 def first_loss_check(raw: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    """Both sides' loss before any update: equal (to float32 rounding) when they share weights."""
+    """Each side's loss before any update: equal to ours (to float32 rounding, or bfloat16's where either side
+    computes in it) when they share weights."""
     losses = {side: data["ready"]["first_loss"] for side, data in raw.items()}
-    diff = abs(losses["ours"] - losses["torch"]) if "torch" in losses else None
-    return {"first_loss": losses, "first_loss_abs_diff": diff}
+    diffs = {side: abs(losses["ours"] - loss) for side, loss in losses.items() if side != "ours"}
+    return {"first_loss": losses, "first_loss_abs_diff": diffs.get("torch"), "first_loss_abs_diff_by_side": diffs}
 
 
 def main(argv: List[str]) -> int:
     if argv[:1] == [common.WORKER_FLAG]:
         return common.worker_main(SIDES)
-    parser = common.make_parser(__doc__, batch_default="8", steps_default=5, rounds_default=3,
-                                compare={"torch": "also run HF transformers on PyTorch eager"})
+    parser = common.make_parser(__doc__, batch_default="8", steps_default=5, rounds_default=3, compare=COMPARE)
     parser.add_argument("--max_predictions_per_seq", type=int, default=20, help="masked positions per row")
+    parser.add_argument("--compute_type", choices=("float32", "bfloat16"), default=None,
+                        help="our step's net_cfg.compute_type (default: the network's, float32)")
     args = parser.parse_args(argv)
     common.check_common(args)
     if args.max_predictions_per_seq < 1 or min(args.seq_length) < 4:
         raise UserError(f"need --max_predictions_per_seq >= 1 and --seq_length >= 4, got {args.max_predictions_per_seq}"
                         f" and {min(args.seq_length)}")
-    configs = common.resolve_configs(args)
+    configs = [(label, {**config, "compute_type": args.compute_type or config["compute_type"]})
+               for label, config in common.resolve_configs(args)]
     settings = train_settings(args)
     results, failures = common.run_grid(Path(__file__).resolve(), args, configs, "step", {"train": settings},
-                                        train_flops(args.max_predictions_per_seq), first_loss_check)
+                                        train_flops(args.max_predictions_per_seq), first_loss_check,
+                                        compared_sides={side: (side,) for side in COMPARE})
     print()
     common.print_table(results, "step")
     common.print_profiles(results)
     for result in results:
-        if result["first_loss_abs_diff"] is not None:
-            print(f"[{result['variant']} b{result['batch_size']} s{result['seq_length']}] first loss: ours "
-                  f"{result['first_loss']['ours']:.6f}, torch {result['first_loss']['torch']:.6f} "
+        if result["first_loss_abs_diff_by_side"]:
+            losses = ", ".join(f"{side} {loss:.6f}" for side, loss in result["first_loss"].items())
+            print(f"[{result['variant']} b{result['batch_size']} s{result['seq_length']}] first loss: {losses} "
                   f"({'same' if result['same_weights'] else 'different'} weights)")
     report = {"benchmark": "train", "unit": "step",
               "flop_formula": "training step = 3 x forward; " + common.FORWARD_FORMULA.format(
@@ -248,7 +271,8 @@ def main(argv: List[str]) -> int:
                   "uses P = S for HF, whose MLM head runs on every position"),
               "settings": {"network": args.albert_config_file or args.network, "set": args.overrides,
                            "variants": args.variant, "batch_size": args.batch_size, "seq_length": args.seq_length,
-                           "steps": args.steps, "rounds": args.rounds, "threads": args.threads,
+                           "compute_type": args.compute_type, "steps": args.steps, "rounds": args.rounds,
+                           "threads": args.threads,
                            "compare": args.compare, "peak_size": args.peak_size, "profile": args.profile,
                            "seed": args.seed,
                            "max_predictions_per_seq": args.max_predictions_per_seq, "train": settings},

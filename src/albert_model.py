@@ -174,8 +174,9 @@ class Runtime:
     files, and passed down to every cell; no cell looks at the device itself.
 
     kernels: dense layers, LayerNorm, the tanh GELU, the attention products and softmax, and in pretraining the
-        masked-LM decoder and cross entropy as the compiled CPU kernels (src/cpu_kernels.py): float32 only, and
-        never in an exported file (it must load without this machine's .so). The attention products read the heads
+        masked-LM decoder and cross entropy as the compiled CPU kernels (src/cpu_kernels.py): a float32 graph
+        whatever compute_type says (compute_type bfloat16 runs their products in bfloat16, set process-wide by
+        `model_runtime`; float16 never gets them), and never in an exported file (it must load without this machine's .so). The attention products read the heads
         in place in [B, S, H] (split_heads then does not apply) and add the mask inside the softmax, [B, 1, 1, S]
         as it is (broadcast_mask only costs a copy there).
     split_heads: attention heads moved between [B, S, H] and [B, N, S, D] by a split and a stack instead of
@@ -206,7 +207,7 @@ def dense_layer(in_size: int, out_size: int, config: AlbertConfig, runtime: Runt
     layer = cpu_kernels.Dense(in_size, out_size, runtime.kernels,
                               weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros",
                               has_bias=has_bias)
-    if config.compute_type != "float32":
+    if config.compute_type != "float32" and not runtime.kernels:  # the kernels set their products' precision
         layer.to_float(COMPUTE_TYPES[config.compute_type])
     return layer
 
@@ -287,7 +288,7 @@ class AlbertAttention(nn.Cell):
         self.head_size = config.hidden_size // config.num_attention_heads
         self.scale = 1.0 / math.sqrt(self.head_size)
         self.compute_type = COMPUTE_TYPES[config.compute_type]
-        self.half_precision = config.compute_type != "float32"
+        self.half_precision = config.compute_type != "float32" and not runtime.kernels
         self.preln = config.ln_type == "preln"
         self.query = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
         self.key = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
@@ -460,8 +461,9 @@ class AlbertModel(nn.Cell):
         super().__init__()
         config = copy.deepcopy(config)
         config.validate()
-        if runtime.kernels and config.compute_type != "float32":
-            raise ValueError(f"the compiled CPU kernels are float32 only, compute_type is {config.compute_type}")
+        if runtime.kernels and config.compute_type not in ("float32", "bfloat16"):
+            raise ValueError(f"the compiled CPU kernels run float32 graphs (bfloat16: their products, see "
+                             f"cpu_kernels.set_bf16), compute_type is {config.compute_type}")
         self.config = config
         self.embeddings = AlbertEmbeddings(config, is_training, runtime)
         self.encoder = AlbertTransformer(config, is_training, runtime)

@@ -229,15 +229,22 @@ def _library(path: str) -> ctypes.CDLL:
     return library
 
 
+def bf16_features() -> List[str]:
+    """The native bfloat16 dot-product features this CPU reports (`BF16_FLAGS` found in /proc/cpuinfo)."""
+    try:
+        flags = {flag for line in CPUINFO.read_text(errors="replace").splitlines()
+                 if line.startswith(("flags", "Features")) for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return []
+    return [flag for flag in BF16_FLAGS if flag in flags]
+
+
 def bf16_support() -> Tuple[bool, str]:
     """(True, "") when this CPU has native bfloat16 dot products (AVX512_BF16 or AMX-BF16), else (False, why):
     elsewhere oneDNN would emulate them, slower than float32."""
-    try:
-        flags = {flag for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines()
-                 if line.startswith(("flags", "Features")) for flag in line.split(":", 1)[1].split()}
-    except OSError as err:
-        return False, f"cannot read the CPU's features ({err})"
-    if flags & set(BF16_FLAGS):
+    if not CPUINFO.is_file():
+        return False, f"cannot read the CPU's features ({CPUINFO} not found)"
+    if bf16_features():
         return True, ""
     return False, "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
 

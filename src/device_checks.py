@@ -118,11 +118,10 @@ def overflow_needs_float_status(target: str) -> bool:
 
 
 def compute_type_problem(target: str, compute_type: str) -> str:
-    """Why `compute_type` cannot run on `target` ('' when it can)."""
+    """Why `compute_type` cannot run on GPU or Ascend `target` ('' when it can); CPU: see
+    src.device_setup.cpu_compute_type_problem."""
     if compute_type != "bfloat16":
         return ""
-    if target == "CPU":
-        return "compute_type bfloat16 needs Ascend: MindSpore's CPU kernels have no bfloat16 (use float32 or float16)"
     if target == "GPU":
         return (f"compute_type bfloat16 is not available on GPU: MindSpore {ms.__version__}'s CUDA 11 GPU plugins have "
                 f"no bfloat16 kernels; use float16 (with enable_lossscale true) or float32")

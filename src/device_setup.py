@@ -105,23 +105,55 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
 
 
 def model_runtime(target: str, compute_type: str, kernels: bool = True) -> Runtime:
-    """How networks of `compute_type` are built to train and evaluate on `target`: on CPU the compiled kernels in
-    float32 when they are available (and `kernels` allows them), otherwise MindSpore's operations with heads split
-    and stacked and the mask broadcast once; elsewhere MindSpore's own operations as they are (Runtime says why).
-    A compute type the target cannot run is the user's error."""
-    problem = compute_type_problem(target, compute_type)
+    """How networks of `compute_type` are built to train and evaluate on `target`: on CPU the compiled kernels when
+    they are available (and `kernels` allows them), in float32 or with their products in bfloat16 (the kernels'
+    process-wide switch is set here), otherwise MindSpore's operations with heads split and stacked and the mask
+    broadcast once; elsewhere MindSpore's own operations as they are (Runtime says why). A compute type the target
+    cannot run is the user's error."""
+    problem = cpu_compute_type_problem(compute_type, kernels) if target == "CPU" else \
+        compute_type_problem(target, compute_type)
     if problem:
         raise UserError(problem)
     if target != "CPU":
         return PORTABLE
-    if kernels and compute_type == "float32" and cpu_kernels.available():
+    if kernels and compute_type in ("float32", "bfloat16") and cpu_kernels.available():
+        cpu_kernels.set_bf16(compute_type == "bfloat16")
         return Runtime(kernels=True)
     return Runtime(split_heads=True, broadcast_mask=True)
+
+
+def cpu_compute_type_problem(compute_type: str, kernels: bool = True) -> str:
+    """Why `compute_type` cannot run on this CPU ('' when it can). bfloat16 runs only as the compiled kernels'
+    products (MindSpore's CPU operations have no bfloat16), and only on a CPU with native bfloat16 dot products:
+    oneDNN would emulate them elsewhere, slower than float32, so such a run is refused rather than made silently
+    float32 or slow."""
+    if compute_type != "bfloat16":
+        return ""
+    supported, why = cpu_kernels.bf16_support()
+    if not supported:
+        return f"compute_type bfloat16 on CPU needs native bfloat16 dot products: {why}; use float32"
+    if not kernels:
+        return "compute_type bfloat16 on CPU runs only in the compiled CPU kernels, which this path does not use"
+    if not cpu_kernels.available():
+        return (f"compute_type bfloat16 on CPU runs only in the compiled CPU kernels, and this process has "
+                f"{cpu_kernels.status()}; use float32")
+    return ""
 
 
 def kernels_status(target: str) -> str:
     """One line for logs: whether float32 networks on `target` run the compiled CPU kernels, and if not, why."""
     return cpu_kernels.status() if target == "CPU" else "MindSpore operations (not on CPU)"
+
+
+def precision_note(target: str, compute_type: str, loss_scaling: bool) -> str:
+    """One line for a training log on what a bfloat16 run on CPU computes in which precision ('' otherwise)."""
+    if target != "CPU" or compute_type != "bfloat16":
+        return ""
+    features = "/".join(flag.upper() for flag in cpu_kernels.bf16_features())
+    scaling = "kept as configured, not needed" if loss_scaling else "off, not needed"
+    return (f"precision: bfloat16 products with float32 accumulation ({features}) in the compiled CPU kernels; "
+            f"weights, optimizer state, softmax, LayerNorm, GELU, losses and gradient sums in float32; checkpoints "
+            f"float32; loss scaling {scaling} (bfloat16 has float32's exponent range)")
 
 
 def stop_with_launcher() -> None:

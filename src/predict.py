@@ -43,7 +43,7 @@ import importlib.util
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, TextIO, Tuple
 
@@ -293,7 +293,7 @@ def onnxruntime_runner(path: str, threads: int) -> Runner:
 
 def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
     """The checkpoint's task head built in this process for the device, as fine-tuning evaluation builds it: on
-    CPU in float32 with the compiled kernels (src/cpu_kernels.py)."""
+    CPU with the compiled kernels (src/cpu_kernels.py), in float32 or with bfloat16 products (--precision)."""
     from src.device_setup import kernels_status, model_runtime, setup_device
     from src.finetuned import build_head, head_network
     from src.utils import read_checkpoint
@@ -309,9 +309,11 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
         raise UserError(f"--seq_length {shape.seq} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
     check_vocabulary(tokenizer, net.vocab_size)
-    runtime = model_runtime(device.target, net.compute_type)
     if args.precision == "bfloat16":
-        use_bf16_products(device.target, runtime)
+        check_bf16_products(device.target)
+    if device.target == "CPU":  # --precision decides, whatever compute type the checkpoint was trained in
+        net = replace(net, compute_type=args.precision)
+    runtime = model_runtime(device.target, net.compute_type)
     model = build_head(values, args.task, config, net, runtime, args.model)
     engine = kernels_status(device.target) if runtime.kernels else "MindSpore operations"
     engine += ", bfloat16 products" if args.precision == "bfloat16" else ""
@@ -320,16 +322,15 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     return cell_runner(model)
 
 
-def use_bf16_products(target: str, runtime) -> None:
-    """Switch the compiled kernels to bfloat16 products (the CPU's support is checked with the flags), or say in
-    one line why they do not run here."""
+def check_bf16_products(target: str) -> None:
+    """--precision bfloat16 is the compiled kernels' bfloat16 products (the CPU's support is checked with the
+    flags): say in one line why they do not run here."""
     from src import cpu_kernels
     from src.device_setup import kernels_status
 
-    if target != "CPU" or not runtime.kernels:
+    if target != "CPU" or not cpu_kernels.available():
         raise UserError(f"--precision bfloat16 runs the compiled CPU kernels' products in bfloat16; here the model "
                         f"runs on {target} with {kernels_status(target)}")
-    cpu_kernels.set_bf16(True)
 
 
 def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:

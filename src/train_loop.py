@@ -24,7 +24,7 @@ from src.checkpoints import (check_checkpoint_space, check_same_start, list_chec
                              remove_stale_temporaries, resume_or_init, weights_digest)
 from src.dataset import count_rows
 from src.device_checks import overflow_needs_float_status
-from src.device_setup import Device, model_runtime
+from src.device_setup import Device, model_runtime, precision_note
 from src.optimization import build_optimizer
 from src.settings import TrainSettings
 from src.step_plan import Progress, StepPlan
@@ -365,6 +365,9 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
                            settings.flag)
     log(f"plan: {plan.describe()}")
     runtime = model_runtime(device.target, net.compute_type)
+    note = precision_note(device.target, net.compute_type, bool(config.enable_lossscale))
+    if note:
+        log(note)
     with as_user_error():
         network = make_network(runtime)
         optimizer, cell = build_train_cell(config, network, plan.total_steps, device.target, runtime.kernels)

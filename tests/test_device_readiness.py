@@ -70,7 +70,18 @@ def test_the_wheels_gpu_plugins_are_cuda_11_builds_without_bfloat16_kernels():
 
 
 def test_compute_types_each_device_refuses(monkeypatch):
-    assert "MindSpore's CPU kernels have no bfloat16" in device_checks.compute_type_problem("CPU", "bfloat16")
+    from src import cpu_kernels
+    from src.device_setup import cpu_compute_type_problem
+
+    # CPU: bfloat16 only as the compiled kernels' products, on a CPU with native bfloat16 dot products.
+    monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, "no AVX512_BF16"))
+    assert cpu_compute_type_problem("bfloat16") == ("compute_type bfloat16 on CPU needs native bfloat16 dot "
+                                                    "products: no AVX512_BF16; use float32")
+    monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (True, ""))
+    assert "the compiled CPU kernels, which this path does not use" in cpu_compute_type_problem("bfloat16", False)
+    monkeypatch.setattr(cpu_kernels, "available", lambda: False)
+    assert "runs only in the compiled CPU kernels, and this process has" in cpu_compute_type_problem("bfloat16")
+    assert cpu_compute_type_problem("float32") == cpu_compute_type_problem("float16") == ""
     assert "CUDA 11 GPU plugins have no bfloat16" in device_checks.compute_type_problem("GPU", "bfloat16")
     assert device_checks.compute_type_problem("GPU", "float16") == ""
     monkeypatch.setattr(device_checks, "is_ascend_910a", lambda: True)
@@ -97,8 +108,11 @@ def test_model_runtime_of_each_target_and_compute_type(built, monkeypatch):
 
 
 def test_model_runtime_refuses_what_the_device_cannot_run(monkeypatch):
-    with pytest.raises(UserError, match=r"^compute_type bfloat16 needs Ascend: MindSpore's CPU kernels have no "
-                                        r"bfloat16 \(use float32 or float16\)$"):
+    from src import cpu_kernels
+
+    monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, "no AVX512_BF16"))
+    with pytest.raises(UserError, match=r"^compute_type bfloat16 on CPU needs native bfloat16 dot products: no "
+                                        r"AVX512_BF16; use float32$"):
         model_runtime("CPU", "bfloat16")
     with pytest.raises(UserError, match="compute_type bfloat16 is not available on GPU"):
         model_runtime("GPU", "bfloat16")

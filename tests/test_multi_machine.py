@@ -4,7 +4,8 @@ Machines are Linux network namespaces joined by a bridge (tests/machines.py; roo
 reason); the file system is shared, as a cluster's shared storage for data and checkpoints would be. Checked:
 - 2 machines x 1 worker end with the weights of 1 machine x 2 workers (bit-identical) and, on rows with equal
   masked-token counts, of one process on the combined batch (float rounding); a third machine started with a
-  NODE_RANK already in use is refused with one line and does not disturb the job;
+  NODE_RANK already in use is refused with one line and does not disturb the job; in bfloat16 (CPUs with native
+  bfloat16), 2 workers match one process within 10x float32's tolerance;
 - SQuAD v1.1 fine-tuning on 2 machines: evaluation gathered to rank 0 writes the files one process writes;
 - failures: a worker killed mid-step, a node's launcher killed, then both machines killed: every process on every
   machine stops (non-zero, within 60 s), each script names the failed rank or node and its log, no checkpoint is
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 
 from finetune_helpers import TINY_FINETUNE, make_squad
+from src import cpu_kernels
 from machines import Machines, machines, unavailable
 from pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run,
                               tool, weights)
@@ -211,6 +213,28 @@ def test_two_msrun_workers_stay_identical_and_match_one_process_on_the_combined_
     reference = weights(one_process)
     for name in reference:  # 5 Lamb steps of lr 1e-3 move the weights by ~5e-3 of their norm; rounding ~1e-7
         np.testing.assert_allclose(ours[name], reference[name], rtol=1e-4, atol=2e-6, err_msg=name)
+
+
+BF16 = [pytest.mark.skipif(not cpu_kernels.available(), reason="compiled CPU kernels unavailable"),
+        pytest.mark.skipif(not cpu_kernels.bf16_support()[0], reason=cpu_kernels.bf16_support()[1] or "bf16")]
+
+
+@pytest.mark.slow
+@BF16[0]
+@BF16[1]
+def test_two_msrun_workers_in_bfloat16_match_one_process_on_the_combined_batch(uniform_data, tmp_path):
+    """compute_type bfloat16 (the kernels' bfloat16 products): the workers stay identical, and each row's products
+    are rounded as one process rounds them, so only the float32 sums' order differs from one process."""
+    bf16 = ["--net_cfg.compute_type", "bfloat16"]
+    ok(run(["run_pretrain.py", "--data_dir", str(uniform_data), "--output_dir", str(tmp_path / "one"), *TINY, *DP_RUN,
+            *bf16, "--batch_size", "16"]))
+    ok(bash([PRETRAIN, 2, uniform_data, tmp_path / "two", *TINY, *DP_RUN, *bf16],
+            {"DEVICE_TARGET": "CPU", "MASTER_PORT": str(free_port())}))
+    assert_replicas_agree(tmp_path / "two" / "logs")
+    ours = weights(tmp_path / "two" / "checkpoints" / "albert_pretrain-5.ckpt")
+    reference = weights(tmp_path / "one" / "checkpoints" / "albert_pretrain-5.ckpt")
+    for name in reference:  # 10x float32's tolerance (above); the largest difference measured 0.38 of it
+        np.testing.assert_allclose(ours[name], reference[name], rtol=1e-3, atol=2e-5, err_msg=name)
 
 
 @pytest.mark.slow
