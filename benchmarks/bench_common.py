@@ -400,20 +400,20 @@ class OrtSide(Side):
         import onnxruntime
 
         self.threads = threads
-        self.framework = f"onnxruntime {onnxruntime.__version__} (ORT_ENABLE_ALL)"
+        disabled = self.disabled_optimizers()
+        self.framework = (f"onnxruntime {onnxruntime.__version__} (ORT_ENABLE_ALL"
+                          f"{' without ' + ', '.join(disabled) if disabled else ''})")
+
+    def disabled_optimizers(self) -> Tuple[str, ...]:
+        """ONNX Runtime graph optimizations this side's sessions leave out (none: ORT's defaults)."""
+        return ()
 
     def open_session(self, path: str, profile_prefix: str = ""):
-        """An InferenceSession of the ONNX file `path`; with `profile_prefix`, one that records ORT's profile."""
-        import onnxruntime
+        """An InferenceSession of the ONNX file `path` (ORT_ENABLE_ALL but `disabled_optimizers()`); with
+        `profile_prefix`, one that records ORT's profile."""
+        from src.predict import onnxruntime_session
 
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        if profile_prefix:
-            options.enable_profiling = True
-            options.profile_file_prefix = profile_prefix
-        return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        return onnxruntime_session(path, self.threads, self.disabled_optimizers(), profile_prefix)
 
     def matmul_gflops(self, size: int) -> float:
         import numpy as np

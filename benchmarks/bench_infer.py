@@ -256,7 +256,13 @@ class TorchInfer(common.TorchSide):
 
 
 class OrtInfer(common.OrtSide):
-    """An ONNX file of the export step (which one: the side's name) in an ONNX Runtime session."""
+    """An ONNX file of the export step (which one: the side's name) in an ONNX Runtime session: ours as src.predict
+    serves them (SLOW_FUSIONS left out), HF's with ONNX Runtime's defaults."""
+
+    def disabled_optimizers(self) -> Tuple[str, ...]:
+        from src.predict import SLOW_FUSIONS
+
+        return SLOW_FUSIONS if self.spec["side"].startswith("ort_ours") else ()
 
     def build(self) -> Dict[str, Any]:
         import numpy as np

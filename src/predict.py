@@ -276,14 +276,32 @@ def mindspore_runner(path: str, device_target: str) -> Runner:
     return cell_runner(nn.GraphCell(ms.load(path)))
 
 
-def onnxruntime_runner(path: str, threads: int) -> Runner:
-    """An ONNX Runtime session (CPU, ORT_ENABLE_ALL); inputs in the graph's order."""
+# ONNX Runtime graph optimizations left out because they make ALBERT slower: ONNX Runtime 1.32's CPU kernel of
+# SkipLayerNormalization (a residual Add fused into the LayerNormalization after it) ran 5-10x slower than the Add and
+# LayerNormalization it replaces (on [32, 128, 768], 2 threads, Zen 4: 17.6 vs 1.6 ms), so ALBERT-base's 25 of them
+# cost 10-15% of a call, int8 or float32 (benchmarks/results/README.md).
+SLOW_FUSIONS = ("SkipLayerNormFusion",)
+
+
+def onnxruntime_session(path: str, threads: int, disabled: Sequence[str] = SLOW_FUSIONS, profile_prefix: str = ""):
+    """An ONNX Runtime session on CPU with all graph optimizations (ORT_ENABLE_ALL) but `disabled`; with
+    `profile_prefix`, one that records ORT's profile."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
-    session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    options.inter_op_num_threads = 1
+    if profile_prefix:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"],
+                                        disabled_optimizers=list(disabled))
+
+
+def onnxruntime_runner(path: str, threads: int) -> Runner:
+    """An ONNX Runtime session (see onnxruntime_session); inputs in the graph's order."""
+    session = onnxruntime_session(path, threads)
     names = [item.name for item in session.get_inputs()]
 
     def run(arrays: List[np.ndarray]) -> List[np.ndarray]:

@@ -8,6 +8,7 @@ float32 paths are the reference the low-precision ones are held to (the bfloat16
 against numpy in tests/test_cpu_kernels.py).
 """
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,6 +129,26 @@ def test_predict_serves_the_int8_file(exports, assets, tokenizer, spm_path, tmp_
         np.testing.assert_allclose([int8["probabilities"][k] for k in "abc"],
                                    [fp32["probabilities"][k] for k in "abc"], rtol=0, atol=0.1)
     assert json.dumps(answers["int8"]) != json.dumps(answers["float"])
+
+
+@pytest.mark.parametrize("name", ["float", "int8"])
+def test_served_sessions_keep_the_residual_add_out_of_layer_norm(exports, name, tmp_path):
+    """src.predict's ONNX Runtime session leaves out the SkipLayerNormalization fusion (slow on CPU: SLOW_FUSIONS),
+    so each LayerNorm runs as ORT's LayerNormalization after a plain Add, where ORT's defaults fuse the two. Read
+    from the kernels ORT's own profiler saw run."""
+    from src.predict import SLOW_FUSIONS, onnxruntime_session
+
+    def kernels(disabled) -> list:
+        session = onnxruntime_session(str(exports[name]), 1, disabled, str(tmp_path / f"profile{len(disabled)}"))
+        session.run(None, {item.name: np.ones((BATCH, SEQ), np.int32) for item in session.get_inputs()})
+        trace = json.loads(Path(session.end_profiling()).read_text())
+        return [event["args"]["op_name"] for event in trace
+                if event.get("cat") == "Node" and event["name"].endswith("_kernel_time")]
+
+    layer_norms = 1 + 2 * tiny_config().num_hidden_layers  # the embeddings', and after attention and FFN per layer
+    served, defaults = kernels(SLOW_FUSIONS), kernels(())
+    assert served.count("LayerNormalization") == layer_norms and "SkipLayerNormalization" not in served
+    assert defaults.count("SkipLayerNormalization") == layer_norms  # each follows an Add (the embeddings' sum too)
 
 
 def _pairs_file(assets, tokenizer, path, rows: int):
