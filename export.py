@@ -129,7 +129,7 @@ def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[s
 def check_request(args: Config, task: str) -> None:
     """Everything decidable from the flags alone, before MindSpore does any work."""
     if not args.export_ckpt_file:
-        raise UserError("set --export_ckpt_file (the fine-tuned checkpoint to export)")
+        raise UserError("set --export_ckpt_file (the checkpoint to export)")
     if not os.path.isfile(args.export_ckpt_file):
         raise UserError(f"export_ckpt_file not found: {args.export_ckpt_file}")
     if args.quantize == "int8" and args.file_format != "ONNX":

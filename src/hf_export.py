@@ -117,14 +117,16 @@ def check_task(values: Dict[str, object], task: str, task_config: Config, checkp
     """The checkpoint must hold the heads of `task`: the pretraining heads for pretrain, else the fine-tuned head."""
     heads = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
     pretraining = any(name.startswith(HF_HEADS) for name in values)
-    if task == "pretrain" and heads:
-        raise UserError(f"{checkpoint} holds a {HEAD_OWNERS[heads[0]]} head ({heads[0]}*), not the pretraining heads "
-                        f"({', '.join(p + '*' for p in HF_HEADS)}): use {fitting_task(values, heads[0])}")
-    if task != "pretrain" and pretraining and not heads:
-        raise UserError(f"{checkpoint} is a pretraining checkpoint ({', '.join(p + '*' for p in HF_HEADS)}), not a "
-                        f"{task} head: export it with --task pretrain, or fine-tune it with run_{task}.py first")
-    if task != "pretrain":
-        check_head(values, task, task_config, checkpoint, source, by_flag)
+    named = ", ".join(prefix + "*" for prefix in HF_HEADS)
+    if task == "pretrain":
+        if heads:
+            raise UserError(f"{checkpoint} holds a {HEAD_OWNERS[heads[0]]} head ({heads[0]}*), not the pretraining "
+                            f"heads ({named}): use {fitting_task(values, heads[0])}")
+        return
+    if pretraining and not heads:
+        raise UserError(f"{checkpoint} is a pretraining checkpoint ({named}), not a {task} head: export it with "
+                        f"--task pretrain, or fine-tune it with run_{task}.py first")
+    check_head(values, task, task_config, checkpoint, source, by_flag)
 
 
 def check_expressible(net) -> None:
@@ -172,8 +174,8 @@ def hf_tensors(values: Dict[str, object], task: str, task_config: Config, net, c
     params = {param.name for param in network.get_parameters()}
     stray = sorted(name for name in values if name.startswith(WEIGHT_PREFIXES) and name not in params)
     if stray:
-        raise UserError(f"{checkpoint}: {stray[0]}" + (f" and {len(stray) - 1} more" if len(stray) > 1 else "") +
-                        f" have no place in HF's {HF_CLASSES[task].architecture}")
+        raise UserError(f"{checkpoint}: weights that HF's {HF_CLASSES[task].architecture} has no place for: "
+                        f"{stray[0]}" + (f" and {len(stray) - 1} more" if len(stray) > 1 else ""))
     unread = HF_CLASSES[task].unread
     return {name_in_hf(param.name): np.ascontiguousarray(param.asnumpy(), dtype=np.float32)
             for param in network.get_parameters() if not (unread and param.name.startswith(unread))}

@@ -116,6 +116,21 @@ def meta_listing(name: str, entry: str) -> Maker:
     return make
 
 
+def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
+    """{bad}: the fixture checkpoint `source` (with its config beside it) without the weights starting with `drop`,
+    with a weight `add` of 8 zeros."""
+    def make(bad: Path, fx: Path) -> None:
+        import mindspore as ms
+        import numpy as np
+
+        items = [{"name": name, "data": value} for name, value in ms.load_checkpoint(str(fx / source)).items()
+                 if not (drop and name.startswith(drop))]
+        items += [{"name": add, "data": ms.Tensor(np.zeros(8, np.float32))}] if add else []
+        ms.save_checkpoint(items, str(bad))
+        shutil.copy(fx / f"{source}.json", f"{bad}.json")
+    return make
+
+
 @dataclass(frozen=True)
 class Row:
     entry: str  # run_pretrain.py ... or a module run with -m
@@ -492,10 +507,17 @@ MATRIX: List[Row] = [
     row(EXPORT, "HF: pretraining checkpoint as --task classifier", "--file_format HF --export_ckpt_file {fx}/pre.ckpt",
         ["{fx}/pre.ckpt is a pretraining checkpoint (predictions.*, sop_classifier.*), not a classifier head: export "
          "it with --task pretrain"]),
+    row(EXPORT, "HF: weight the HF class has no place for", "--file_format HF --export_ckpt_file {bad}",
+        ["{bad}: weights that HF's AlbertForSequenceClassification has no place for: predictions.bias"],
+        edited_checkpoint("cls.ckpt", add="predictions.bias"), bad="extra.ckpt"),
+    row(EXPORT, "HF: weight the HF class needs, missing", "--file_format HF --config_path '' --task pretrain "
+        "--export_ckpt_file {bad}", ["{bad}: 2 network parameters are not in the checkpoint",
+                                     "sop_classifier.classifier.weight"],
+        edited_checkpoint("pre.ckpt", drop="sop_classifier."), bad="no_sop.ckpt"),
     row(EXPORT, "HF: missing vocabulary", "--file_format HF --spm_model_file {tmp}/missing.model",
         ["SentencePiece model not found: {tmp}/missing.model"]),
-    row(EXPORT, "HF: vocabulary of another size", "--file_format HF --vocab_file {assets}/tokenizer/albert_zh_vocab.txt",
-        ["{assets}/tokenizer/albert_zh_vocab.txt holds 21128 tokens but the word embeddings of {fx}/cls.ckpt have "
+    row(EXPORT, "HF: vocabulary of another size",
+        "--file_format HF --vocab_file {assets}/tokenizer/albert_zh_vocab.txt", ["{assets}/tokenizer/albert_zh_vocab.txt holds 21128 tokens but the word embeddings of {fx}/cls.ckpt have "
          "30000 rows"]),
     row(EXPORT, "HF: two vocabularies", "--file_format HF --spm_model_file {spm} --vocab_file {tmp}/vocab.txt",
         ["pass one vocabulary: --spm_model_file (SentencePiece) or --vocab_file (WordPiece vocab.txt)"]),

@@ -97,7 +97,8 @@ def runs(data, tmp_path_factory) -> Dict[str, Path]:
                       for task, steps in (("classifier", 60), ("race", 3), ("squad_v1", 3))}}
     assert all(path.is_file() for path in checkpoints.values()), checkpoints
     return {**checkpoints, "pretrain_eval": data["eval"], "spm_small": data["folder"] / "spm.model",
-            "classifier_dev": made["mrpc"]["dev"], "classifier_train_tsv": made["mrpc"]["train"].with_suffix(".tsv"), "race_dev": made["race"]["dev"], "squad_v1_dev": made["squad"]["dev"]}
+            "classifier_dev": made["mrpc"]["dev"], "classifier_train_tsv": made["mrpc"]["train"].with_suffix(".tsv"),
+            "race_dev": made["race"]["dev"], "squad_v1_dev": made["squad"]["dev"]}
 
 
 @pytest.fixture(scope="module")
@@ -232,7 +233,8 @@ def sample_texts() -> List[str]:
     return ([text for row in mrpc for text in row[3:5]] + cola + [p["context"] for p in paragraphs] +
             [qa["question"] for p in paragraphs for qa in p["qas"]] +
             ["  Tabs\tand\nnewlines,\u00a0no-break\u3000spaces  ", "In 1990, 1,000,000 people (12, 13,) came.",
-             "Café naïve Über ﬁne ½ Ⅻ", "``TeX quotes'' and \"plain\" ones", "a [MASK] b [SEP] c", "x\u0301y \u200bz"])
+             "Café naïve Über ﬁne ½ Ⅻ", "``TeX quotes'' and \"plain\" ones", "a [MASK] b [SEP] c",
+             "x\u0301y \u200bz"])
 
 
 def encoded(tokenizer, text_a: str, text_b: str = None) -> List[List[int]]:
@@ -327,8 +329,9 @@ def test_pipeline_in_a_python_with_only_transformers_gives_src_predicts_labels(r
     pairs = [(row[3], row[4]) for row in rows]
     (tmp_path / "pairs.json").write_text(json.dumps(pairs))
     (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"text_a": a, "text_b": b}) + "\n" for a, b in pairs))
-    bare = subprocess.run([sys.executable, "-c", BARE_PYTHON, str(exported["classifier"]), str(tmp_path / "pairs.json")],
-                          cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=300)
+    bare = subprocess.run([sys.executable, "-c", BARE_PYTHON, str(exported["classifier"]),
+                           str(tmp_path / "pairs.json")], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                          timeout=300)
     assert bare.returncode == 0, bare.stderr[-3000:]
     theirs = json.loads(bare.stdout.strip().splitlines()[-1])
     assert theirs["tokenizer"] == "AlbertTokenizerFast"
