@@ -11,9 +11,9 @@ to an HF transformers model folder with its tokenizer.
 --config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
 (task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2, or pretrain for
 pretrain_config.yaml), else from its keys when only one task's yaml has them all; --task overrides both (and without
---config_path uses the shipped yaml). Task
-yaml keys are flags here too (--num_class 3). The network is the yaml's albert_config_file, else the config saved
-beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the yaml's albert_network; then net_cfg.
+--config_path uses the shipped yaml). Task yaml keys are flags here too (--num_class 3). The network is the yaml's
+albert_config_file, else the config saved beside the checkpoint (run_*.py and src.convert_checkpoint write one), else
+the yaml's albert_network; then net_cfg.
 
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
 (input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;
@@ -46,7 +46,8 @@ ONNX_ACTIVATIONS = ("gelu", "gelu_new", "relu")  # exact GELU's Erf has no ONNX 
 
 def infer_task(path: str) -> str:
     """The task of a task yaml: from its file name, else from the only shipped task yaml accepting all its keys."""
-    named = [task for task in TASK_CONFIGS if re.search(rf"(^|[^a-z0-9]){task}([^a-z0-9]|$)", Path(path).name.lower())]
+    name = Path(path).name.lower()
+    named = [task for task in TASK_CONFIGS if re.search(rf"(^|[^a-z0-9]){task}([^a-z0-9]|$)", name)]
     if len(named) == 1:
         return named[0]
     values, _, _ = load_yaml_documents(path)

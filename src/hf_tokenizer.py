@@ -13,6 +13,9 @@ ending in a digit and a comma ("▁1990,") ruled out, which Google's tokenizer s
 
 WordPiece (albert_zh's vocab.txt): vocab.txt in our id order and `tokenizer_class` BertTokenizer, which
 `BertTokenizer` and `BertTokenizerFast` (AutoTokenizer) read without any extra package.
+
+The SentencePiece model is read with sentencepiece's own protobuf module (the protobuf package MindSpore already
+requires): the piece types and the normalisation map are not in SentencePieceProcessor's interface.
 """
 import base64
 import json
