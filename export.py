@@ -1,18 +1,25 @@
-"""Export a fine-tuned ALBERT task head to MINDIR, ONNX or AIR for inference.
+"""Export a fine-tuned ALBERT task head to MINDIR, ONNX or AIR for inference, or a pretrained or fine-tuned ALBERT
+to an HF transformers model folder with its tokenizer.
 
     python export.py --config_path task_squad_v1_config.yaml --export_ckpt_file albert_squad_v1-1000.ckpt \
         --export_file_name out/albert_squad_v1 --file_format MINDIR [--export_seq_length 384] [--dynamic_batch true]
     python export.py ... --file_format ONNX --quantize int8      # int8 for ONNX Runtime (src/quantize.py)
+    python export.py --file_format HF --task classifier --export_ckpt_file albert_classifier-800.ckpt \
+        --export_file_name out/albert_mrpc --spm_model_file 30k-clean.model [--task_name mrpc]
+    python export.py --file_format HF --task pretrain --export_ckpt_file albert_pretrain-1000.ckpt ...
 
 --config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
-(task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2), else from its keys when
-only one task's yaml has them all; --task overrides both (and without --config_path uses the shipped yaml). Task
-yaml keys are flags here too (--num_class 3). The network is the yaml's albert_config_file, else the config saved
-beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the yaml's albert_network; then net_cfg.
+(task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2, or pretrain for
+pretrain_config.yaml), else from its keys when only one task's yaml has them all; --task overrides both (and without
+--config_path uses the shipped yaml). Task yaml keys are flags here too (--num_class 3). The network is the yaml's
+albert_config_file, else the config saved beside the checkpoint (run_*.py and src.convert_checkpoint write one), else
+the yaml's albert_network; then net_cfg.
 
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
 (input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;
-see `python -m src.predict` for running it on raw text.
+see `python -m src.predict` for running it on raw text. --file_format HF writes a folder for
+`from_pretrained` instead (src/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE or
+SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.
 """
 import difflib
 import inspect
@@ -33,23 +40,26 @@ from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
 EXPORT_CONFIG = ROOT / "export_config.yaml"
+# The yaml of each network export.py writes: the fine-tuning tasks' and, for --file_format HF, pretraining's.
+TASK_CONFIGS = {**{name: task.config_file for name, task in TASKS.items()}, "pretrain": ROOT / "pretrain_config.yaml"}
 ONNX_ACTIVATIONS = ("gelu", "gelu_new", "relu")  # exact GELU's Erf has no ONNX converter in MindSpore
 
 
 def infer_task(path: str) -> str:
     """The task of a task yaml: from its file name, else from the only shipped task yaml accepting all its keys."""
-    named = [task for task in TASKS if re.search(rf"(^|[^a-z0-9]){task}([^a-z0-9]|$)", Path(path).name.lower())]
+    name = Path(path).name.lower()
+    named = [task for task in TASK_CONFIGS if re.search(rf"(^|[^a-z0-9]){task}([^a-z0-9]|$)", name)]
     if len(named) == 1:
         return named[0]
     values, _, _ = load_yaml_documents(path)
     keys = {key for key, value in flatten(values).items() if value != {}}
-    fitting = [task for task in TASKS
-               if keys <= set(flatten(load_yaml_documents(TASKS[task].config_file)[0]))]
+    fitting = [task for task, config_file in TASK_CONFIGS.items()
+               if keys <= set(flatten(load_yaml_documents(config_file)[0]))]
     if len(fitting) == 1:
         return fitting[0]
     why = f"its keys fit the {' and '.join(fitting)} yamls" if fitting else "its keys fit no task yaml"
-    raise UserError(f"cannot tell the task of {path} ({why}; its name has none of {', '.join(TASKS)}): pass "
-                    f"--task {'|'.join(fitting or TASKS)}")
+    raise UserError(f"cannot tell the task of {path} ({why}; its name has none of {', '.join(TASK_CONFIGS)}): pass "
+                    f"--task {'|'.join(fitting or TASK_CONFIGS)}")
 
 
 def _flag_value(argv: Sequence[str], index: int) -> Tuple[str, int]:
@@ -101,8 +111,8 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
         task, source = infer_task(config_path), config_path
     else:
         raise UserError("say which head to export: --config_path task_<task>_config.yaml (the yaml the checkpoint "
-                        f"was trained with) or --task {'|'.join(TASKS)}")
-    task_file = TASKS[task].config_file
+                        f"was trained with) or --task {'|'.join(TASK_CONFIGS)}")
+    task_file = TASK_CONFIGS[task]
     _check_flags(theirs, export_keys, list(flatten(load_yaml_documents(task_file)[0])))
     task_argv = (["--config_path", config_path] if config_path else []) + theirs
     return args, parse_cli(task_file, task_argv), task, source
@@ -118,10 +128,10 @@ def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[s
             raise UserError(f"unknown option '--{name}'" + (f"; did you mean '--{close[0]}'?" if close else ""))
 
 
-def check_request(args: Config) -> None:
+def check_request(args: Config, task: str) -> None:
     """Everything decidable from the flags alone, before MindSpore does any work."""
     if not args.export_ckpt_file:
-        raise UserError("set --export_ckpt_file (the fine-tuned checkpoint to export)")
+        raise UserError("set --export_ckpt_file (the checkpoint to export)")
     if not os.path.isfile(args.export_ckpt_file):
         raise UserError(f"export_ckpt_file not found: {args.export_ckpt_file}")
     if args.quantize == "int8" and args.file_format != "ONNX":
@@ -130,6 +140,17 @@ def check_request(args: Config) -> None:
     if args.dynamic_batch and args.file_format != "MINDIR":
         raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
                         f"shapes): drop --dynamic_batch or use --file_format MINDIR")
+    if args.file_format == "HF":
+        from src.hf_export import check_hf_request
+
+        check_hf_request(args, task, output_name(args))
+        return
+    if task == "pretrain":
+        raise UserError(f"--task pretrain exports the pretraining network as an HF transformers folder only: add "
+                        f"--file_format HF ({args.file_format} exports fine-tuned task heads)")
+    if args.spm_model_file or args.vocab_file or args.task_name:
+        raise UserError("--spm_model_file, --vocab_file and --task_name go with --file_format HF (the tokenizer and "
+                        f"label names of an HF model folder); a {args.file_format} file takes token ids")
     refuse_existing(planned_outputs(output_name(args), args.file_format), args.overwrite)
 
 
@@ -242,9 +263,20 @@ def _describe(signature: Signature) -> str:
     return ", ".join(f"{name} {dtype} [{', '.join(str(d) for d in shape)}]" for name, dtype, shape in signature)
 
 
+def export_hf_folder(args: Config, task: str, task_config: Config, source: str) -> int:
+    """--file_format HF: weights and tokenizer files, no device involved."""
+    from src.hf_export import export_hf, summary_lines
+
+    done = export_hf(args, task, task_config, source, output_name(args))
+    print("\n".join(summary_lines(task, args.export_ckpt_file, done)))
+    return 0
+
+
 def main(argv: List[str]) -> int:
     args, task_config, task, source = read_configs(argv)
-    check_request(args)
+    check_request(args, task)
+    if args.file_format == "HF":
+        return export_hf_folder(args, task, task_config, source)
     from src.device_setup import pick_device_target, setup_device
 
     if args.file_format == "AIR" and pick_device_target(args.device_target) != "Ascend":

@@ -7,8 +7,9 @@ import fcntl
 import itertools
 import json
 import os
+import shutil
 import tempfile
-from typing import Dict, Iterator
+from typing import Callable, Dict, Iterator
 
 from model_utils.errors import UserError
 
@@ -90,6 +91,36 @@ def atomic_path(path: str, suffix: str = "", plain_mode: bool = True, durable: b
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def publish_folder(folder: str, fill: Callable[[str], None]) -> None:
+    """Make `folder` whole or not at all: `fill(staging)` writes the files into a hidden folder beside it, which is
+    made readable by others (see make_readable), flushed to the disk and renamed into place. An existing `folder`
+    (the caller has decided it may be replaced) is renamed aside first and removed after; if the rename into place
+    fails, it is put back. A failed fill leaves nothing behind."""
+    target = os.path.abspath(folder)
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".tmp-export-", dir=parent)
+    aside = staging + ".old"
+    try:
+        fill(staging)
+        make_readable(staging)
+        for name in os.listdir(staging):
+            fsync_path(os.path.join(staging, name))
+        fsync_path(staging)
+        if os.path.lexists(target):
+            os.rename(target, aside)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if os.path.lexists(aside):
+                os.rename(aside, target)
+            raise
+        fsync_path(parent)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def save_text_atomic(text: str, path: str) -> None:

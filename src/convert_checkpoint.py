@@ -21,10 +21,27 @@ from src.albert_model import AlbertConfig
 Tensors = Dict[str, np.ndarray]
 
 # ---------------------------------------------------------------------------------------------------------------
-# HF transformers -> ours. Module paths are identical; only the leaf names differ.
+# HF transformers <-> ours. Module paths are identical; only the leaf names below differ. The one table is read both
+# ways: HF -> ours here (--src hf), ours -> HF by export.py --file_format HF (src/hf_export.py).
 # ---------------------------------------------------------------------------------------------------------------
 HF_SKIPPED = ("albert.embeddings.position_ids", "predictions.decoder.weight", "predictions.decoder.bias")
 HF_HEADS = ("predictions.", "sop_classifier.")
+HF_LEAVES: Tuple[Tuple[str, str], ...] = (  # (HF's leaf, ours)
+    ("word_embeddings.weight", "word_embeddings.embedding_table"),
+    ("position_embeddings.weight", "position_embeddings.embedding_table"),
+    ("token_type_embeddings.weight", "token_type_embeddings.embedding_table"),
+    ("LayerNorm.weight", "LayerNorm.gamma"), ("LayerNorm.bias", "LayerNorm.beta"),
+    ("full_layer_layer_norm.weight", "full_layer_layer_norm.gamma"),
+    ("full_layer_layer_norm.bias", "full_layer_layer_norm.beta"),
+)
+
+
+def _rename_leaf(name: str, side: int) -> str:
+    """`name` with its leaf renamed from side `side` of HF_LEAVES (0: HF's, 1: ours) to the other side."""
+    for pair in HF_LEAVES:
+        if name.endswith("." + pair[side]):
+            return name[: -len(pair[side])] + pair[1 - side]
+    return name
 
 
 def hf_name(name: str) -> Optional[str]:
@@ -33,11 +50,12 @@ def hf_name(name: str) -> Optional[str]:
         name = "albert." + name  # a bare AlbertModel state dict has no "albert." prefix
     if name in HF_SKIPPED:
         return None
-    if re.search(r"(word|position|token_type)_embeddings\.weight$", name):
-        return name[: -len("weight")] + "embedding_table"
-    if re.search(r"(LayerNorm|full_layer_layer_norm)\.(weight|bias)$", name):
-        return name[: name.rindex(".")] + (".gamma" if name.endswith(".weight") else ".beta")
-    return name
+    return _rename_leaf(name, 0)
+
+
+def name_in_hf(name: str) -> str:
+    """HF transformers' state-dict name of our parameter `name` (the inverse of hf_name)."""
+    return _rename_leaf(name, 1)
 
 
 def convert_hf(tensors: Tensors) -> Tuple[Tensors, List[str]]:

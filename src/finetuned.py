@@ -25,9 +25,9 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
     if wanted not in found:
         held = f"{checkpoint} holds a {HEAD_OWNERS[found[0]]} head ({found[0]}*)"
         if by_flag:
-            raise UserError(f"{held} but --task {task} needs a {task} head: use {_fitting_task(values, found[0])}")
+            raise UserError(f"{held} but --task {task} needs a {task} head: use {fitting_task(values, found[0])}")
         raise UserError(f"{held} but {source} is a {task} config: use the task yaml the checkpoint was trained with "
-                        f"(or {_fitting_task(values, found[0])}), or a {task} checkpoint")
+                        f"(or {fitting_task(values, found[0])}), or a {task} checkpoint")
     weight = values.get("classifier.weight")
     if wanted != "classifier." or weight is None:
         return
@@ -42,7 +42,7 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
                         f"{config.num_class}: pass --num_class {outputs}{hint}")
 
 
-def _fitting_task(values: Dict[str, object], prefix: str) -> str:
+def fitting_task(values: Dict[str, object], prefix: str) -> str:
     """The --task a checkpoint's head fits (a one-output classifier is RACE's, or a regression's)."""
     if prefix != "classifier.":
         return "--task " + next(name for name, task in TASKS.items() if task.head_prefix == prefix)

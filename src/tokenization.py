@@ -341,7 +341,8 @@ class FullTokenizer:
 
     Attributes used by the data creators: `vocab` (token -> id), `vocab_size`, `pad_id`, `cls_id`, `sep_id`,
     `mask_id`, `special_ids` (ids never chosen as random replacement tokens), and `kind` ("sentencepiece" or
-    "wordpiece") for the data sidecar files.
+    "wordpiece") for the data sidecar files; `unk_token`, `do_lower_case` and `keep_accents` for the tokenizer files of
+    an HF export (src/hf_tokenizer.py).
     """
 
     def __init__(self, vocab_file: Optional[str] = None, do_lower_case: bool = True,
@@ -351,14 +352,17 @@ class FullTokenizer:
             self.kind = "sentencepiece"
             self.model_file = str(spm_model_file)
             pad_token = "<pad>"
+            self.unk_token = self.impl.sp_model.IdToPiece(self.impl.sp_model.unk_id())
         elif vocab_file:
             self.impl = WordPieceVocabTokenizer(vocab_file, do_lower_case)
             self.kind = "wordpiece"
             self.model_file = str(vocab_file)
             pad_token = "[PAD]"
+            self.unk_token = "[UNK]"
         else:
             raise UserError("a tokenizer needs spm_model_file (SentencePiece) or vocab_file (WordPiece vocab.txt)")
         self.do_lower_case = do_lower_case
+        self.keep_accents = keep_accents
         self.vocab: Dict[str, int] = self.impl.vocab
         self.inv_vocab: Dict[int, str] = self.impl.inv_vocab
         self.vocab_size = len(self.vocab)

@@ -116,6 +116,21 @@ def meta_listing(name: str, entry: str) -> Maker:
     return make
 
 
+def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
+    """{bad}: the fixture checkpoint `source` (with its config beside it) without the weights starting with `drop`,
+    with a weight `add` of 8 zeros."""
+    def make(bad: Path, fx: Path) -> None:
+        import mindspore as ms
+        import numpy as np
+
+        items = [{"name": name, "data": value} for name, value in ms.load_checkpoint(str(fx / source)).items()
+                 if not (drop and name.startswith(drop))]
+        items += [{"name": add, "data": ms.Tensor(np.zeros(8, np.float32))}] if add else []
+        ms.save_checkpoint(items, str(bad))
+        shutil.copy(fx / f"{source}.json", f"{bad}.json")
+    return make
+
+
 @dataclass(frozen=True)
 class Row:
     entry: str  # run_pretrain.py ... or a module run with -m
@@ -480,6 +495,45 @@ MATRIX: List[Row] = [
         bad="task_classifier_mine.yaml"),
     row(EXPORT, "unknown flag", "--file_fromat ONNX", ["unknown option '--file_fromat'; did you mean '--file_format'?"]),
     row(EXPORT, "AIR off Ascend", "--file_format AIR", ["AIR export needs an Ascend device"], process=True),
+    row(EXPORT, "vocabulary flag without --file_format HF", "--spm_model_file {spm}",
+        ["--spm_model_file, --vocab_file and --task_name go with --file_format HF"]),
+    row(EXPORT, "--task pretrain without --file_format HF", "--config_path '' --task pretrain",
+        ["--task pretrain exports the pretraining network as an HF transformers folder only: add --file_format HF"]),
+    row(EXPORT, "HF: squad_v2 head", "--file_format HF --config_path '' --task squad_v2",
+        ["--file_format HF cannot export the squad_v2 head: its start_logits.*, end_logits.*",
+         "answer_class.* layers", "AlbertForQuestionAnswering has only qa_outputs.*"]),
+    row(EXPORT, "HF: checkpoint of another task than --task", "--file_format HF --config_path '' --task squad_v1",
+        ["{fx}/cls.ckpt holds a classifier/RACE head (classifier.*) but --task squad_v1 needs a squad_v1 head"]),
+    row(EXPORT, "HF: fine-tuned checkpoint as --task pretrain", "--file_format HF --config_path '' --task pretrain",
+        ["{fx}/cls.ckpt holds a classifier/RACE head (classifier.*), not the pretraining heads (predictions.*, "
+         "sop_classifier.*): use --task classifier"]),
+    row(EXPORT, "HF: pretraining checkpoint as --task classifier", "--file_format HF --export_ckpt_file {fx}/pre.ckpt",
+        ["{fx}/pre.ckpt is a pretraining checkpoint (predictions.*, sop_classifier.*), not a classifier head: export "
+         "it with --task pretrain"]),
+    row(EXPORT, "HF: weight the HF class has no place for", "--file_format HF --export_ckpt_file {bad}",
+        ["{bad}: weights that HF's AlbertForSequenceClassification has no place for: predictions.bias"],
+        edited_checkpoint("cls.ckpt", add="predictions.bias"), bad="extra.ckpt"),
+    row(EXPORT, "HF: weight the HF class needs, missing", "--file_format HF --config_path '' --task pretrain "
+        "--export_ckpt_file {bad}", ["{bad}: 2 network parameters are not in the checkpoint",
+                                     "sop_classifier.classifier.weight"],
+        edited_checkpoint("pre.ckpt", drop="sop_classifier."), bad="no_sop.ckpt"),
+    row(EXPORT, "HF: missing vocabulary", "--file_format HF --spm_model_file {tmp}/missing.model",
+        ["SentencePiece model not found: {tmp}/missing.model"]),
+    row(EXPORT, "HF: vocabulary of another size",
+        "--file_format HF --vocab_file {assets}/tokenizer/albert_zh_vocab.txt", ["{assets}/tokenizer/albert_zh_vocab.txt holds 21128 tokens but the word embeddings of {fx}/cls.ckpt have "
+         "30000 rows"]),
+    row(EXPORT, "HF: two vocabularies", "--file_format HF --spm_model_file {spm} --vocab_file {tmp}/vocab.txt",
+        ["pass one vocabulary: --spm_model_file (SentencePiece) or --vocab_file (WordPiece vocab.txt)"]),
+    row(EXPORT, "HF: label names of another count", "--file_format HF --task_name mnli",
+        ["--task_name mnli has 3 label(s) but the checkpoint's classifier has 2 output(s)"]),
+    row(EXPORT, "HF: network HF has no class for", "--file_format HF --net_cfg.ln_type preln",
+        ["the network's ln_type preln has no HF transformers counterpart"]),
+    row(EXPORT, "HF: existing folder", "--file_format HF",
+        ["output already exists: {out}/model (a folder that is not empty; pass --overwrite true"], text("{}"),
+        bad="out/model/config.json"),
+    row(EXPORT, "HF: output is a file", "--file_format HF",
+        ["export_file_name must name a folder for --file_format HF", "not a file: {out}/model"], text("mine"),
+        bad="out/model"),
     # ---------------------------------------------------------------------------------------------- convert_checkpoint
     row(CONVERT, "missing input", "--input {tmp}/missing", ["input not found: {tmp}/missing"]),
     row(CONVERT, "empty weights file", "--input {bad} --config {fx}/pre.ckpt.json", ["{bad}: empty file"], raw(b""),
@@ -650,6 +704,7 @@ def no_work(monkeypatch):
     import pretrain_eval
     import src.device_setup
     import src.finetune
+    import src.hf_export
     import src.predict
     import src.tasks
     import src.train_loop
@@ -659,7 +714,8 @@ def no_work(monkeypatch):
 
     monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
     for module, name in ((src.train_loop, "train"), (src.finetune, "_predict_rows"), (pretrain_eval, "evaluate"),
-                         (export, "export_atomically"), (src.predict, "run_rows")):
+                         (export, "export_atomically"), (src.predict, "run_rows"),
+                         (src.hf_export, "write_model_folder")):
         monkeypatch.setattr(module, name, reached)
     src.tasks.squad_eval_maps.cache_clear()  # a row's damaged copy must be read, not an earlier row's files
     yield

@@ -1,0 +1,373 @@
+"""export.py --file_format HF against HF transformers itself: an HF model converted in and exported out comes back
+tensor for tensor; a network pretrained here (a checkpoint in the middle of the run) and classifier, RACE and SQuAD
+v1.1 heads fine-tuned here by run_*.py load with `from_pretrained` without a missing or unexpected weight and give
+the logits of our network on the same inputs; the tokenizer files encode text as our tokenizer does (slow and fast
+transformers tokenizers, SentencePiece and WordPiece); a text-classification pipeline in a Python that has only
+transformers and torch (no sentencepiece, protobuf, MindSpore or this package) gives src.predict's labels.
+"""
+import contextlib
+import inspect
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+import pytest
+
+from finetune_helpers import ASSETS, SPM, TINY_FINETUNE, make_glue, make_race, make_squad
+from pretrain_helpers import ENV, TINY, ok, run
+
+pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
+NO_DROPOUT = ["--net_cfg.hidden_dropout_prob", "0", "--classifier_dropout_prob", "0"]
+LARGE_INIT = ["--net_cfg.initializer_range", "0.1"]  # outputs far from zero after a few steps: differences show
+HEAD_INPUTS = ("input_ids", "segment_ids", "input_mask")  # the data's columns in the head's argument order
+ROWS = 6  # evaluation rows compared per network
+
+
+def export_in_process(*argv: str) -> str:
+    """export.py's main in this process (no second MindSpore start-up); returns what it printed."""
+    import export
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert export.main(list(argv)) == 0
+    return printed.getvalue()
+
+
+# ------------------------------------------------------------------------------------------------ round trip
+@pytest.mark.parametrize("name", ["groups2_inner2_gelu_new", "exact_gelu_3layers", "groups3_relu_typevocab3"])
+def test_an_hf_model_converted_and_exported_comes_back_bit_identical(name, tmp_path):
+    """HF AlbertForPreTraining -> src.convert_checkpoint -> export.py --file_format HF: every tensor transformers
+    saved comes back with the same name, dtype and bits, and config.json holds every key of transformers'
+    AlbertConfig with the model's values (the activation under HF's own name)."""
+    from safetensors.numpy import load_file
+    from transformers import AlbertConfig as HfConfig
+
+    from hf_reference import TINY_CONFIGS, make_hf_pretraining, save_hf
+    from src.convert_checkpoint import convert
+
+    save_hf(make_hf_pretraining(TINY_CONFIGS[name], seed=4), tmp_path / "hf", safetensors=True)
+    convert("hf", str(tmp_path / "hf"), str(tmp_path / "ours.ckpt"))
+    export_in_process("--file_format", "HF", "--task", "pretrain", "--export_ckpt_file", str(tmp_path / "ours.ckpt"),
+                      "--export_file_name", str(tmp_path / "back"))
+    original, back = load_file(str(tmp_path / "hf" / "model.safetensors")), load_file(str(tmp_path / "back" /
+                                                                                           "model.safetensors"))
+    assert sorted(back) == sorted(original)
+    for key, value in original.items():
+        assert back[key].dtype == value.dtype and back[key].tobytes() == value.tobytes(), key
+    theirs = json.loads((tmp_path / "hf" / "config.json").read_text())
+    ours = json.loads((tmp_path / "back" / "config.json").read_text())
+    hf_keys = set(inspect.signature(HfConfig.__init__).parameters) - {"self", "kwargs"}
+    assert hf_keys <= set(ours) and ours["model_type"] == "albert"
+    assert {key: ours[key] for key in hf_keys | {"architectures"}} == {key: theirs[key] for key in
+                                                                      hf_keys | {"architectures"}}
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["config.json", "model.safetensors"]
+
+
+# ----------------------------------------------------------------------------- networks trained here, exported
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory) -> Dict[str, Path]:
+    """Checkpoints of real runs on the real assets: pretraining stopped in the middle of its run (step 2 of 3, with
+    groups and inner groups), a classifier that memorises 32 MRPC pairs (so it tells them apart), RACE and SQuAD v1.1
+    for a few steps."""
+    folder = tmp_path_factory.mktemp("hf_runs")
+    made = {"mrpc": make_glue(folder, "mrpc", 32, 16, seq=64), "race": make_race(folder, seq=64),
+            "squad": make_squad(folder, "1.1", paragraphs=2, seq=64)}
+    commands = {"pretrain": ["run_pretrain.py", "--data_dir", str(data["train"]), *TINY,
+                             "--net_cfg.num_hidden_layers", "4", "--net_cfg.num_hidden_groups", "2",
+                             "--net_cfg.inner_group_num", "2", "--train_steps", "3", "--save_checkpoint_steps", "2",
+                             "--save_checkpoint_num", "2"]}
+    finetune = {"classifier": ("run_classifier.py", made["mrpc"], ["--train_steps", "60", "--train_batch_size", "8",
+                                                                   "--net_cfg.hidden_act", "gelu_exact",
+                                                                   "--optimizer_cfg.AdamWeightDecay.learning_rate",
+                                                                   "1e-3", *NO_DROPOUT]),
+                "race": ("run_race.py", made["race"], ["--train_steps", "3", "--train_batch_size", "4", *LARGE_INIT]),
+                "squad_v1": ("run_squad_v1.py", made["squad"], ["--train_steps", "3", "--train_batch_size", "8",
+                                                                *LARGE_INIT])}
+    for task, (script, files, flags) in finetune.items():
+        commands[task] = [script, *TINY_FINETUNE, "--train_data_file_path", str(files["train"]), "--do_eval", "false",
+                          *flags]
+    for task, argv in commands.items():
+        ok(run(argv + ["--output_dir", str(folder / task)]))
+    checkpoints = {"pretrain": folder / "pretrain" / "checkpoints" / "albert_pretrain-2.ckpt",
+                   **{task: folder / task / "checkpoints" / f"albert_{task}-{steps}.ckpt"
+                      for task, steps in (("classifier", 60), ("race", 3), ("squad_v1", 3))}}
+    assert all(path.is_file() for path in checkpoints.values()), checkpoints
+    return {**checkpoints, "pretrain_eval": data["eval"], "spm_small": data["folder"] / "spm.model",
+            "classifier_dev": made["mrpc"]["dev"], "classifier_train_tsv": made["mrpc"]["train"].with_suffix(".tsv"),
+            "race_dev": made["race"]["dev"], "squad_v1_dev": made["squad"]["dev"]}
+
+
+@pytest.fixture(scope="module")
+def exported(runs, tmp_path_factory) -> Dict[str, Path]:
+    """Each checkpoint exported with its vocabulary: pretraining by the command line in its own process (the
+    user's path, end to end), the heads in this process."""
+    folder = tmp_path_factory.mktemp("hf_exports")
+    done = ok(run(["export.py", "--file_format", "HF", "--task", "pretrain", "--export_ckpt_file",
+                   str(runs["pretrain"]), "--export_file_name", str(folder / "pretrain"), "--spm_model_file",
+                   str(runs["spm_small"])]))
+    assert f"as AlbertForPreTraining: {folder / 'pretrain'} (config.json, model.safetensors" in done.stdout
+    assert "AutoModelForPreTraining.from_pretrained(" in done.stdout
+    flags = {"classifier": ["--task_name", "mrpc"], "race": [], "squad_v1": []}
+    for task, extra in flags.items():
+        printed = export_in_process("--file_format", "HF", "--config_path", f"task_{task}_config.yaml",
+                                    "--export_ckpt_file", str(runs[task]), "--export_file_name", str(folder / task),
+                                    "--spm_model_file", SPM, *extra)
+        assert "load it with transformers.Auto" in printed
+        if task == "squad_v1":
+            assert "note: albert.pooler.* left out: the question-answering head never reads" in printed
+    return {task: folder / task for task in ("pretrain", *flags)}
+
+
+def hf_model(folder: Path):
+    """The exported folder through the Auto class its config names, checking that nothing was missing, unexpected
+    or of another shape."""
+    import transformers
+
+    config = json.loads((folder / "config.json").read_text())
+    auto = {"AlbertForPreTraining": "AutoModelForPreTraining",
+            "AlbertForSequenceClassification": "AutoModelForSequenceClassification",
+            "AlbertForMultipleChoice": "AutoModelForMultipleChoice",
+            "AlbertForQuestionAnswering": "AutoModelForQuestionAnswering"}[config["architectures"][0]]
+    model, info = getattr(transformers, auto).from_pretrained(str(folder), output_loading_info=True,
+                                                                attn_implementation="eager")
+    assert type(model).__name__ == config["architectures"][0]
+    assert {key: value for key, value in info.items() if value} == {}, info
+    return model.eval()
+
+
+def columns(path: Path, names, rows: int = ROWS) -> List[np.ndarray]:
+    from src.dataset import read_column
+
+    return [read_column(str(path), name)[:rows].astype(np.int32) for name in names]
+
+
+def ours(task: str, checkpoint: Path, arrays: List[np.ndarray]) -> List[np.ndarray]:
+    """Our network's outputs for the checkpoint, built and loaded as evaluation builds it."""
+    from mindspore import Tensor
+
+    from model_utils.config import parse_cli
+    from src.albert_for_pre_training import AlbertPreTraining
+    from src.albert_model import PORTABLE, AlbertConfig
+    from src.finetuned import build_head
+    from src.tasks import TASKS
+    from src.utils import load_weights, read_checkpoint
+
+    net = AlbertConfig.from_json_file(str(checkpoint.parent / "albert_config.json"))
+    if task == "pretrain":
+        network = AlbertPreTraining(net)
+        network.set_train(False)
+        load_weights(network, str(checkpoint))
+    else:
+        network = build_head(read_checkpoint(str(checkpoint)), task, parse_cli(TASKS[task].config_file, []), net,
+                             PORTABLE, str(checkpoint))
+    outputs = network(*[Tensor(array) for array in arrays])
+    return [output.asnumpy() for output in (outputs if isinstance(outputs, tuple) else (outputs,))]
+
+
+def torch_inputs(input_ids: np.ndarray, token_type_ids: np.ndarray, attention_mask: np.ndarray) -> dict:
+    import torch
+
+    return {"input_ids": torch.from_numpy(input_ids).long(), "token_type_ids": torch.from_numpy(token_type_ids).long(),
+            "attention_mask": torch.from_numpy(attention_mask).long()}
+
+
+def assert_close(expected: np.ndarray, actual: np.ndarray) -> None:
+    assert expected.shape == actual.shape and np.abs(expected).max() > 1e-2  # not a degenerate output
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow  # the runs fixture trains four networks (~30-50 s on 2 cores)
+def test_pretrained_here_gives_its_mlm_and_sop_logits_in_transformers(runs, exported):
+    """A checkpoint from the middle of a pretraining run (optimizer state, loss scale and progress beside the
+    weights): AlbertForPreTraining with the decoder tied to the word embeddings gives our masked-LM logits at the
+    masked positions of real evaluation rows, and our sentence-order logits."""
+    import torch
+
+    model = hf_model(exported["pretrain"])
+    assert model.predictions.decoder.weight.data_ptr() == model.albert.embeddings.word_embeddings.weight.data_ptr()
+    arrays = columns(runs["pretrain_eval"], HEAD_INPUTS + ("masked_lm_positions",))
+    mlm, sop = ours("pretrain", runs["pretrain"], arrays)
+    with torch.no_grad():
+        out = model(**torch_inputs(*arrays[:3]))
+    positions = arrays[3][:, :, None].astype(np.int64)
+    assert_close(np.take_along_axis(out.prediction_logits.numpy(), positions, axis=1), mlm)
+    assert_close(out.sop_logits.numpy(), sop)
+
+
+@pytest.mark.slow  # the runs fixture trains four networks (~30-50 s on 2 cores)
+@pytest.mark.parametrize("task", ["classifier", "race", "squad_v1"])
+def test_fine_tuned_here_gives_its_logits_in_transformers(task, runs, exported):
+    """The head's outputs on evaluation rows of its real data: classifier logits, RACE choice logits ([batch, 4,
+    seq] inputs), SQuAD v1.1 start and end logits wherever p_mask lets an answer be (transformers returns every
+    position's raw logit; ours are -1e30 where p_mask is 1, the positions outside the context)."""
+    import torch
+
+    model = hf_model(exported[task])
+    names = HEAD_INPUTS + (("p_mask",) if task == "squad_v1" else ())
+    arrays = columns(runs[f"{task}_dev"], names)
+    expected = ours(task, runs[task], arrays)
+    with torch.no_grad():
+        out = model(**torch_inputs(*arrays[:3]))
+    if task != "squad_v1":
+        assert_close(out.logits.numpy(), expected[0])
+        return
+    allowed = arrays[3] == 0
+    assert 0 < allowed.sum() < allowed.size
+    for theirs, mine in zip((out.start_logits, out.end_logits), expected):
+        assert_close(theirs.numpy()[allowed], mine[allowed])
+        assert (mine[~allowed] < -1e29).all()
+
+
+def sample_texts() -> List[str]:
+    """Real sentences and paragraphs (GLUE, SQuAD) and text that exercises each preprocessing step."""
+    mrpc = [line.split("\t") for line in
+            (ASSETS / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8-sig").splitlines()[1:201]]
+    cola = [line.split("\t")[3] for line in
+            (ASSETS / "glue" / "CoLA" / "in_domain_dev.tsv").read_text(encoding="utf-8").splitlines()[:200]]
+    squad = json.loads((ASSETS / "squad" / "v1.1" / "dev-v1.1.part1_bloomsbury.json").read_text(encoding="utf-8"))
+    paragraphs = [p for article in squad["data"][:3] for p in article["paragraphs"]]
+    return ([text for row in mrpc for text in row[3:5]] + cola + [p["context"] for p in paragraphs] +
+            [qa["question"] for p in paragraphs for qa in p["qas"]] +
+            ["  Tabs\tand\nnewlines,\u00a0no-break\u3000spaces  ", "In 1990, 1,000,000 people (12, 13,) came.",
+             "Café naïve Über ﬁne ½ Ⅻ", "``TeX quotes'' and \"plain\" ones", "a [MASK] b [SEP] c",
+             "x\u0301y \u200bz"])
+
+
+def encoded(tokenizer, text_a: str, text_b: str = None) -> List[List[int]]:
+    """Our ids and segment ids of [CLS] a [SEP] (b [SEP]), as the data tools pack them."""
+    first = [tokenizer.cls_id] + tokenizer.encode(text_a) + [tokenizer.sep_id]
+    second = tokenizer.encode(text_b) + [tokenizer.sep_id] if text_b is not None else []
+    return [first + second, [0] * len(first) + [1] * len(second)]
+
+
+def assert_encodes_as_ours(folder: Path, ours_tokenizer, slow_class: str, fast_class: str, texts: List[str]) -> None:
+    import transformers
+
+    slow = getattr(transformers, slow_class).from_pretrained(str(folder))
+    fast = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert type(fast).__name__ == fast_class
+    pairs = list(zip(texts[::2], texts[1::2]))
+    for tokenizer in (slow, fast):
+        got = [[e["input_ids"], e["token_type_ids"]] for e in (tokenizer(text) for text in texts)]
+        assert got == [encoded(ours_tokenizer, text) for text in texts]
+        got = [[e["input_ids"], e["token_type_ids"]] for e in (tokenizer(a, b) for a, b in pairs)]
+        assert got == [encoded(ours_tokenizer, a, b) for a, b in pairs]
+
+
+def random_classifier(folder: Path, vocab_size: int) -> Path:
+    """A 2-class classifier with random weights over a `vocab_size`-token vocabulary, saved with its config as
+    fine-tuning saves one (for what needs no trained weights)."""
+    from src.albert_model import AlbertConfig
+    from src.finetune_eval_model import AlbertForSequenceClassification
+    from src.utils import save_checkpoint_atomic
+
+    config = AlbertConfig(vocab_size=vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    save_checkpoint_atomic(AlbertForSequenceClassification(config, 2), str(folder / "cls.ckpt"))
+    config.to_json_file(str(folder / "cls.ckpt.json"))
+    return folder / "cls.ckpt"
+
+
+def test_sentencepiece_tokenizer_files_encode_as_ours(tokenizer, spm_path, tmp_path):
+    """spiece.model (AlbertTokenizer) and tokenizer.json (AlbertTokenizerFast, what AutoTokenizer picks) give our
+    ids and segment ids for ~1000 real texts and pairs; the settings our tokenizer used are recorded."""
+    export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file",
+                      str(random_classifier(tmp_path, 30000)), "--export_file_name", str(tmp_path / "model"),
+                      "--spm_model_file", spm_path)
+    assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
+        "config.json", "model.safetensors", "special_tokens_map.json", "spiece.model", "tokenizer.json",
+        "tokenizer_config.json"]
+    assert_encodes_as_ours(tmp_path / "model", tokenizer, "AlbertTokenizer", "AlbertTokenizerFast", sample_texts())
+    settings = json.loads((tmp_path / "model" / "tokenizer_config.json").read_text())
+    assert (settings["do_lower_case"], settings["keep_accents"], settings["model_max_length"]) == (True, False, 128)
+
+
+def test_wordpiece_tokenizer_files_encode_as_ours(tmp_path):
+    """albert_zh: a classifier over the 21128-token WordPiece vocab.txt exported with it loads, and BertTokenizer and
+    BertTokenizerFast (AutoTokenizer, by config.json's tokenizer_class) give our ids for Chinese news and English."""
+    from src.tokenization import FullTokenizer
+
+    vocab = ASSETS / "tokenizer" / "albert_zh_vocab.txt"
+    export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file",
+                      str(random_classifier(tmp_path, 21128)), "--export_file_name", str(tmp_path / "zh"),
+                      "--vocab_file", str(vocab))
+    assert json.loads((tmp_path / "zh" / "config.json").read_text())["tokenizer_class"] == "BertTokenizer"
+    hf_model(tmp_path / "zh")
+    news = [line for line in (ASSETS / "pretrain" / "albert_zh_news_zh_1.txt").read_text(encoding="utf-8").splitlines()
+            if line.strip()][:300]
+    assert_encodes_as_ours(tmp_path / "zh", FullTokenizer(str(vocab), True), "BertTokenizer", "BertTokenizerFast",
+                           news + sample_texts()[:200])
+
+
+# A Python where only transformers and torch can be imported: sentencepiece and protobuf (which the slow tokenizer
+# and transformers' own conversion of spiece.model need), MindSpore and this package are made unimportable, and the
+# working directory is not the project's.
+BARE_PYTHON = """
+import json, sys
+for name in ("sentencepiece", "google.protobuf", "mindspore", "src", "model_utils"):
+    sys.modules[name] = None
+import transformers
+folder, pairs = sys.argv[1], json.loads(open(sys.argv[2]).read())
+classify = transformers.pipeline("text-classification", model=folder, device="cpu")
+answers = classify([{"text": a, "text_pair": b} for a, b in pairs])
+print(json.dumps({"answers": answers, "tokenizer": type(classify.tokenizer).__name__,
+                  "ids": [classify.tokenizer(a, b)["input_ids"] for a, b in pairs]}))
+"""
+
+
+@pytest.mark.slow  # the runs fixture trains four networks (~30-50 s on 2 cores)
+def test_pipeline_in_a_python_with_only_transformers_gives_src_predicts_labels(runs, exported, tokenizer, tmp_path):
+    """transformers.pipeline("text-classification") on the exported MRPC head, in a process without sentencepiece,
+    protobuf, MindSpore or this package, gives for real MRPC pairs the label and probability that src.predict gives
+    for the fine-tuned checkpoint (the label names from --task_name mrpc), from the ids our tokenizer makes. The pairs
+    are the ones it memorised, so both labels come up."""
+    rows = [line.split("\t") for line in runs["classifier_train_tsv"].read_text(encoding="utf-8").splitlines()[1:]]
+    pairs = [(row[3], row[4]) for row in rows]
+    (tmp_path / "pairs.json").write_text(json.dumps(pairs))
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps({"text_a": a, "text_b": b}) + "\n" for a, b in pairs))
+    bare = subprocess.run([sys.executable, "-c", BARE_PYTHON, str(exported["classifier"]),
+                           str(tmp_path / "pairs.json")], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert bare.returncode == 0, bare.stderr[-3000:]
+    theirs = json.loads(bare.stdout.strip().splitlines()[-1])
+    assert theirs["tokenizer"] == "AlbertTokenizerFast"
+    assert theirs["ids"] == [encoded(tokenizer, a, b)[0] for a, b in pairs]
+    ok(run(["-m", "src.predict", "--model", str(runs["classifier"]), "--task", "classifier", "--spm_model_file", SPM,
+            "--input_file", str(tmp_path / "requests.jsonl"), "--output_file", str(tmp_path / "answers.jsonl"),
+            "--seq_length", "128", "--device_target", "CPU"]))
+    answers = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text().splitlines()]
+    assert [answer["label"] for answer in theirs["answers"]] == [answer["label"] for answer in answers]
+    assert len({answer["label"] for answer in answers}) == 2  # the head tells pairs apart: not one label for all
+    np.testing.assert_allclose([answer["score"] for answer in theirs["answers"]],
+                               [answer["probabilities"][answer["label"]] for answer in answers], rtol=0, atol=1e-5)
+
+
+def test_a_failed_export_leaves_nothing_and_overwrite_replaces_the_folder(tmp_path, monkeypatch):
+    """The folder is made in a hidden folder beside it and renamed into place: a write that fails midway leaves
+    neither a folder nor a temporary one; with --overwrite a folder is replaced whole."""
+    import safetensors.numpy
+
+    checkpoint = random_classifier(tmp_path, 100)
+    args = ["--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint)]
+
+    def disk_full(tensors, path, metadata=None):
+        Path(path).write_bytes(b"half a file")
+        raise OSError(28, "No space left on device", path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(safetensors.numpy, "save_file", disk_full)
+        with pytest.raises(OSError, match="No space left"):
+            export_in_process(*args, "--export_file_name", str(tmp_path / "out" / "model"))
+    assert list((tmp_path / "out").iterdir()) == []
+    export_in_process(*args, "--export_file_name", str(tmp_path / "first"))
+    (tmp_path / "out" / "model").mkdir()
+    (tmp_path / "out" / "model" / "stale.bin").write_bytes(b"an earlier export")
+    export_in_process(*args, "--export_file_name", str(tmp_path / "out" / "model"), "--overwrite", "true")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model"]
+    assert sorted(p.name for p in (tmp_path / "out" / "model").iterdir()) == ["config.json", "model.safetensors"]
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "out" / "model" / name).read_bytes() == (tmp_path / "first" / name).read_bytes()
