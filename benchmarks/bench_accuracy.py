@@ -112,8 +112,11 @@ def check_args(args: argparse.Namespace) -> None:
                       ("squad_logit_rows", 1), ("threads", 0)):
         if getattr(args, name) < low:
             raise UserError(f"--{name} must be >= {low}, got {getattr(args, name)}")
-    args.assets = Path(args.assets)
-    args.spm_model_file = args.spm_model_file or str(args.assets / "tokenizer" / "albert_30k-clean.model")
+    # absolute: the package's tools run from the repository root, the user's paths mean what they do where they are
+    args.assets = Path(os.path.abspath(args.assets))
+    args.spm_model_file = os.path.abspath(args.spm_model_file or args.assets / "tokenizer" / "albert_30k-clean.model")
+    args.init_checkpoint = os.path.abspath(args.init_checkpoint) if args.init_checkpoint else ""
+    args.workdir = os.path.abspath(args.workdir)
     needed = [Path(args.spm_model_file)] + [args.assets / "glue" / GLUE[t].folder for t in args.tasks if t in GLUE]
     needed += [args.assets / name for name in SQUAD_FILES] if "squad" in args.tasks else []
     needed += [Path(args.init_checkpoint)] if args.init_checkpoint else []

@@ -321,7 +321,7 @@ def test_bench_accuracy_squad_slice_against_the_gold_answers(tmp_path, assets):
 @pytest.mark.parametrize("args, message", [
     (["--tasks", "sst2"], "--tasks takes a comma-separated list of mrpc, cola, squad"),
     (["--epochs", "0"], "--epochs must be >= 1"),
-    (["--tasks", "mrpc", "--init_checkpoint", "missing.ckpt"], "not found: missing.ckpt"),
+    (["--tasks", "mrpc", "--init_checkpoint", "missing.ckpt"], f"not found: {ROOT / 'missing.ckpt'}"),
 ])
 def test_bench_accuracy_bad_flag_is_one_line(tmp_path, assets, args, message):
     done = bench("bench_accuracy.py", "--workdir", str(tmp_path / "work"), "--assets", str(assets), *args)
