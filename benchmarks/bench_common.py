@@ -712,6 +712,29 @@ def environment(raw_results: List[Dict[str, Any]]) -> Dict[str, Any]:
             "usable_cpus": len(os.sched_getaffinity(0)), "processor": platform.processor(), "frameworks": frameworks}
 
 
+def provenance() -> Dict[str, Any]:
+    """What a result needs beside its numbers to be reproduced: the commit measured (and whether the tree had
+    uncommitted changes) and the CPU's model name with the instruction sets the low-precision paths depend on."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+    return {"commit": git("rev-parse", "--short", "HEAD") or "unknown",
+            "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "cpu_model": model or platform.processor(), "cpu_flags": [flag for flag in wanted if flag in flags]}
+
+
 def print_table(results: List[Dict[str, Any]], unit: str) -> None:
     """One row per (variant, batch, seq, side); ratio: that side's ms / ours' ms (> 1: ours is faster)."""
     if not results:

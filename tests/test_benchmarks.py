@@ -215,3 +215,148 @@ def test_bench_data_every_mode_on_tiny_settings(tmp_path, assets):
     assert mnli["pairs"] == 392 == mnli["records"]
     assert race["questions"] >= 87 and race["records"] == race["questions"]
     assert [row["rows"] > 0 for row in data["readers"]] == [True] * 3
+
+
+# bench_accuracy.py on a slice: a tiny network, one epoch, the first rows of the real dev sets. The report is held to
+# what this test recomputes itself from the answers the script leaves in its work folder and from the dev files read
+# here with csv/json (labels, gold answers), not through the package's readers or metrics.
+TINY_NET = ["--set", "hidden_size=32", "--set", "embedding_size=16", "--set", "num_hidden_layers=2",
+            "--set", "num_attention_heads=2", "--set", "intermediate_size=64", "--epochs", "1", "--squad_epochs", "1",
+            "--train_batch_size", "16", "--batch_size", "8", "--max_train_rows", "48"]
+ACCURACY_PATHS = ("fp32", "bf16", "int8") if cpu_kernels.bf16_support()[0] else ("fp32", "int8")
+
+
+def run_accuracy_bench(tmp_path, assets, *args: str) -> Tuple[dict, Path]:
+    pytest.importorskip("onnxruntime")
+    work, out = tmp_path / "work", tmp_path / "accuracy.json"
+    done = bench("bench_accuracy.py", "--workdir", str(work), "--assets", str(assets), *TINY_NET, *args,
+                 "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "max |logit diff|" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["environment"]["commit"] and report["environment"]["cpu_model"]
+    assert [p for p in ("fp32", "bf16", "int8") if p in next(iter(report["tasks"].values()))["paths"]] == \
+        list(ACCURACY_PATHS)
+    assert bool(report["bf16_skipped"]) == ("bf16" not in ACCURACY_PATHS)
+    return report, work
+
+
+def answers_of(folder: Path) -> dict:
+    return {path: [json.loads(line) for line in (folder / f"answers_{path}.jsonl").read_text().splitlines()]
+            for path in ACCURACY_PATHS}
+
+
+def check_paths(result: dict, metrics: dict, agreement: dict, logit_diff: dict = None) -> None:
+    """The report's per-path numbers against the ones recomputed here."""
+    for path in ACCURACY_PATHS:
+        reported = result["paths"][path]
+        for name, value in metrics[path].items():
+            assert reported["metrics"][name] == pytest.approx(value, abs=1e-9), (path, name)
+            assert reported["delta"][name] == pytest.approx(value - metrics["fp32"][name], abs=1e-9), (path, name)
+        assert reported["agreement"] == pytest.approx(agreement[path]), path
+        if logit_diff is not None:
+            assert reported["max_abs_logit_diff"] == pytest.approx(logit_diff[path], rel=1e-6, abs=1e-12), path
+
+
+def test_bench_accuracy_mrpc_slice_against_the_dev_labels(tmp_path, assets):
+    import csv
+
+    import numpy as np
+    import onnx
+
+    dev_rows = 40
+    report, work = run_accuracy_bench(tmp_path, assets, "--tasks", "mrpc", "--max_dev_rows", str(dev_rows),
+                                      "--seq_length", "64")
+    with open(assets / "glue" / "MRPC" / "dev.tsv", encoding="utf-8-sig", newline="") as tsv:
+        rows = list(csv.reader(tsv, delimiter="\t", quoting=csv.QUOTE_NONE))[1:dev_rows + 1]
+    labels = np.array([int(row[0]) for row in rows])
+    folder = work / "mrpc"
+    requests = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+    assert [(r["text_a"], r["text_b"]) for r in requests] == [(row[3], row[4]) for row in rows]  # dev order, pairs
+    answers = answers_of(folder)
+    predicted, logits = {}, {}
+    for path, rows_out in answers.items():
+        assert [a["id"] for a in rows_out] == [r["id"] for r in requests]
+        logits[path] = np.array([a["logits"] for a in rows_out])
+        predicted[path] = np.array([int(a["label"]) for a in rows_out])
+        assert (predicted[path] == logits[path].argmax(1)).all()
+
+    def metrics(pred):
+        tp, fp, fn = (np.sum((pred == 1) & (labels == 1)), np.sum((pred == 1) & (labels == 0)),
+                      np.sum((pred == 0) & (labels == 1)))
+        return {"accuracy": 100 * np.mean(pred == labels), "f1": 100 * 2 * tp / (2 * tp + fp + fn)}
+
+    result = report["tasks"]["mrpc"]
+    assert result["dev_examples"] == dev_rows and result["train_rows"] == 48
+    check_paths(result, {p: metrics(predicted[p]) for p in ACCURACY_PATHS},
+                {p: np.mean(predicted[p] == predicted["fp32"]) for p in ACCURACY_PATHS},
+                {p: np.abs(logits[p] - logits["fp32"]).max() for p in ACCURACY_PATHS})
+    assert result["majority_class_accuracy"] == pytest.approx(100 * max(np.mean(labels), 1 - np.mean(labels)))
+    # float32 through src.predict scores as the fine-tuning run's own evaluation of the checkpoint
+    evaluation = json.loads((folder / "finetune" / "eval" / "eval_results.json").read_text())
+    assert 100 * evaluation["accuracy"] == pytest.approx(metrics(predicted["fp32"])["accuracy"])
+    # the int8 path ran the quantized file: integer products; bfloat16 said it used its products
+    assert "MatMulInteger" in {node.op_type for node in onnx.load(str(folder / "model_int8.onnx")).graph.node}
+    if "bf16" in ACCURACY_PATHS:
+        assert "bfloat16 products" in (folder / "predict_bf16.log").read_text()
+        assert 0 < result["paths"]["bf16"]["max_abs_logit_diff"]
+
+
+def _normalize(text: str) -> str:
+    """The official SQuAD v1.1 script's normalization, written out here."""
+    import re
+    import string
+
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def _f1(gold: str, prediction: str) -> float:
+    import collections
+
+    gold_tokens, predicted_tokens = _normalize(gold).split(), _normalize(prediction).split()
+    common = sum((collections.Counter(gold_tokens) & collections.Counter(predicted_tokens)).values())
+    return 0.0 if common == 0 else 2 * common / (len(gold_tokens) + len(predicted_tokens))
+
+
+def test_bench_accuracy_squad_slice_against_the_gold_answers(tmp_path, assets):
+    questions = 24
+    report, work = run_accuracy_bench(tmp_path, assets, "--tasks", "squad", "--max_dev_rows", str(questions),
+                                      "--squad_seq_length", "128", "--squad_logit_rows", "12")
+    source = json.loads((assets / "squad" / "v1.1" / "dev-v1.1.part2_bloomsbury.json").read_text())
+    gold = [(qa["id"], [answer["text"] for answer in qa["answers"]]) for article in source["data"]
+            for paragraph in article["paragraphs"] for qa in paragraph["qas"]][:questions]
+    answers = {path: {a["id"]: a["answer"] for a in rows} for path, rows in answers_of(work / "squad").items()}
+    assert all(list(texts) == [qid for qid, _ in gold] for texts in answers.values())
+    metrics = {path: {"exact_match": 100 * sum(max(_normalize(g) == _normalize(texts[qid]) for g in golds)
+                                               for qid, golds in gold) / questions,
+                      "f1": 100 * sum(max(_f1(g, texts[qid]) for g in golds) for qid, golds in gold) / questions}
+               for path, texts in answers.items()}
+    agreement = {path: sum(texts[qid] == answers["fp32"][qid] for qid, _ in gold) / questions
+                 for path, texts in answers.items()}
+    result = report["tasks"]["squad"]
+    assert result["dev_examples"] == questions and result["train_rows"] == 48
+    check_paths(result, metrics, agreement)
+    assert metrics["fp32"]["f1"] > 0  # some overlap with the gold answers, so the F1 check above means something
+    evaluation = json.loads((work / "squad" / "finetune" / "eval" / "eval_results.json").read_text())
+    assert evaluation["f1"] == pytest.approx(metrics["fp32"]["f1"])  # the run's own evaluation agrees
+    # the logits compared: float32's own difference is 0, the low-precision paths move them, but not by much
+    assert result["paths"]["fp32"]["max_abs_logit_diff"] == 0
+    assert all(0 < result["paths"][p]["max_abs_logit_diff"] < 1 for p in ACCURACY_PATHS if p != "fp32")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tasks", "sst2"], "--tasks takes a comma-separated list of mrpc, cola, squad"),
+    (["--epochs", "0"], "--epochs must be >= 1"),
+    (["--tasks", "mrpc", "--init_checkpoint", "missing.ckpt"], f"not found: {ROOT / 'missing.ckpt'}"),
+])
+def test_bench_accuracy_bad_flag_is_one_line(tmp_path, assets, args, message):
+    done = bench("bench_accuracy.py", "--workdir", str(tmp_path / "work"), "--assets", str(assets), *args)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+
+
+def test_bench_accuracy_refuses_a_used_workdir(tmp_path):
+    (tmp_path / "old.txt").write_text("a previous run")
+    done = bench("bench_accuracy.py", "--workdir", str(tmp_path), "--tasks", "mrpc")
+    assert done.returncode == 2 and "--workdir must be a new or empty folder" in done.stderr, done.stderr
