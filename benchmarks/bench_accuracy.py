@@ -469,7 +469,7 @@ def main(argv: List[str]) -> int:
         return probe_main(argv[1])
     args = parse_args(argv)
     started = time.perf_counter()
-    machine = {**common.environment([]), **common.provenance(), "frameworks": frameworks()}  # the tree measured
+    machine = {**common.environment([]), "frameworks": frameworks()}  # with the commit and CPU measured
     skip = bf16_skip_reason()
     paths = [path for path in PATHS if path != "bf16" or not skip]
     if skip:

@@ -709,7 +709,8 @@ def environment(raw_results: List[Dict[str, Any]]) -> Dict[str, Any]:
         for name, side in result["sides"].items():
             frameworks[name] = side["framework"]
     return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "usable_cpus": len(os.sched_getaffinity(0)), "processor": platform.processor(), "frameworks": frameworks}
+            "usable_cpus": len(os.sched_getaffinity(0)), "processor": platform.processor(), "frameworks": frameworks,
+            **provenance()}
 
 
 def provenance() -> Dict[str, Any]:

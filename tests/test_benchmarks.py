@@ -31,6 +31,7 @@ def check_report(path: Path, benchmark: str, unit: str, others: Tuple[str, ...] 
     assert report["benchmark"] == benchmark and report["unit"] == unit
     assert report["flop_formula"].startswith("training step = 3 x forward" if benchmark == "train" else "one forward")
     assert set(report["environment"]["frameworks"]) == {"ours", *others}
+    assert report["environment"]["commit"] and report["environment"]["cpu_model"]  # what was measured, where
     (result,) = report["results"]
     assert (result["variant"], result["batch_size"], result["seq_length"]) == ("base", 2, 32)
     assert result["same_weights"] is True
