@@ -2,7 +2,7 @@
 `error: ...` on stderr that names the culprit (file, line or key), exit code 2, no traceback (unless --verbose),
 and nothing written where the run would have put its outputs.
 
-`MATRIX` is the table (README.md and README_CN.md, Troubleshooting, show it to users). A row: entry point, the bad
+`MATRIX` is the table (docs/troubleshooting.md and docs/troubleshooting_CN.md, "Bad-input matrix", show it to users). A row: entry point, the bad
 input in words, the arguments, fragments the error line must hold, and how the bad input is made. In argv and
 fragments, {fx} is this module's fixture folder (tiny data and checkpoints, made once), {tmp} the row's own folder,
 {bad} the bad input made there, {out} where the run would write (it must stay absent or empty), {assets} the real
