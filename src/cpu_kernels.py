@@ -15,10 +15,10 @@ cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`, created 0700) a
 "aot", each with its own backward. A library is code this process runs: it is loaded from the cache only when this
 user owns it and its folder, neither is a symlink and nobody else can write them; otherwise it is built in a private
 folder of the process. Cells use them when their `albert_model.Runtime` says so: `src.device_setup.model_runtime`
-asks for them on CPU in float32 when `available()`. MindSpore's own operations are used instead, with results equal
-up to float32 rounding, on other devices, in other compute types, and when no C++ compiler or oneDNN library is found,
-the compilation fails, the library does not load, `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or
-`ALBERT_CPU_KERNELS=0` is set (`status()` says which). Exported models never use them (export.py's `export_runtime`),
+asks for them on CPU in float32, and in bfloat16 for their products (`set_bf16`), when `available()`. MindSpore's own
+operations are used instead, with results equal up to float32 rounding, on other devices, in float16, and when no
+C++ compiler or oneDNN library is found, the compilation fails, the library does not load, `MS_CUSTOM_AOT_WHITE_LIST`
+excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says which; bfloat16 is then refused). Exported models never use them (export.py's `export_runtime`),
 so a MINDIR never needs the .so.
 """
 import atexit

@@ -13,9 +13,9 @@ One request is given by flags; a file of requests (--input_file) is answered in 
 
 The file's suffix picks the engine:
 - .mindir (export.py): MindSpore, ms.load + nn.GraphCell. The portable path: any MindSpore 2.x loads it.
-- .onnx (export.py --file_format ONNX, also --quantize int8): ONNX Runtime (ORT_ENABLE_ALL, CPU; needs
-  `pip install onnxruntime onnx`, not part of requirements.txt). The process never imports MindSpore: on CPU the
-  fastest at batch 1, in a fraction of the memory; int8 files 2.2-2.8x faster again.
+- .onnx (export.py --file_format ONNX, also --quantize int8): ONNX Runtime (ORT_ENABLE_ALL but SLOW_FUSIONS, CPU;
+  needs `pip install onnxruntime onnx`, not part of requirements.txt). The process never imports MindSpore: on CPU the
+  fastest at batch 1, in a fraction of the memory; int8 files 2.5-2.8x faster again.
 - .ckpt (a run_*.py checkpoint): the task head built in this process as fine-tuning evaluation builds it, so on CPU
   in float32 it runs this package's compiled kernels (built with g++ on first use): the fastest for batches on CPU,
   but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned
