@@ -1,17 +1,22 @@
-"""Train checkpoints: naming and listing, resuming a run (`resume_or_init`), which files a run may delete
-(`of_this_training`), and the checks that keep a run from losing work (space for a checkpoint before the first
-step, ranks that would resume from different steps).
+"""Train checkpoints: naming and listing, their lineage (which run wrote them), resuming a run (`resume_or_init`),
+which files a run may delete (`Lineage.owns`), and the checks that keep a run from losing work (space for a
+checkpoint before the first step, ranks that would resume from different steps).
 
 A run killed at any point resumes to the uninterrupted run's trajectory: `resume_or_init` restores weights,
-optimizer state, loss scale and progress from the newest readable checkpoint in the save folder or the
-checkpoint the run starts from; damaged checkpoints are skipped with a warning.
+optimizer state, loss scale and progress from the newest intact checkpoint of the save folder's lineage, or the
+checkpoint the run starts from. A file of another run, one whose stored step differs from its name's, or a damaged
+one (its digest does not match, see src/utils.read_checkpoint) is named in a warning and never resumed from or
+deleted.
 """
 import errno
 import hashlib
+import json
 import os
 import re
 import shutil
 import tempfile
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -23,10 +28,13 @@ from model_utils.errors import UserError
 from src.device_setup import Device, all_ranks_sum
 from src.settings import TrainSettings
 from src.step_plan import PLAN_KEYS, Progress, StepPlan
-from src.utils import load_weights, read_checkpoint
+from src.atomic_files import save_json_atomic
+from src.utils import contents_digest, load_weights, read_checkpoint
 
 # Progress stored beside the weights in every checkpoint (never under the name `global_step`, the optimizer's).
 PROGRESS_KEYS = ("micro_step", "overflow_count")
+RUN_ID_KEY = "run_id"  # the lineage a train checkpoint belongs to (see Lineage)
+LINEAGE_FILE = "run_lineage.json"  # in the save folder
 
 
 CHECKPOINT_NAME = re.compile(r"^(?P<prefix>[\w.]+)-(?P<step>\d+)\.ckpt$")
@@ -47,17 +55,71 @@ def list_checkpoints(directory: str, prefix: str) -> List[Tuple[int, str]]:
     return sorted(found)
 
 
-def of_this_training(path: str, plan: StepPlan) -> bool:
-    """Whether `path` is a checkpoint a run of this training wrote: it reads back, holds training progress and the
-    same data plan (what resuming from it needs). Only such files, and the run's own, may ever be deleted by it.
-    Reads only the progress and plan values (MindSpore still parses the whole file)."""
-    wanted = set(PROGRESS_KEYS + PLAN_KEYS)
-    try:
-        values = ms.load_checkpoint(path, choice_func=wanted.__contains__)
-    except Exception:  # MindSpore raises ValueError/RuntimeError for damaged or foreign files
-        return False
-    return all(key in values for key in PROGRESS_KEYS) and all(
-        int(_scalar(values[key])) == value for key, value in plan.signature().items() if key in values)
+@dataclass
+class Lineage:
+    """The run a save folder's checkpoints belong to: a random id written once into `LINEAGE_FILE` in the folder
+    and into every checkpoint the run saves, kept across restarts (ranks other than 0 only read it). Checkpoints of
+    an older version of this package carry no id: the first run to resume from them adopts them, recording each
+    file's contents digest, so that later copies of other runs' old files stay strangers."""
+
+    run_id: str
+    adopted: Dict[str, str] = field(default_factory=dict)  # file name -> contents digest
+
+    @classmethod
+    def new(cls) -> "Lineage":
+        return cls(uuid.uuid4().hex)
+
+    @classmethod
+    def read(cls, directory: str) -> Optional["Lineage"]:
+        """The folder's lineage, None when it has none yet; a damaged file is one line naming it."""
+        path = os.path.join(directory, LINEAGE_FILE)
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            return cls(str(data["run_id"]), {str(k): str(v) for k, v in data.get("adopted", {}).items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise UserError(f"cannot read {path} (which run the checkpoints there belong to): {err}; restore it, "
+                            f"or start a new run in another folder") from err
+
+    def write(self, directory: str) -> None:
+        save_json_atomic({"run_id": self.run_id, "adopted": self.adopted}, os.path.join(directory, LINEAGE_FILE))
+
+    def stranger(self, path: str, values: Dict) -> str:
+        """Why the checkpoint `values` read from `path` is not of this lineage ("" when it is)."""
+        stored = values.get(RUN_ID_KEY)
+        if stored is not None:
+            return "" if stored == self.run_id else f"it belongs to another run (run id {stored}, this run's {self.run_id})"
+        digest = self.adopted.get(os.path.basename(path))
+        if digest is None:
+            return "it carries no run id and is not one of the checkpoints this run adopted"
+        return "" if digest == contents_digest(values) else "its contents changed since this run adopted it"
+
+    def owns(self, path: str, plan: StepPlan) -> bool:
+        """Whether `path` is a checkpoint of this lineage, numbered with its stored step, for the same data plan:
+        the only files a run may delete. Reads the small values only, except for adopted files."""
+        wanted = set(PROGRESS_KEYS + PLAN_KEYS + (RUN_ID_KEY,))
+        try:
+            if os.path.basename(path) in self.adopted:
+                values = read_checkpoint(path)
+            else:
+                values = ms.load_checkpoint(path, choice_func=wanted.__contains__)
+        except Exception:  # MindSpore raises ValueError/RuntimeError for damaged or foreign files
+            return False
+        same_plan = all(int(_scalar(values[key])) == value for key, value in plan.signature().items()
+                        if key in values)
+        return same_plan and not self.stranger(path, values) and not _step_mismatch(path, values)
+
+
+def _step_mismatch(path: str, values: Dict) -> str:
+    """Why the checkpoint's stored step is not its name's ("" when it is, or when the name carries none)."""
+    match = CHECKPOINT_NAME.match(os.path.basename(path))
+    if not match or not all(key in values for key in PROGRESS_KEYS):
+        return ""
+    accumulation = int(_scalar(values["accumulation_steps"])) if "accumulation_steps" in values else 1
+    stored = int(_scalar(values["micro_step"])) // max(accumulation, 1)
+    return "" if stored == int(match["step"]) else f"its name says step {match['step']} but it holds step {stored}"
 
 
 def _scalar(value) -> float:
@@ -65,14 +127,15 @@ def _scalar(value) -> float:
 
 
 def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settings: TrainSettings,
-                   log: Callable[[str], None] = print) -> Progress:
-    """Restore the run's state, or start fresh.
+                   log: Callable[[str], None] = print) -> Tuple[Progress, Lineage]:
+    """Restore the run's state, or start fresh; returns the progress and the lineage the run's checkpoints carry.
 
-    - the newest readable train checkpoint in `settings.save_dir` (this run's own, written by `CheckpointSaver`):
-      weights, optimizer state, loss scale and progress are restored, whatever `settings.init_checkpoint` says, so
-      a restarted run continues instead of starting over; its data plan must match. Unreadable files (a disk
-      that lost data, a foreign file under our name) are skipped with a warning, never resumed from.
-    - else a train checkpoint in `init_checkpoint` (not when `init_only`) is resumed the same way;
+    - the newest intact train checkpoint of the save folder's lineage in `settings.save_dir` (see
+      newest_train_checkpoint): weights, optimizer state, loss scale and progress are restored, whatever
+      `settings.init_checkpoint` says, so a restarted run continues instead of starting over; its data plan must
+      match.
+    - else a train checkpoint in `init_checkpoint` (not when `init_only`) is resumed the same way, and the run
+      continues its lineage unless the save folder has one;
     - else `init_checkpoint` holding weights only (a converted public checkpoint or a network checkpoint), or any
       checkpoint when `init_only` (fine-tuning from a pretraining run): the network's weights are loaded (names
       starting with `allow_missing`, a new task head, may be absent) and training starts at step 0.
@@ -80,19 +143,21 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     save_dir, start = settings.save_dir, settings.init_checkpoint
     own = newest_train_checkpoint(save_dir, settings.checkpoint_prefix, log) if save_dir else None
     if own:
-        path, values = own
         if start:
             log(f"{save_dir} already holds this run's checkpoints: continuing from them, not from {start}")
-        return _resume(train_cell, values, plan, path, settings, log)
+        return _resume(train_cell, own.values, plan, own.path, settings, log), own.lineage
+    lineage = (Lineage.read(save_dir) if save_dir else None) or Lineage.new()
     if not start:
-        return Progress()
+        return Progress(), lineage
     values = read_checkpoint(start)
     if not settings.init_only and all(key in values for key in PROGRESS_KEYS):
-        return _resume(train_cell, values, plan, start, settings, log)
+        if save_dir and not Lineage.read(save_dir) and RUN_ID_KEY in values:
+            lineage = Lineage(values[RUN_ID_KEY])
+        return _resume(train_cell, values, plan, start, settings, log), lineage
     report = load_weights(network, values, allow_missing=settings.allow_missing, name=start)
     new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
     log(f"initialised the network from {start} (weights only: training starts at step 0{new})")
-    return Progress()
+    return Progress(), lineage
 
 
 def check_same_start(progress: Progress, device: Device, settings: TrainSettings) -> None:
@@ -112,20 +177,67 @@ def check_same_start(progress: Progress, device: Device, settings: TrainSettings
                         f"share, or copy the newest checkpoint to the same path on every node")
 
 
-def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], None] = print
-                            ) -> Optional[Tuple[str, Dict]]:
-    """(path, values) of the newest checkpoint in `directory` that reads back whole and holds training progress;
-    damaged ones are skipped with a warning (they stay on disk for the user to inspect)."""
+@dataclass
+class Resumable:
+    """A checkpoint to resume from, and the lineage of the folder (adopted from the file when it had none)."""
+
+    path: str
+    values: Dict
+    lineage: Lineage
+
+
+def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], None] = print) -> Optional[Resumable]:
+    """The newest checkpoint in `directory` that reads back intact, holds training progress, holds the step its
+    name says and belongs to the folder's lineage. Every other file is named in a warning and left on disk for the
+    user to inspect. Damaged files and no intact one in a folder a run has recorded its lineage in: one line
+    (starting over would silently lose the run)."""
+    lineage = Lineage.read(directory) if os.path.isdir(directory) else None
+    damaged = []
     for _, path in reversed(list_checkpoints(directory, prefix)):
         try:
             values = read_checkpoint(path)
         except UserError as err:
             log(f"warning: skipping {path}: {err}")
+            damaged.append(path)
             continue
-        if all(key in values for key in PROGRESS_KEYS):
-            return path, values
-        log(f"warning: skipping {path}: it holds no training progress (not written by a training run)")
+        why = _not_resumable(path, values, lineage)
+        if why:
+            log(f"warning: not resuming from {path}: {why} (left in place, never deleted)")
+            continue
+        if damaged:
+            log(f"warning: resuming from {path}, the newest intact checkpoint of this run")
+        return Resumable(path, values, lineage or _adopt(directory, prefix, path, values, log))
+    if damaged and lineage:
+        raise UserError(f"no intact checkpoint of this run to resume from in {directory}: {', '.join(damaged)} "
+                        f"{'is' if len(damaged) == 1 else 'are'} damaged; restore from a copy, or move "
+                        f"{'it' if len(damaged) == 1 else 'them'} out of the folder to start over")
     return None
+
+
+def _not_resumable(path: str, values: Dict, lineage: Optional[Lineage]) -> str:
+    """Why a readable checkpoint may not be resumed from ("" when it may)."""
+    if not all(key in values for key in PROGRESS_KEYS):
+        return "it holds no training progress (not written by a training run)"
+    return (lineage.stranger(path, values) if lineage else "") or _step_mismatch(path, values)
+
+
+def _adopt(directory: str, prefix: str, path: str, values: Dict, log: Callable[[str], None]) -> Lineage:
+    """The lineage of a folder that has none recorded: the run id `values` carry (checkpoints moved to a new
+    folder continue their run), or, for checkpoints an older version wrote, a new id adopting this file and the
+    older id-less train checkpoints beside it."""
+    if RUN_ID_KEY in values:
+        return Lineage(values[RUN_ID_KEY])
+    lineage = Lineage.new()
+    for _, older in list_checkpoints(directory, prefix):
+        try:
+            found = values if older == path else read_checkpoint(older)
+        except UserError:
+            continue
+        if RUN_ID_KEY not in found and not _not_resumable(older, found, None):
+            lineage.adopted[os.path.basename(older)] = contents_digest(found)
+    log(f"{directory}: {len(lineage.adopted)} checkpoint(s) written before runs recorded their lineage adopted "
+        f"as run {lineage.run_id}")
+    return lineage
 
 
 def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, settings: TrainSettings,

@@ -131,7 +131,7 @@ def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, d
         # skipped with a warning.
         newest = newest_train_checkpoint(save_dir, task.checkpoint_prefix, log) \
             if not config.load_finetune_checkpoint_path else None
-        checkpoint = config.load_finetune_checkpoint_path or (newest[0] if newest else None)
+        checkpoint = config.load_finetune_checkpoint_path or (newest.path if newest else None)
         if not checkpoint:
             raise UserError(f"do_{action} without do_train needs --load_finetune_checkpoint_path (no checkpoint of "
                             f"this task in {save_dir} either)")

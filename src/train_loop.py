@@ -1,7 +1,7 @@
 """The training loop every run shares: `fit` (pretraining and fine-tuning alike, on `TrainSettings`), and under it
 one `Model.train` over one dataset of the plan's remaining rows (so a GPU/Ascend graph compiles once), with
 `StepCounter` (exact step totals kept on the device, also per data sink), `TrainMonitor` (log lines +
-metrics.jsonl), `NonFiniteGuard` (a run whose loss turns inf/nan without loss scaling stops with its last good
+metrics.jsonl), `NonFiniteGuard` (a run whose loss turns and stays inf/nan stops with its last good
 checkpoint) and `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress, newest N
 kept).
 """
@@ -20,7 +20,7 @@ from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
 from src.albert_for_pre_training import AlbertTrainOneStepCell
 from src.albert_model import AlbertConfig, Runtime
-from src.checkpoints import (check_checkpoint_space, check_same_start, list_checkpoints, of_this_training,
+from src.checkpoints import (RUN_ID_KEY, Lineage, check_checkpoint_space, check_same_start, list_checkpoints,
                              remove_stale_temporaries, resume_or_init, weights_digest)
 from src.dataset import count_rows
 from src.device_checks import overflow_needs_float_status
@@ -144,20 +144,21 @@ def _clock(seconds: float) -> str:
 
 class CheckpointSaver(Callback):
     """Every `every` optimizer steps and at the end: the whole train cell (weights, optimizer moments, loss scale,
-    accumulation buffers) plus progress and the data plan, written atomically.
+    accumulation buffers) plus progress, the data plan and the run id of `lineage`, written atomically with a
+    digest of the contents. A train cell holding inf/nan is never saved: the run stops with one line instead.
 
     Retention keeps the newest `keep` checkpoints of this training and deletes only older ones that this training
-    wrote: this run's own saves, and those `of_this_training` (same plan, readable, with progress) up to the step
-    the run resumed from. Nothing else under the run's checkpoint names is ever deleted or counted: a damaged,
-    foreign or newer-numbered file is left in place with one warning line; one in the way of the next save is moved
-    aside to `<name>.replaced`."""
+    wrote: this run's own saves, and those the lineage owns (its run id, the step its name says, same plan) up to
+    the step the run resumed from. Nothing else under the run's checkpoint names is ever deleted or counted: a
+    damaged, foreign or newer-numbered file is left in place with one warning line; one in the way of the next save
+    is moved aside to `<name>.replaced`."""
 
     def __init__(self, train_cell: nn.Cell, plan: StepPlan, progress: Progress, directory: str, prefix: str,
-                 every: int, keep: int, log: Callable[[str], None] = print):
+                 every: int, keep: int, lineage: Lineage, log: Callable[[str], None] = print):
         super().__init__()
         if every < 1 or keep < 1:
             raise UserError(f"save_checkpoint_steps and save_checkpoint_num must be >= 1, got {every} and {keep}")
-        self.train_cell, self.plan, self.progress = train_cell, plan, progress
+        self.train_cell, self.plan, self.progress, self.lineage = train_cell, plan, progress, lineage
         self.directory, self.prefix, self.every, self.keep, self.log = directory, prefix, every, keep, log
         self._last_step = progress.micro_step // plan.accumulation_steps
         self._resumed_step = self._last_step
@@ -177,7 +178,8 @@ class CheckpointSaver(Callback):
     def save(self, step: int) -> str:
         path = os.path.join(self.directory, f"{self.prefix}-{step}.ckpt")
         extra = {"micro_step": self.progress.micro_step, "overflow_count": self.progress.overflow_count,
-                 **self.plan.signature()}
+                 **self.plan.signature(), RUN_ID_KEY: self.lineage.run_id}
+        self._check_finite(step)
         if os.path.lexists(path):
             self._move_aside(path)
         try:
@@ -194,6 +196,16 @@ class CheckpointSaver(Callback):
         self.log(f"saved {path}")
         return path
 
+    def _check_finite(self, step: int) -> None:
+        """A checkpoint is the state a run resumes from: one holding inf/nan would make every restart diverge."""
+        bad = nonfinite_parameters(self.train_cell)
+        if bad:
+            newest = self.newest()
+            raise UserError(f"step {step}: the weights or optimizer state hold inf/nan ({', '.join(bad[:3])}"
+                            f"{' ...' if len(bad) > 3 else ''}): training diverged and was stopped without saving; "
+                            f"{f'the last finite checkpoint is {newest}' if newest else 'no checkpoint was kept'}. "
+                            f"Lower the learning rate or set clip_norm")
+
     def newest(self) -> Optional[str]:
         """This training's newest checkpoint in the folder (None when it has none)."""
         lineage = self._lineage()
@@ -205,7 +217,7 @@ class CheckpointSaver(Callback):
         found = []
         for step, path in list_checkpoints(self.directory, self.prefix):
             if path not in self._ours:
-                self._ours[path] = step <= self._resumed_step and of_this_training(path, self.plan)
+                self._ours[path] = step <= self._resumed_step and self.lineage.owns(path, self.plan)
                 if not self._ours[path]:
                     self.log(f"warning: {path} is not a checkpoint of this run (damaged, of another run, or newer "
                              f"than the step it resumed from): left in place, never deleted or counted in "
@@ -223,30 +235,52 @@ class CheckpointSaver(Callback):
 
 
 class NonFiniteGuard(Callback):
-    """With loss scaling off, an inf/nan loss or gradient means the run diverged (fp32 does not overflow
-    otherwise): stop at once, before `CheckpointSaver` could save the step, so the newest checkpoint is the last
-    good one. (With loss scaling on, overflows are expected: the train cell skips them, TrainMonitor counts them.)
-    """
+    """Stops a run whose loss turned inf/nan, before `CheckpointSaver` could save the step, so the newest
+    checkpoint is the last good one. Without loss scaling at the first such step, or the first inf/nan gradient
+    (fp32 does not overflow otherwise); with loss scaling once the loss stayed inf/nan for `patience` batches in a
+    row (an overflowing step is skipped and the scale lowered, so some are expected; a loss that stays inf/nan
+    means the weights are gone, and the run would otherwise skip every step to its end)."""
 
-    def __init__(self, plan: StepPlan, progress: Progress, saver: Optional[CheckpointSaver] = None,
-                 save_dir: str = ""):
+    def __init__(self, plan: StepPlan, progress: Progress, patience: int, loss_scaling: bool,
+                 saver: Optional[CheckpointSaver] = None, save_dir: str = ""):
         super().__init__()
-        self.plan, self.progress, self.saver, self.save_dir = plan, progress, saver, save_dir
+        self.plan, self.progress, self.patience, self.loss_scaling = plan, progress, patience, loss_scaling
+        self.saver, self.save_dir = saver, save_dir
+        self.streak = 0  # batches in a row with an inf/nan loss
 
     def on_train_step_end(self, run_context) -> None:
         loss = self.progress.window_sums[0]
-        if math.isfinite(loss) and not self.progress.window_overflows:
+        if math.isfinite(loss) and (self.loss_scaling or not self.progress.window_overflows):
+            self.streak = 0
+            return
+        self.streak += self.progress.window_steps
+        if self.loss_scaling and math.isfinite(loss):
+            return
+        if self.loss_scaling and self.streak < self.patience:
             return
         step = (self.progress.micro_step - 1) // self.plan.accumulation_steps + 1
-        what = f"the loss is {loss}" if not math.isfinite(loss) else "the gradients hold inf/nan"
-        raise UserError(f"step {step}: {what} with loss scaling off: training diverged and was stopped; "
-                        f"{self._kept()}. Lower the learning rate, set clip_norm, or set enable_lossscale true")
+        if self.loss_scaling:
+            what = f"the loss has been {loss} for {self.streak} batches in a row (nonfinite_stop_steps {self.patience})"
+        else:
+            what = (f"the loss is {loss}" if not math.isfinite(loss) else "the gradients hold inf/nan") + \
+                " with loss scaling off"
+        raise UserError(f"step {step}: {what}: training diverged and was stopped; {self._kept()}. Lower the "
+                        f"learning rate or set clip_norm{'' if self.loss_scaling else ', or set enable_lossscale true'}")
 
     def _kept(self) -> str:
         if not self.saver:  # only rank 0 saves
             return f"rank 0 keeps the checkpoints in {self.save_dir}" if self.save_dir else "no checkpoint was written"
         newest = self.saver.newest()
         return f"the last good checkpoint is {newest}" if newest else "no checkpoint was written"
+
+
+def nonfinite_parameters(cell: nn.Cell) -> List[str]:
+    """Names of the cell's floating-point parameters (weights, optimizer state, loss scale) holding inf/nan."""
+    return [param.name for param in cell.get_parameters() if not _finite(param)]
+
+
+def _finite(param: Parameter) -> bool:
+    return param.dtype not in ms.dtype.float_type or bool(np.isfinite(param.asnumpy()).all())
 
 
 def trim_metrics(path: str, step: int) -> None:
@@ -326,10 +360,11 @@ def build_train_cell(config: Config, network: nn.Cell, total_steps: int, target:
 
 
 def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progress: Progress, device: Device,
-                   seq_length: int, settings: TrainSettings, log: Callable[[str], None]) -> List[Callback]:
+                   seq_length: int, settings: TrainSettings, lineage: Lineage,
+                   log: Callable[[str], None]) -> List[Callback]:
     """The step totals, progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends), a
-    stop on inf/nan when loss scaling is off, and checkpoints when the run saves them (checked to fit in the save
-    folder first); files are written by rank 0 only."""
+    stop on an inf/nan loss, and checkpoints of `lineage` when the run saves them (checked to fit in the save folder
+    first); files are written by rank 0 only."""
     config = settings.config
     metrics = os.path.join(settings.output_dir, "metrics.jsonl")
     if device.is_main and progress.micro_step == 0 and os.path.exists(metrics):
@@ -344,9 +379,10 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
     if settings.save_dir and device.is_main:
         check_checkpoint_space(settings.save_dir, cell, settings.flag("save_dir"))
         saver = CheckpointSaver(cell, plan, progress, settings.save_dir, settings.checkpoint_prefix,
-                                config.save_checkpoint_steps, config.save_checkpoint_num, log)
-    if not cell.use_loss_scale:  # before the saver: a diverged step is never saved
-        callbacks.append(NonFiniteGuard(plan, progress, saver, settings.save_dir))
+                                config.save_checkpoint_steps, config.save_checkpoint_num, lineage, log)
+    # before the saver: a diverged step is never saved
+    callbacks.append(NonFiniteGuard(plan, progress, config.nonfinite_stop_steps, cell.use_loss_scale, saver,
+                                    settings.save_dir))
     if saver:
         callbacks.append(saver)
     return callbacks
@@ -371,25 +407,29 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
     with as_user_error():
         network = make_network(runtime)
         optimizer, cell = build_train_cell(config, network, plan.total_steps, device.target, runtime.kernels)
-    progress = resume_or_init(cell, network, plan, settings, log)
+    progress, lineage = resume_or_init(cell, network, plan, settings, log)
     check_same_start(progress, device, settings)
     if device.is_main:
-        _create_outputs(settings, net)
+        _create_outputs(settings, net, lineage)
     if progress.micro_step >= plan.total_micro_steps:
         log(f"nothing to train: the checkpoint already completed all {plan.total_steps} steps")
     else:
-        callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_length, settings, log)
+        callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_length, settings, lineage, log)
         train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps, log)
+    bad = nonfinite_parameters(cell)
+    if bad:
+        raise UserError(f"training ended with inf/nan in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: it "
+                        f"diverged; lower the learning rate or set clip_norm")
     print(f"rank {device.rank}: final weights sha256 {weights_digest(cell)}", flush=True)
     log(f"done: {plan.total_steps} steps; outputs in {settings.output_dir}"
         + (f", checkpoints in {settings.save_dir}" if settings.save_dir else ""))
     return cell
 
 
-def _create_outputs(settings: TrainSettings, net: AlbertConfig) -> None:
+def _create_outputs(settings: TrainSettings, net: AlbertConfig, lineage: Lineage) -> None:
     """The output folder and the save folder, each locked for this run (see lock_output) and given
-    albert_config.json (the network, for evaluation and fine-tuning); half-written checkpoints a killed run left
-    are removed."""
+    albert_config.json (the network, for evaluation and fine-tuning); the save folder records the run's lineage;
+    half-written checkpoints a killed run left are removed."""
     for folder, key in ((settings.output_dir, "output_dir"), (settings.save_dir, "save_dir")):
         if folder:
             lock_output(os.path.join(folder, RUN_LOCK), f"{settings.flag(key)} {folder}")
@@ -397,6 +437,8 @@ def _create_outputs(settings: TrainSettings, net: AlbertConfig) -> None:
     if settings.save_dir:
         remove_stale_temporaries(settings.save_dir)
         net.to_json_file(os.path.join(settings.save_dir, "albert_config.json"))
+        if Lineage.read(settings.save_dir) != lineage:
+            lineage.write(settings.save_dir)
 
 
 def lr_function(schedule: nn.Cell) -> Callable[[int], float]:

@@ -1,4 +1,6 @@
-"""Checkpoint helpers shared by every entry point: atomic writes and loading that refuses to half-load."""
+"""Checkpoint helpers shared by every entry point: atomic writes that carry a digest of their contents, reading
+that verifies it, and loading that refuses to half-load."""
+import hashlib
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -17,6 +19,10 @@ TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v."
                         "learning_rate", "beta1_power", "beta2_power", "scale_sense", "current_iterator_step",
                         "last_overflow_iterator_step", "epoch_num", "step_num", "loss_scale", "overflow_count")
 _SHOWN = 8
+# Every checkpoint this package writes holds the sha256 of all its other entries under this name (see
+# `contents_digest`): MindSpore itself loads a file with flipped tensor bytes without a word.
+DIGEST_KEY = "checkpoint_sha256"
+Value = Union[Parameter, Tensor, np.ndarray, int, float, str]
 
 
 @dataclass
@@ -34,16 +40,51 @@ def _listing(names: Sequence[str]) -> str:
 
 
 def read_checkpoint(path: str) -> Dict[str, Parameter]:
-    """ms.load_checkpoint with a one-line error naming the file when it is missing or unreadable."""
+    """ms.load_checkpoint with a one-line error naming the file when it is missing, unreadable or damaged (its
+    stored digest does not match its contents). A file without a digest (a checkpoint MindSpore or an older
+    version of this package wrote) is read as it is."""
     if not os.path.isfile(path):
         raise UserError(f"checkpoint not found: {path}")
     if os.path.getsize(path) == 0:
         raise UserError(f"cannot read checkpoint {path}: the file is empty")
     try:
-        return ms.load_checkpoint(path)
+        values = ms.load_checkpoint(path)
     except Exception as err:  # MindSpore raises ValueError/RuntimeError with multi-line text for corrupt files
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"cannot read checkpoint {path}: {reason}") from err
+    stored = values.pop(DIGEST_KEY, None)
+    if stored is not None and stored != contents_digest(values):
+        raise UserError(f"checkpoint {path} is damaged: its contents do not match the sha256 stored in it when it "
+                        f"was written (a disk or copy that changed bytes)")
+    return values
+
+
+def contents_digest(values: Mapping[str, Value]) -> str:
+    """sha256 over every entry's name, dtype, shape and bytes, in name order: the same for the values a checkpoint
+    is written from and the values MindSpore reads back (ints come back as int64, floats as float32)."""
+    digest = hashlib.sha256()
+    for name in sorted(values):
+        value = values[name]
+        digest.update(name.encode("utf-8") + b"\0")
+        if isinstance(value, str):
+            digest.update(b"str\0" + value.encode("utf-8"))
+            continue
+        array = _as_array(value)
+        digest.update(f"{array.dtype.str}{array.shape}\0".encode("ascii"))
+        digest.update(np.ascontiguousarray(array).data)
+    return digest.hexdigest()
+
+
+def _as_array(value: Value) -> np.ndarray:
+    if isinstance(value, Tensor):
+        return value.asnumpy()
+    if isinstance(value, bool):
+        return np.asarray(value, np.bool_)
+    if isinstance(value, int):
+        return np.asarray(value, np.int64)
+    if isinstance(value, float):
+        return np.asarray(value, np.float32)
+    return np.asarray(value)
 
 
 def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, np.ndarray, Tensor]]],
@@ -87,12 +128,25 @@ def _as_parameter(name: str, value: Union[Parameter, np.ndarray, Tensor]) -> Par
 
 
 def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str,
-                           append_dict: Optional[Dict[str, Union[int, float, bool, str]]] = None) -> None:
-    """Write a checkpoint under a temporary name and rename it into place once it is on disk, so a crash never
-    leaves half a file under the final name; readable by others (see make_readable). `append_dict` adds scalars
-    (e.g. training progress) beside the parameters."""
+                           append_dict: Optional[Dict[str, Union[int, float, str]]] = None) -> Dict[str, Tensor]:
+    """Write a checkpoint, with the digest of its contents (see read_checkpoint), under a temporary name and rename
+    it into place once it is on disk, so a crash never leaves half a file under the final name; readable by others
+    (see make_readable). `append_dict` adds scalars (e.g. training progress) beside the parameters. Returns the
+    tensors written, by name."""
     if not path.endswith(".ckpt"):
         raise UserError(f"checkpoint file name must end with .ckpt: {path}")
+    tensors = _by_name(items)
+    extra = dict(append_dict or {})
+    extra[DIGEST_KEY] = contents_digest({**tensors, **extra})
     with atomic_path(path, ".ckpt", plain_mode=False, durable=True) as tmp:
-        ms.save_checkpoint(items, tmp, append_dict=append_dict)
+        ms.save_checkpoint(tensors, tmp, append_dict=extra)
         make_readable(tmp)
+    return tensors
+
+
+def _by_name(items: Union[nn.Cell, List[Dict[str, Tensor]]]) -> Dict[str, Tensor]:
+    """What is written, by name: a cell's parameters (each once) or a list of {"name", "data"}; MindSpore writes
+    exactly this mapping, so the digest is computed over what lands in the file."""
+    if isinstance(items, nn.Cell):
+        return {param.name: param for _, param in items.parameters_and_names()}
+    return {item["name"]: item["data"] for item in items}

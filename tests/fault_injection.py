@@ -1,5 +1,6 @@
 """Run an entry point exactly as `python ENTRY ARGS` (or `python -m MODULE ARGS`) would, but SIGKILL the process at
-one precise moment of its work: moments a timer outside would rarely hit, because they last milliseconds.
+one precise moment of its work (moments a timer outside would rarely hit, because they last milliseconds), or
+damage its state there.
 
     python tests/fault_injection.py POINT N ENTRY [ARGS...]      # ENTRY: run_pretrain.py or -m src.module
 
@@ -11,6 +12,8 @@ The process kills itself with SIGKILL (no cleanup, no `finally`, as `kill -9` or
 - checkpoint_prune:  a new checkpoint is in place, just before the oldest one beyond save_checkpoint_num is deleted
 - mindrecord_write:  a MindRecord writer has just written a batch of records (its shard is incomplete)
 - mindrecord_publish: a data set's first file was moved into place, the others and the meta file not yet
+- weights_nan:       not a kill: after the N-th training batch, one weight of the network becomes nan (as a
+                     diverging update or failing memory would leave it), and the run goes on
 """
 import os
 import runpy
@@ -70,6 +73,18 @@ def install(point: str, count: int) -> None:
                 if reached(src, dst):
                     die()
             os.replace = publish
+    elif point == "weights_nan":
+        import numpy as np
+        from src import train_loop
+
+        step_end, reached = train_loop.StepCounter.on_train_step_end, on_nth(count)
+
+        def poison_after(self, run_context):
+            step_end(self, run_context)
+            if reached():
+                weight = self.network.train_cell.trainable_params()[0]
+                weight.set_data(mindspore.Tensor(np.full(weight.shape, np.nan, np.float32)))
+        train_loop.StepCounter.on_train_step_end = poison_after
     elif point == "mindrecord_write":
         write, reached = FileWriter.write_raw_data, on_nth(count)
 
@@ -85,8 +100,8 @@ def install(point: str, count: int) -> None:
 
 def main() -> None:
     point, count, entry, *args = sys.argv[1:]
-    install(point, int(count))
     sys.path.insert(0, str(ROOT))
+    install(point, int(count))
     if entry == "-m":
         module, *args = args
         sys.argv = [module] + args

@@ -91,6 +91,18 @@ def weights(path: Path, prefixes: Sequence[str] = ("albert.", "predictions.", "s
             if name.startswith(tuple(prefixes))}
 
 
+def flip_tensor_bytes(source: Path, target: Path, count: int = 512) -> None:
+    """Copy `source` to `target` with `count` bytes inverted in the middle of the word embedding table's bytes."""
+    import mindspore as ms
+
+    table = ms.load_checkpoint(str(source))["albert.embeddings.word_embeddings.embedding_table"].asnumpy()
+    data = bytearray(source.read_bytes())
+    start = data.find(np.ascontiguousarray(table).tobytes()[:256]) + table.nbytes // 2
+    assert start > table.nbytes // 2, "the table's bytes were not found in the file"
+    data[start:start + count] = bytes(b ^ 0xFF for b in data[start:start + count])
+    target.write_bytes(bytes(data))
+
+
 def metrics_by_step(path: Path) -> Dict[int, dict]:
     rows: Dict[int, dict] = {}
     for line in path.read_text().splitlines():

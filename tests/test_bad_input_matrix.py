@@ -26,7 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import pytest
 
 from model_utils.errors import run_cli
-from tests.pretrain_helpers import ENV, ROOT
+from tests.pretrain_helpers import ENV, ROOT, flip_tensor_bytes
 
 ASSETS = ROOT.parent / "shared" / "assets"
 TINY_NET = ("--albert_network albert_tiny --net_cfg.hidden_size 32 --net_cfg.embedding_size 16 "
@@ -127,6 +127,15 @@ def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
                  if not (drop and name.startswith(drop))]
         items += [{"name": add, "data": ms.Tensor(np.zeros(8, np.float32))}] if add else []
         ms.save_checkpoint(items, str(bad))
+        shutil.copy(fx / f"{source}.json", f"{bad}.json")
+    return make
+
+
+def flipped_checkpoint(source: str) -> Maker:
+    """{bad}: the fixture checkpoint `source` (config beside it) with 512 bytes inside its word embeddings inverted,
+    as a failing disk or copy leaves a file: MindSpore still loads it (tests/test_checkpoint_trust.py shows so)."""
+    def make(bad: Path, fx: Path) -> None:
+        flip_tensor_bytes(fx / source, bad)
         shutil.copy(fx / f"{source}.json", f"{bad}.json")
     return make
 
@@ -517,6 +526,18 @@ MATRIX: List[Row] = [
         "--export_ckpt_file {bad}", ["{bad}: 2 network parameters are not in the checkpoint",
                                      "sop_classifier.classifier.weight"],
         edited_checkpoint("pre.ckpt", drop="sop_classifier."), bad="no_sop.ckpt"),
+    row(EXPORT, "checkpoint with flipped bytes", "--export_ckpt_file {bad}",
+        ["checkpoint {bad} is damaged: its contents do not match the sha256 stored in it"],
+        flipped_checkpoint("cls.ckpt"), bad="flipped.ckpt"),
+    row(EXPORT, "HF: checkpoint with flipped bytes", "--file_format HF --export_ckpt_file {bad}",
+        ["checkpoint {bad} is damaged"], flipped_checkpoint("cls.ckpt"), bad="flipped.ckpt"),
+    row(PREDICT, "checkpoint with flipped bytes", "--model {bad} --text_a hi --text_b there",
+        ["checkpoint {bad} is damaged"],
+        flipped_checkpoint("cls.ckpt"), bad="flipped.ckpt"),
+    row(EVAL, "checkpoint with flipped bytes", "--eval_ckpt {bad}", ["checkpoint {bad} is damaged"],
+        flipped_checkpoint("pre.ckpt"), bad="flipped.ckpt"),
+    row(CLS, "pretrained checkpoint with flipped bytes", "--load_pretrain_checkpoint_path {bad}",
+        ["checkpoint {bad} is damaged"], flipped_checkpoint("pre.ckpt"), bad="flipped.ckpt"),
     row(EXPORT, "HF: missing vocabulary", "--file_format HF --spm_model_file {tmp}/missing.model",
         ["SentencePiece model not found: {tmp}/missing.model"]),
     row(EXPORT, "HF: vocabulary of another size",

@@ -1,0 +1,140 @@
+"""A run trusts only its own, intact checkpoints, and never ends with inf/nan weights.
+
+Each test first builds the scenario a user or a failing disk creates (another run's checkpoint copied into the save
+folder under a higher number, bytes flipped inside a tensor, checkpoints of an older version without a run id, a
+weight turning nan mid-run) and then runs the real `run_pretrain.py` in a subprocess.
+"""
+import json
+import subprocess
+from pathlib import Path
+from typing import List
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from tests.pretrain_helpers import flip_tensor_bytes, ok, one_line_error, pretrain, run
+
+pytestmark = pytest.mark.slow
+
+SAVE_EVERY_2 = ["--save_checkpoint_steps", "2", "--log_steps", "1"]
+
+
+def steps_in(folder: Path) -> List[int]:
+    return sorted(int(p.stem.rsplit("-", 1)[1]) for p in folder.glob("albert_pretrain-*.ckpt"))
+
+
+def poisoned(after_batches: int, args: List[str]) -> subprocess.CompletedProcess:
+    """`args` run with one weight turned nan after `after_batches` batches (tests/fault_injection.py)."""
+    return run(["tests/fault_injection.py", "weights_nan", str(after_batches), *args])
+
+
+def all_finite(path: Path) -> bool:
+    return all(np.isfinite(value.asnumpy()).all() for value in ms.load_checkpoint(str(path)).values()
+               if not isinstance(value, str) and value.dtype in ms.dtype.float_type)
+
+
+def test_a_strangers_checkpoint_is_never_resumed_from_or_deleted_on_any_restart(data, tmp_path):
+    """Another run with the very same settings (so the same data plan and network: only its run id differs) wrote
+    albert_pretrain-10.ckpt; placed in this run's folder under its own name and as -77777 (above every step), and
+    as -3 (below the step resumed from: retention once deleted such files); this run's own -4 copied as -99 (its
+    name says another step than it holds)."""
+    ok(run(pretrain(data, tmp_path / "stranger", "--train_steps", "10", "--save_checkpoint_steps", "10")))
+    folder = tmp_path / "run" / "checkpoints"
+    args = pretrain(data, tmp_path / "run", "--save_checkpoint_num", "1", *SAVE_EVERY_2)
+    ok(run(args + ["--train_steps", "4"]))
+    run_id = json.loads((folder / "run_lineage.json").read_text())["run_id"]
+    assert ms.load_checkpoint(str(folder / "albert_pretrain-4.ckpt"))["run_id"] == run_id
+    foreign = (tmp_path / "stranger" / "checkpoints" / "albert_pretrain-10.ckpt").read_bytes()
+    planted = {folder / f"albert_pretrain-{step}.ckpt": foreign for step in (3, 10, 77777)}
+    planted[folder / "albert_pretrain-99.ckpt"] = (folder / "albert_pretrain-4.ckpt").read_bytes()
+    for path, content in planted.items():
+        path.write_bytes(content)
+
+    for steps in (6, 8):  # every restart, not only the first
+        result = ok(run(args + ["--train_steps", str(steps)]))
+        assert f"resumed from {folder / f'albert_pretrain-{steps - 2}.ckpt'}: optimizer step {steps - 2} of {steps}" \
+            in result.stdout
+        for step in (10, 77777):
+            assert f"warning: not resuming from {folder / f'albert_pretrain-{step}.ckpt'}: it belongs to another " \
+                   f"run" in result.stdout
+        assert f"warning: not resuming from {folder / 'albert_pretrain-99.ckpt'}: its name says step 99 but it " \
+               f"holds step 4" in result.stdout
+        assert all(path.read_bytes() == content for path, content in planted.items())
+    assert steps_in(folder) == [3, 8, 10, 99, 77777]
+    assert json.loads((folder / "run_lineage.json").read_text())["run_id"] == run_id
+
+
+def test_flipped_bytes_fall_back_to_the_newest_intact_checkpoint_or_stop_the_run(data, tmp_path):
+    folder = tmp_path / "checkpoints"
+    args = pretrain(data, tmp_path, "--save_checkpoint_num", "2", *SAVE_EVERY_2)
+    ok(run(args + ["--train_steps", "4"]))
+    newest = folder / "albert_pretrain-4.ckpt"
+    flip_tensor_bytes(newest, newest)
+    assert ms.load_checkpoint(str(newest)), "MindSpore alone loads the damaged file without a word"
+
+    result = ok(run(args + ["--train_steps", "6"]))
+    assert f"warning: skipping {newest}: checkpoint {newest} is damaged" in result.stdout
+    assert f"warning: resuming from {folder / 'albert_pretrain-2.ckpt'}, the newest intact checkpoint" in result.stdout
+    assert f"resumed from {folder / 'albert_pretrain-2.ckpt'}: optimizer step 2 of 6" in result.stdout
+    assert (folder / "albert_pretrain-4.ckpt.replaced").exists(), "the damaged bytes are kept"
+
+    for step in steps_in(folder):  # every checkpoint of the run damaged: starting over would lose it
+        flip_tensor_bytes(folder / f"albert_pretrain-{step}.ckpt", folder / f"albert_pretrain-{step}.ckpt")
+    before = {path: path.read_bytes() for path in folder.iterdir()}
+    one_line_error(run(args + ["--train_steps", "8"]), f"no intact checkpoint of this run to resume from in {folder}",
+                   "albert_pretrain-6.ckpt", "damaged")
+    assert {path: path.read_bytes() for path in folder.iterdir()} == before
+
+
+def test_checkpoints_of_an_older_version_resume_and_are_adopted_once(data, tmp_path):
+    folder = tmp_path / "checkpoints"
+    args = pretrain(data, tmp_path, "--save_checkpoint_num", "2", *SAVE_EVERY_2)
+    ok(run(args + ["--train_steps", "4"]))
+    for step in (2, 4):  # as the version before run lineage wrote them: no run id, no digest, no lineage file
+        path = folder / f"albert_pretrain-{step}.ckpt"
+        values = ms.load_checkpoint(str(path))
+        path.unlink()
+        ms.save_checkpoint([{"name": name, "data": value} for name, value in values.items()
+                            if name not in ("run_id", "checkpoint_sha256")], str(path))
+    (folder / "run_lineage.json").unlink()
+
+    result = ok(run(args + ["--train_steps", "6", "--save_checkpoint_num", "1"]))
+    lineage = json.loads((folder / "run_lineage.json").read_text())
+    assert f"{folder}: 2 checkpoint(s) written before runs recorded their lineage adopted as run " \
+           f"{lineage['run_id']}" in result.stdout
+    assert sorted(lineage["adopted"]) == ["albert_pretrain-2.ckpt", "albert_pretrain-4.ckpt"]
+    assert f"resumed from {folder / 'albert_pretrain-4.ckpt'}: optimizer step 4 of 6" in result.stdout
+    assert steps_in(folder) == [6], "adopted checkpoints are the run's own: retention prunes them"
+
+
+def test_weights_turning_nan_with_loss_scaling_are_never_saved(data, tmp_path):
+    """Loss scaling skips the steps whose gradients overflow, so a nan weight once went on unnoticed to the end;
+    the checkpoint due at step 6 would hold it."""
+    folder = tmp_path / "checkpoints"
+    result = poisoned(5, pretrain(data, tmp_path, "--train_steps", "20", "--save_checkpoint_num", "5", *SAVE_EVERY_2))
+    one_line_error(result, "step 6: the weights or optimizer state hold inf/nan",
+                   f"the last finite checkpoint is {folder / 'albert_pretrain-4.ckpt'}", "Lower the learning rate")
+    assert steps_in(folder) == [2, 4] and all(all_finite(path) for path in folder.glob("*.ckpt"))
+
+
+def test_a_loss_that_stays_nan_stops_after_nonfinite_stop_steps(data, tmp_path):
+    result = poisoned(5, pretrain(data, tmp_path, "--train_steps", "20", "--save_checkpoint_steps", "4",
+                                  "--nonfinite_stop_steps", "3", "--log_steps", "1"))
+    one_line_error(result, "step 8: the loss has been nan for 3 batches in a row (nonfinite_stop_steps 3)",
+                   f"the last good checkpoint is {tmp_path / 'checkpoints' / 'albert_pretrain-4.ckpt'}")
+    assert steps_in(tmp_path / "checkpoints") == [4]
+
+
+def test_a_loss_turning_nan_without_loss_scaling_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):
+    result = poisoned(3, pretrain(data, tmp_path, "--train_steps", "20", "--save_checkpoint_num", "3",
+                                  "--enable_lossscale", "false", *SAVE_EVERY_2))
+    one_line_error(result, "step 4: the loss is nan with loss scaling off: training diverged and was stopped",
+                   f"the last good checkpoint is {tmp_path / 'checkpoints' / 'albert_pretrain-2.ckpt'}",
+                   "enable_lossscale")
+    assert steps_in(tmp_path / "checkpoints") == [2]
+
+
+def test_a_run_without_checkpoints_never_exits_0_with_nan_weights(data, tmp_path):
+    result = poisoned(3, pretrain(data, tmp_path, "--train_steps", "3", "--enable_save_ckpt", "false"))
+    one_line_error(result, "training ended with inf/nan in", "it diverged")
