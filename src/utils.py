@@ -17,7 +17,8 @@ BACKBONE_PREFIX = "albert."
 TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v.", "lamb_m.", "lamb_v.", "accu_grads.",
                         "accu_overflow", "accumulation_step", "global_step",
                         "learning_rate", "beta1_power", "beta2_power", "scale_sense", "current_iterator_step",
-                        "last_overflow_iterator_step", "epoch_num", "step_num", "loss_scale", "overflow_count")
+                        "last_overflow_iterator_step", "epoch_num", "step_num", "loss_scale", "overflow_count",
+                        "run_id")
 _SHOWN = 8
 # Every checkpoint this package writes holds the sha256 of all its other entries under this name (see
 # `contents_digest`): MindSpore itself loads a file with flipped tensor bytes without a word.
