@@ -19,6 +19,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
+from model_utils import json_input
 from src import cpu_kernels
 from src.atomic_files import save_json_atomic
 
@@ -112,7 +113,7 @@ class AlbertConfig:
         """Read Google's `albert_config.json`, HF's `config.json` or a brightmart albert_zh config."""
         try:
             with open(path, encoding="utf-8") as handle:
-                values = json.load(handle)
+                values = json_input.load(handle)
         except FileNotFoundError:
             raise ValueError(f"config file not found: {path}") from None
         except json.JSONDecodeError as err:
