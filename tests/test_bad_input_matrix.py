@@ -238,6 +238,8 @@ MATRIX: List[Row] = [
         ["key 'train_steps' must be in [-1, 1000000000], got 10000000000"]),
     row(PRE, "absurd network size", "--net_cfg.hidden_size 1000000000",
         ["key 'net_cfg.hidden_size' must be in [1, 16384], got 1000000000"]),
+    row(PRE, "network size not an integer (a float reached the cells)", "--net_cfg.hidden_size 32.0",
+        ["invalid ALBERT config: hidden_size must be int, got 32.0"]),
     row(PRE, "integer flag of 5000 digits", "--train_steps " + "9" * 5000,
         ["command line: key 'train_steps': an integer of 5000 digits is refused (at most 100)"]),
     row(PRE, "yaml alias bomb", "--config_path {bad}",
