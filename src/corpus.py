@@ -31,8 +31,10 @@ also needs a separate data download) cost more time than SentencePiece tokenizat
 prediction a boundary that is occasionally off by a clause does no harm. Linear in the text's length.
 
 Bounds on hostile input: a line (after decompression) longer than MAX_LINE_BYTES stops the run with one line
-naming it, so a file without newlines or a decompression bomb cannot exhaust memory; a document longer than
-MAX_DOCUMENT_CHARS is cut into pieces of at most that size (counted and warned about, no text lost).
+naming it, so a file without newlines or a decompression bomb cannot exhaust memory; so does a Parquet value, measured
+in Arrow before it becomes a string, a batch decoding at most PARQUET_BATCH_BYTES (a dictionary value that every row
+repeats counted on every row); a document longer than MAX_DOCUMENT_CHARS is cut into pieces of at most that size
+(counted and warned about, no text lost).
 
 Every document carries its file index, its index within the file, its piece number and its first line: they seed
 its random choices (so any split of the work gives the same records) and name the place of an error.
