@@ -26,6 +26,12 @@ FALSE_WORDS = {"false", "no", "off", "0"}
 # "[1, inf)", "(0, 1]": the allowed values of a number, in interval notation.
 INTERVAL = re.compile(r"^\s*([\[(])\s*([^,\s]+)\s*,\s*([^,\s]+)\s*([\])])\s*$")
 Allowed = Union[List[Any], str]  # choices, or an interval
+# No setting needs a longer integer; Python refuses to convert one of more than 4300 digits (a ValueError), and a
+# longer one would take time quadratic in its length.
+MAX_INT_DIGITS = 100
+INTEGER = re.compile(r"\s*[+-]?[\d_]+\s*")
+FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max: every float setting becomes a float32
+SHOWN_CHARS = 60  # of a value in an error message
 
 
 class ConfigError(UserError):
@@ -102,6 +108,46 @@ def _unused_options(settings: Dict[str, Any], choices: Dict[str, Allowed]) -> Ab
             for option in allowed if option != settings[key]}
 
 
+class YamlRefused(yaml.MarkedYAMLError):
+    """Yaml that parses but that this package refuses to build: anchors and aliases, over-long integers."""
+
+
+class StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader without anchors and aliases, and without integers of more than MAX_INT_DIGITS digits.
+
+    Aliases are refused as the parser meets them, before anything is built: nine levels of nine aliases each (a
+    600-byte file) make a tree of 9**9 leaves once flattened into keys. No config needs them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if event.anchor is not None:  # an &anchor on a node, or an *alias
+            sign = "*" if isinstance(event, yaml.AliasEvent) else "&"
+            raise YamlRefused(problem=f"yaml anchors and aliases are refused ({sign}{event.anchor}): write the "
+                                      f"values out", problem_mark=event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        problem = _long_integer(node.value)
+        if problem:
+            raise YamlRefused(problem=problem, problem_mark=node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+
+
+def _long_integer(text: str) -> Optional[str]:
+    """Why the integer literal `text` is refused (too many digits), else None."""
+    digits = len(text.strip().lstrip("+-").replace("_", ""))
+    return f"an integer of {digits} digits is refused (at most {MAX_INT_DIGITS})" if digits > MAX_INT_DIGITS else None
+
+
+def _shown(value: Any) -> str:
+    """repr(value), cut short: an error line names a value, it does not repeat a megabyte of it."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"
+
+
 def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, str], Dict[str, Allowed]]:
     """Read (values, help, allowed values) from a yaml file of one to three documents."""
     path = Path(path)
@@ -109,7 +155,9 @@ def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, st
         raise ConfigError(f"config file not found: {path}")
     try:
         with open(path, encoding="utf-8") as handle:
-            docs = [doc for doc in yaml.safe_load_all(handle)]
+            docs = list(yaml.load_all(handle, Loader=StrictLoader))
+    except YamlRefused as err:
+        raise ConfigError(f"{path} line {err.problem_mark.line + 1}: {err.problem}") from None
     except (yaml.YAMLError, RecursionError) as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -136,9 +184,11 @@ def _yaml_problem(err: Exception) -> str:
 def _yaml_value(text: str, key: str, source: str) -> Any:
     """`text` read as a yaml value (a list typed on the command line); malformed yaml is a ConfigError."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=StrictLoader)
+    except YamlRefused as err:
+        raise ConfigError(f"{source}: key '{key}': {err.problem}") from None
     except (yaml.YAMLError, RecursionError) as err:
-        raise ConfigError(f"{source}: key '{key}' got malformed yaml {text!r} ({_yaml_problem(err)})") from None
+        raise ConfigError(f"{source}: key '{key}' got malformed yaml {_shown(text)} ({_yaml_problem(err)})") from None
 
 
 def _type_name(value: Any) -> str:
@@ -159,18 +209,16 @@ def coerce(key: str, value: Any, like: Any, source: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str):
+            problem = _long_integer(value) if INTEGER.fullmatch(value) else None
+            if problem:
+                raise ConfigError(f"{source}: key '{key}': {problem}")
             try:
                 return int(value.strip())
             except ValueError:
                 pass
     elif isinstance(like, float):
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-            try:  # yaml 1.1 reads 1e-4 (no dot) as a string
-                number = float(value.strip() if isinstance(value, str) else value)
-                if not math.isnan(number):
-                    return number
-            except (ValueError, OverflowError):  # OverflowError: an integer beyond the float range
-                pass
+            return _float32(key, value, source)
     elif isinstance(like, str):
         if isinstance(value, str):
             return value
@@ -187,7 +235,22 @@ def coerce(key: str, value: Any, like: Any, source: str) -> Any:
             return value
     else:
         return value
-    raise ConfigError(f"{source}: key '{key}' expects {expected}, got {value!r}")
+    raise ConfigError(f"{source}: key '{key}' expects {expected}, got {_shown(value)}")
+
+
+def _float32(key: str, value: Union[int, float, str], source: str) -> float:
+    """`value` as a float that float32 holds (every float setting ends up in float32: inf or 1e39 would train to
+    NaN); yaml 1.1 reads 1e-4 (no dot) as a string."""
+    try:
+        number = float(value.strip() if isinstance(value, str) else value)
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond the float range
+        raise ConfigError(f"{source}: key '{key}' expects float, got {_shown(value)}") from None
+    if math.isnan(number):
+        raise ConfigError(f"{source}: key '{key}' expects float, got {_shown(value)}")
+    if abs(number) > FLOAT32_MAX:
+        raise ConfigError(f"{source}: key '{key}' must be finite in float32 (at most {FLOAT32_MAX:.4g} in "
+                          f"size), got {_shown(value)}")
+    return number
 
 
 def parse_interval(spec: str) -> Tuple[float, float, bool, bool]:
@@ -214,9 +277,9 @@ def _check_choice(key: str, value: Any, choices: Dict[str, Allowed], source: str
     allowed = choices.get(key)
     if isinstance(allowed, str):
         if value is not None and not in_interval(value, allowed):
-            raise ConfigError(f"{source}: key '{key}' must be in {allowed.strip()}, got {value!r}")
+            raise ConfigError(f"{source}: key '{key}' must be in {allowed.strip()}, got {_shown(value)}")
     elif allowed and value not in allowed:
-        raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {value!r}")
+        raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {_shown(value)}")
 
 
 def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[str, Allowed],
@@ -262,6 +325,29 @@ def boolean(text: str) -> bool:
     if word not in TRUE_WORDS | FALSE_WORDS:
         raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
     return word in TRUE_WORDS
+
+
+def integer(text: str) -> int:
+    """argparse `type` for integer flags: an over-long number is refused in one line (int() would raise past 4300
+    digits with a message repeating them all)."""
+    problem = _long_integer(text) if INTEGER.fullmatch(text) else None
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {_shown(text)}") from None
+
+
+def real(text: str) -> float:
+    """argparse `type` for float flags: a finite number (nan and inf are refused)."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {_shown(text)}")
+    return number
 
 
 def _describe(key: str, value: Any, helps: Dict[str, str], choices: Dict[str, Allowed]) -> str:

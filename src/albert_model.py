@@ -19,6 +19,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
+from model_utils import json_input
 from src import cpu_kernels
 from src.atomic_files import save_json_atomic
 
@@ -61,6 +62,10 @@ class AlbertConfig:
 
     def validate(self) -> None:
         """Reject configurations the model cannot build, naming the offending key."""
+        for item in fields(self):  # net_cfg's values are typed by the user (32.0 for a size); floats take ints
+            value, kinds = getattr(self, item.name), (int, float) if item.type is float else (item.type,)
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                raise ValueError(f"invalid ALBERT config: {item.name} must be {item.type.__name__}, got {value!r}")
         checks = [
             (self.hidden_act in ACTIVATIONS, f"hidden_act must be one of {ACTIVATIONS}, got {self.hidden_act!r}"),
             (self.share_type in SHARE_TYPES, f"share_type must be one of {SHARE_TYPES}, got {self.share_type!r}"),
@@ -112,7 +117,7 @@ class AlbertConfig:
         """Read Google's `albert_config.json`, HF's `config.json` or a brightmart albert_zh config."""
         try:
             with open(path, encoding="utf-8") as handle:
-                values = json.load(handle)
+                values = json_input.load(handle)
         except FileNotFoundError:
             raise ValueError(f"config file not found: {path}") from None
         except json.JSONDecodeError as err:

@@ -8,8 +8,10 @@ TF: Google's ALBERT checkpoints and brightmart's albert_zh "*_google" releases, 
 The network configuration is written next to the output as `<output>.json` (our AlbertConfig keys).
 """
 import os
+import pickle
 import re
 import sys
+import zipfile
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
@@ -124,13 +126,38 @@ SAFE_TORCH = (2, 6)  # torch.load(weights_only=True) up to 2.5.1 can run code fr
 
 
 def check_torch_version(version: str, path: str) -> None:
-    """Refuse a pickled .bin through a torch whose weights_only loader is known to be escapable."""
-    from packaging.version import Version
+    """Refuse a pickled .bin through a torch whose weights_only loader is known to be escapable; a pre-release of
+    2.6 (2.6.0a0, 2.6.0.dev...) comes before 2.6 and may lack the fix."""
+    from packaging.version import InvalidVersion, Version
 
-    if Version(version).release[:2] < SAFE_TORCH:
+    try:
+        safe = Version(version) >= Version(".".join(map(str, SAFE_TORCH)))
+    except InvalidVersion:
+        safe = False
+    if not safe:
         raise UserError(f"reading {path} needs torch >= {'.'.join(map(str, SAFE_TORCH))}: torch {version} can run code "
                         f"from a crafted .bin even with weights_only (CVE-2025-32434); upgrade torch, or convert the "
                         f"model.safetensors file of the same model, which holds no code")
+
+
+def torch_file_problem(path: str) -> Optional[str]:
+    """What makes `path` no file of torch.save, judged by its bytes before torch reads it (torch's own messages
+    for these blame weights_only and suggest turning it off); None when it looks like one."""
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except zipfile.BadZipFile:
+            return "a damaged zip archive"
+        return None if any(name.endswith("/data.pkl") for name in names) else \
+            "a zip archive but not one of torch.save (no data.pkl inside)"
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    if head == b"PK":
+        return "a damaged or truncated zip archive (an interrupted download?)"
+    if head != b"\x80\x02":  # torch.save's legacy format starts with a protocol-2 pickle
+        return "not a PyTorch weights file (neither torch.save's zip archive nor its legacy format)"
+    return None
 
 
 def _read_torch_bin(path: str) -> Tensors:
@@ -140,10 +167,21 @@ def _read_torch_bin(path: str) -> Tensors:
         raise UserError(f"reading {path} needs PyTorch (pip install torch); "
                         "a model.safetensors file converts without it") from None
     check_torch_version(torch.__version__, path)
+    problem = torch_file_problem(path)
+    if problem:
+        raise UserError(f"cannot read {path}: {problem}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises RuntimeError/EOFError/UnpicklingError for damaged files
+    except pickle.UnpicklingError:  # weights_only refused an object
+        raise UserError(f"cannot read {path}: it holds objects other than tensors, which the safe loader refuses; "
+                        f"convert the model.safetensors file of the same model instead") from None
+    except Exception as err:  # torch raises RuntimeError/EOFError for damaged files
         raise UserError(f"cannot read {path}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from err
+    if not isinstance(state, dict) or not all(isinstance(value, torch.Tensor) for value in state.values()):
+        found = type(state).__name__ if not isinstance(state, dict) else \
+            next(f"{name!r}: {type(value).__name__}" for name, value in state.items()
+                 if not isinstance(value, torch.Tensor))
+        raise UserError(f"cannot read {path}: not a state dict of tensor names to tensors (found {found})")
     return {name: value.float().numpy() if value.is_floating_point() else value.numpy()
             for name, value in state.items()}
 

@@ -31,8 +31,10 @@ also needs a separate data download) cost more time than SentencePiece tokenizat
 prediction a boundary that is occasionally off by a clause does no harm. Linear in the text's length.
 
 Bounds on hostile input: a line (after decompression) longer than MAX_LINE_BYTES stops the run with one line
-naming it, so a file without newlines or a decompression bomb cannot exhaust memory; a document longer than
-MAX_DOCUMENT_CHARS is cut into pieces of at most that size (counted and warned about, no text lost).
+naming it, so a file without newlines or a decompression bomb cannot exhaust memory; so does a Parquet value, measured
+in Arrow before it becomes a string, a batch decoding at most PARQUET_BATCH_BYTES (a dictionary value that every row
+repeats counted on every row); a document longer than MAX_DOCUMENT_CHARS is cut into pieces of at most that size
+(counted and warned about, no text lost).
 
 Every document carries its file index, its index within the file, its piece number and its first line: they seed
 its random choices (so any split of the work gives the same records) and name the place of an error.
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from model_utils import json_input
 from model_utils.errors import UserError
 
 FORMATS = ("auto", "text", "lines", "jsonl", "wikiextractor", "parquet")
@@ -57,6 +60,7 @@ MAX_LINE_BYTES = 16 << 20
 MAX_DOCUMENT_CHARS = 16 << 20
 PARQUET_MAGIC = b"PAR1"
 PARQUET_BATCH_ROWS = 256
+PARQUET_BATCH_BYTES = 32 << 20
 DEFAULT_TEXT_KEY = "text,content"
 
 _CJK_END = "。！？｡"
@@ -264,7 +268,7 @@ class Corpus:
                             f"--input_format auto (or wikiextractor)")
         if text.startswith("{") and text.endswith("}"):
             try:
-                looks_json = isinstance(json.loads(text), dict)
+                looks_json = isinstance(json_input.loads(text), dict)
             except (json.JSONDecodeError, RecursionError):
                 looks_json = False
             if looks_json:
@@ -329,7 +333,7 @@ class Corpus:
     @staticmethod
     def _json_record(path: Path, line_no: int, line: str) -> Dict[str, object]:
         try:
-            record = json.loads(line.rstrip("\r\n"))
+            record = json_input.loads(line.rstrip("\r\n"))
         except json.JSONDecodeError as err:
             hint = (" (a WikiExtractor <doc> line: use --input_format auto or wikiextractor)"
                     if line.lstrip().startswith(("<doc", _DOC_END)) else "")
@@ -392,37 +396,83 @@ class Corpus:
         self.counts.unterminated.append(f"{path} line {start}")
 
     def _parquet_documents(self, path: Path, file_index: int) -> Iterator[Document]:
-        """Rows of a Parquet file, streamed in batches; the text column is the first of the text keys it has."""
-        parquet = _pyarrow_parquet()
-        try:
-            handle = parquet.ParquetFile(path)
-        except Exception as err:  # pyarrow's own error types; the message says what is wrong
-            raise UserError(f"{path}: not a readable Parquet file ({err})") from None
-        names = handle.schema_arrow.names
-        key = next((key for key in self.text_keys if key in names), None)
-        if key is None:
-            raise UserError(f"{path}: no {_keys_phrase(self.text_keys)} column (columns: {', '.join(names)}); set "
-                            f"--text_key to the column holding the document text")
-        kind = handle.schema_arrow.field(key).type
-        if str(kind) not in ("string", "large_string"):
-            raise UserError(f"{path}: column {key!r} should hold strings, holds {kind}")
-        columns = [key] + [name for name in ("title", "url") if name in names and name != key]
-        row = -1
-        for batch in handle.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
-            for record in batch.to_pylist():
+        """Rows of a Parquet file, streamed; the text column is the first of the text keys it has."""
+        key, rows = _parquet_rows(path, self.text_keys)
+        for row, record in rows:
+            if not self.owns(file_index, row):
+                continue
+            text = record[key]
+            if text is None:
+                self.counts.empty_documents += 1
+                continue
+            title = record.get("title") if key != "title" else None
+            if _is_wikipedia_record(record):
+                text, title = html.unescape(text), html.unescape(title or "")
+            yield from self._record(file_index, row, path, row + 1, text, title, unit="row")
+
+
+def _parquet_rows(path: Path, text_keys: Sequence[str]) -> Tuple[str, Iterator[Tuple[int, Dict[str, object]]]]:
+    """The text column's name and the file's rows as (row index, {column: value}), in bounded memory: a
+    dictionary-typed column (pandas' categoricals) is read like a string column."""
+    parquet = _pyarrow_parquet()
+    try:
+        handle = parquet.ParquetFile(path)
+    except Exception as err:  # pyarrow's own error types; the message says what is wrong
+        raise UserError(f"{path}: not a readable Parquet file ({err})") from None
+    schema = handle.schema_arrow
+    key = next((key for key in text_keys if key in schema.names), None)
+    if key is None:
+        raise UserError(f"{path}: no {_keys_phrase(text_keys)} column (columns: {', '.join(schema.names)}); set "
+                        f"--text_key to the column holding the document text")
+    if not _holds_strings(schema.field(key).type):
+        raise UserError(f"{path}: column {key!r} should hold strings, holds {schema.field(key).type}")
+    columns = [key] + [name for name in ("title", "url")
+                       if name in schema.names and name != key and _holds_strings(schema.field(name).type)]
+    return key, _rows_of(path, handle, columns)
+
+
+def _holds_strings(kind: object) -> bool:
+    import pyarrow.types as types
+
+    if types.is_dictionary(kind):
+        kind = kind.value_type
+    return types.is_string(kind) or types.is_large_string(kind)
+
+
+def _rows_of(path: Path, handle: object, columns: Sequence[str]) -> Iterator[Tuple[int, Dict[str, object]]]:
+    """Rows read a row group at a time in batches of at most PARQUET_BATCH_BYTES (by the file's own sizes), each
+    value's length checked against MAX_LINE_BYTES in Arrow, before it becomes a Python string, row by row."""
+    row = -1
+    for group in range(handle.metadata.num_row_groups):
+        rows = _batch_rows(handle.metadata.row_group(group), columns)
+        for batch in handle.iter_batches(batch_size=rows, row_groups=[group], columns=columns):
+            values = [batch.column(name) for name in columns]
+            lengths = [_byte_lengths(array) for array in values]
+            for index in range(batch.num_rows):
                 row += 1
-                if not self.owns(file_index, row):
-                    continue
-                text = record[key]
-                if text is None:
-                    self.counts.empty_documents += 1
-                    continue
-                if len(text) > MAX_LINE_BYTES:
-                    raise UserError(f"{path} row {row + 1}: text longer than {MAX_LINE_BYTES >> 20} MB characters")
-                title = record.get("title") if key != "title" else None
-                if _is_wikipedia_record(record):
-                    text, title = html.unescape(text), html.unescape(title or "")
-                yield from self._record(file_index, row, path, row + 1, text, title, unit="row")
+                if any((length[index] or 0) > MAX_LINE_BYTES for length in lengths):
+                    raise UserError(f"{path} row {row + 1}: text longer than {MAX_LINE_BYTES >> 20} MB")
+                yield row, {name: array[index].as_py() for name, array in zip(columns, values)}
+
+
+def _batch_rows(group: object, columns: Sequence[str]) -> int:
+    """Rows per batch (at most PARQUET_BATCH_ROWS) such that decoding a batch of the row group `group` makes at
+    most PARQUET_BATCH_BYTES. A plain column decodes to about its size; a dictionary-encoded one to as much as
+    its dictionary per row, which the whole column chunk bounds: the 1.2 MB value that every row of a 557-byte
+    file repeated made 750 MB of strings a batch of 256 rows."""
+    chunks = [group.column(i) for i in range(group.num_columns) if group.column(i).path_in_schema in columns]
+    row_bytes = sum(chunk.total_uncompressed_size / (1 if chunk.has_dictionary_page else max(group.num_rows, 1))
+                    for chunk in chunks)
+    return int(max(1, min(PARQUET_BATCH_ROWS, PARQUET_BATCH_BYTES // max(row_bytes, 1))))
+
+
+def _byte_lengths(array: object) -> List[Optional[int]]:
+    """UTF-8 bytes of each value of a string column, computed in Arrow (a dictionary's values are measured once)."""
+    import pyarrow.compute as compute
+
+    if hasattr(array, "dictionary"):
+        return compute.binary_length(array.dictionary).take(array.indices).to_pylist()
+    return compute.binary_length(array).to_pylist()
 
 
 class _Pieces:

@@ -11,15 +11,16 @@ products, and some products too:
   attention products, on each head's scores while they are in cache).
 
 Nothing new is installed: the sources are compiled once with the system C++ compiler (for this CPU) into a per-user
-cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`, created 0700) and loaded as Custom ops of type
-"aot", each with its own backward. A library is code this process runs: it is loaded from the cache only when this
-user owns it and its folder, neither is a symlink and nobody else can write them; otherwise it is built in a private
-folder of the process. Cells use them when their `albert_model.Runtime` says so: `src.device_setup.model_runtime`
-asks for them on CPU in float32, and in bfloat16 for their products (`set_bf16`), when `available()`. MindSpore's own
-operations are used instead, with results equal up to float32 rounding, on other devices, in float16, and when no
-C++ compiler or oneDNN library is found, the compilation fails, the library does not load, `MS_CUSTOM_AOT_WHITE_LIST`
-excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says which; bfloat16 is then refused). Exported models never use them (export.py's `export_runtime`),
-so a MINDIR never needs the .so.
+cache (`$ALBERT_CACHE_DIR`, default `~/.cache/albert_mindspore`, created 0700; the file's name is a hash of what it
+depends on, oneDNN's content included) and loaded as Custom ops of type "aot", each with its own backward. A library
+is code this process runs: it is loaded from the cache only when this user owns it and its folder, neither is a
+symlink and nobody else can write them; otherwise it is built in a private folder of the process. Cells use them
+when their `albert_model.Runtime` says so: `src.device_setup.model_runtime` asks for them on CPU in float32, and in
+bfloat16 for their products (`set_bf16`), when `available()`. MindSpore's own operations are used instead, with
+results equal up to float32 rounding, on other devices, in float16, and when no C++ compiler or oneDNN library is
+found, the compilation fails, the library does not load (a cached one that does not is built again, once),
+`MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says which; bfloat16 is
+then refused). Exported models never use them (export.py's `export_runtime`), so a MINDIR never needs the .so.
 """
 import atexit
 import ctypes
@@ -89,12 +90,26 @@ def _compiler_identity(compiler: str) -> bytes:
 
 
 def _cache_key(compiler: str, dnnl: Path) -> str:
-    """Hash of everything the built library depends on: sources, flags, oneDNN, MindSpore, compiler, libc, CPU."""
-    described = "\n".join([str(dnnl), ms.__version__, " ".join(FLAGS), repr(platform.libc_ver())])
+    """Hash of everything the built library depends on: sources, flags, oneDNN (where it is, for the rpath, and
+    what it is: another libdnnl at the same path has another ABI), MindSpore, compiler, libc, CPU."""
+    info = dnnl.stat()
+    described = "\n".join([str(dnnl), _file_digest(str(dnnl), info.st_size, info.st_mtime_ns), ms.__version__,
+                            " ".join(FLAGS), repr(platform.libc_ver())])
     digest = hashlib.sha256(described.encode() + _cpu_identity() + _compiler_identity(compiler))
     for path in SOURCES + HEADERS:
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of the file at `path`, read again only when its size or modification time changes (oneDNN's 60 MB
+    are hashed once per process)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _untrusted(path: Path) -> str:
@@ -169,15 +184,23 @@ def _build() -> Tuple[Optional[str], str]:
     target = folder / name
     if not _allowed_by_white_list(target):
         return None, f"MS_CUSTOM_AOT_WHITE_LIST does not include {target.parent}"
-    if not target.is_file():
-        failure = _compile(compiler, dnnl, target)
+    # Not built yet, or a cached library that does not load (cut short by a crash or a full disk, say): built
+    # (again) for this user, once; it replaces the broken file atomically.
+    failure = _load(target) if target.is_file() else "not built"
+    if failure:
+        failure = _compile(compiler, dnnl, target) or _load(target)
         if failure:
             return None, failure
-    try:
-        _library(str(target))
-    except OSError as err:
-        return None, f"cannot load {target} ({err})"
     return str(target), note
+
+
+def _load(path: Path) -> str:
+    """"" when the library at `path` loads in this process, else why not."""
+    try:
+        _library(str(path))
+    except OSError as err:
+        return f"cannot load {path} ({err})"
+    return ""
 
 
 def _compile(compiler: str, dnnl: Path, target: Path) -> str:

@@ -65,8 +65,8 @@ import numpy as np
 
 from model_utils.errors import UserError, run_cli
 from src.corpus import Corpus, Document
-from src.data_utils import (Progress, check_max_seq_length, parse_tool_config, resolve_input_files,
-                            tokenizer_from_config)
+from src.data_utils import (Progress, check_max_seq_length, full_disk_reported, parse_tool_config,
+                            resolve_input_files, tokenizer_from_config)
 from src.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
 from src.tokenization import FullTokenizer
 
@@ -302,8 +302,12 @@ def task_bytes(options: MaskingOptions, dupe_factor: int, records_per_file: int)
     A token is about 4 bytes of UTF-8 text (English SentencePiece pieces; a Chinese character is 3 bytes and one
     WordPiece token), and each round turns a document's tokens into rows of up to max_seq_length - 3 tokens.
     """
-    rows_per_byte = dupe_factor / (4.0 * (options.max_seq_length - 3))
-    return int(min(MAX_TASK_BYTES, max(1, records_per_file / rows_per_byte)))
+    return int(min(MAX_TASK_BYTES, max(1, records_per_file / rows_per_byte(options, dupe_factor))))
+
+
+def rows_per_byte(options: MaskingOptions, dupe_factor: int) -> float:
+    """Records expected per UTF-8 byte of text (see task_bytes)."""
+    return dupe_factor / (4.0 * (options.max_seq_length - 3))
 
 
 def document_tasks(documents: Iterable[Document], size: int) -> Iterator[List[Document]]:
@@ -504,7 +508,9 @@ def create_pretraining_data(config) -> Dict[str, object]:
     summary = Summary(options.max_seq_length - 3)
     bar = Progress(corpus.total_bytes, "MB of input", enabled=config.progress, scale=1e6)
     tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor, per_file))
-    with RecordWriter(output_file, schema(options), "albert pretraining", overwrite=config.overwrite) as out:
+    needed = corpus.total_bytes * rows_per_byte(options, config.dupe_factor) * row_bytes(options)
+    with full_disk_reported(output_file, int(needed)), \
+            RecordWriter(output_file, schema(options), "albert pretraining", overwrite=config.overwrite) as out:
         for done in write_tasks(tasks, out, tokenizer, options, config.dupe_factor, config.random_seed,
                                 config.num_workers):
             summary.merge(done)

@@ -5,21 +5,26 @@ Reading is strict on purpose: a malformed row is reported with its file and line
 because a silently shorter data set is discovered only after a wasted fine-tuning run.
 """
 import csv
+import errno
 import glob
 import json
 import os
+import shutil
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from model_utils import json_input
 from model_utils.config import Config, parse_cli
 from model_utils.errors import UserError
 from src.tokenization import FullTokenizer
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "create_data_config.yaml"
+MINDRECORD_FREE_MB = 10  # MindRecord's writer stops when less than this is free on the disk (its kMinFreeDiskSize)
 
 
 def parse_tool_config(argv: Sequence[str], section: str, description: str) -> Config:
@@ -33,6 +38,28 @@ def parse_tool_config(argv: Sequence[str], section: str, description: str) -> Co
 
 def not_utf8(path: os.PathLike, err: UnicodeDecodeError) -> UserError:
     return UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})")
+
+
+@contextmanager
+def full_disk_reported(output_file: Path, needed_bytes: int) -> Iterator[None]:
+    """A full disk while the data is written: ENOSPC from a write of ours (OSError), or MindRecord's writer refusing
+    to go on with less than MINDRECORD_FREE_MB free (a RuntimeError with its C++ call stack). Either becomes one
+    line naming the output, the space free and about how much the data needs; the RecordWriter inside has removed
+    what it staged by then, so the output folder is as it was."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if getattr(err, "errno", None) != errno.ENOSPC and "No free disk" not in str(err):
+            raise
+        folder = next(p for p in (output_file.parent, *output_file.parent.parents) if p.exists())
+        raise UserError(f"no space left on the disk for {output_file}: {_size(shutil.disk_usage(folder).free)} free in "
+                        f"{folder}, the data needs about {_size(needed_bytes)} and MindRecord's writer stops with "
+                        f"less than {MINDRECORD_FREE_MB} MB free; free some space or choose another output_file") \
+            from None
+
+
+def _size(count: int) -> str:
+    return f"{count / 1e6:.1f} MB" if count >= 100_000 else f"{count / 1e3:.0f} kB"
 
 
 def refuse_existing(paths: Sequence[os.PathLike], overwrite: bool) -> None:
@@ -108,7 +135,7 @@ def load_json(path: os.PathLike, what: str = "input file") -> Any:
         raise UserError(f"{path}: empty file, expected json")
     try:
         with open(path, encoding="utf-8-sig") as handle:
-            return json.load(handle)
+            return json_input.load(handle)
     except json.JSONDecodeError as err:
         raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from err
     except UnicodeDecodeError as err:

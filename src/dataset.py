@@ -25,6 +25,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from model_utils import json_input
 from model_utils.errors import UserError
 
 DataSource = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
@@ -75,7 +76,7 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
 
 def _read_meta(path: Path) -> Dict[str, object]:
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json_input.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: not a readable .meta.json ({err})") from None
     files = meta.get("files") if isinstance(meta, dict) else None

@@ -29,29 +29,32 @@ EXIT_CLUSTER_FAILED = 3
 EXIT_USER_ERROR = 2
 RESUME = "run the same command again on every node to resume from the newest checkpoint"
 PROBE_TIMEOUT = 2.0  # seconds for one TCP connection attempt to the scheduler
+MAX_NODES = 100000  # as the yamls' device_num
+MAX_TIMEOUT = 86400  # seconds (CLUSTER_TIMEOUT, NODE_TIMEOUT): a day
 
 
 class SetupError(Exception):
     """A bad launch setting: printed as one `error:` line, exit 2."""
 
 
-def positive_int(name: str, text: str, low: int = 1, high: Optional[int] = None) -> int:
-    if not re.fullmatch(r"\d+", text or "") or int(text) < low or (high is not None and int(text) > high):
-        bound = f"{low} .. {high}" if high is not None else f">= {low}"
-        raise SetupError(f"{name} must be an integer {bound}, got '{text}'")
+def bounded_int(name: str, text: str, low: int, high: int) -> int:
+    """`text` (an environment variable) as an integer in [low, high]; more than 9 digits never is one."""
+    if not re.fullmatch(r"\d{1,9}", text or "") or not low <= int(text) <= high:
+        shown = text if len(text or "") <= 20 else f"{text[:20]}..."
+        raise SetupError(f"{name} must be an integer {low} .. {high}, got '{shown}'")
     return int(text)
 
 
 def check_settings(args) -> None:
     """The settings that need no network: ranges, and NODE_RANK against NNODES."""
-    nnodes = positive_int("NNODES", args.nnodes)
-    positive_int("NODE_RANK", args.node_rank, 0)
+    nnodes = bounded_int("NNODES", args.nnodes, 1, MAX_NODES)
+    bounded_int("NODE_RANK", args.node_rank, 0, MAX_NODES - 1)
     if int(args.node_rank) >= nnodes:
         raise SetupError(f"NODE_RANK is {args.node_rank} but NNODES is {nnodes}: the nodes are numbered "
                          f"0 .. {nnodes - 1}, each started with its own NODE_RANK")
-    positive_int("MASTER_PORT", args.master_port, 1024, 65535)
-    positive_int("CLUSTER_TIMEOUT", args.cluster_timeout)
-    positive_int("NODE_TIMEOUT", args.node_timeout)
+    bounded_int("MASTER_PORT", args.master_port, 1024, 65535)
+    bounded_int("CLUSTER_TIMEOUT", args.cluster_timeout, 1, MAX_TIMEOUT)
+    bounded_int("NODE_TIMEOUT", args.node_timeout, 1, MAX_TIMEOUT)
     if not args.master_addr:
         raise SetupError("MASTER_ADDR is empty: set it to the address of the node with NODE_RANK 0")
 

@@ -49,7 +49,8 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 
 import numpy as np
 
-from model_utils.config import ArgumentParser, Config, boolean
+from model_utils import json_input
+from model_utils.config import ArgumentParser, Config, boolean, integer, real
 from model_utils.errors import UserError, run_cli
 from src.atomic_files import atomic_path
 from src.inference import Runner, cell_runner, real_rows, run_padded
@@ -88,33 +89,33 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--input_file", default="", help="JSON lines, a request per line (instead of the text flags)")
     parser.add_argument("--output_file", default="", help="with --input_file: the answers' JSON lines (else stdout)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --output_file")
-    parser.add_argument("--batch_size", type=int, default=0,
+    parser.add_argument("--batch_size", type=integer, default=0,
                         help=f"rows per model call (0: the exported batch; dynamic batch and .ckpt: {DEFAULT_BATCH})")
     parser.add_argument("--config_path", default="", help=".ckpt: the task yaml it was fine-tuned with")
-    parser.add_argument("--seq_length", type=int, default=0,
+    parser.add_argument("--seq_length", type=integer, default=0,
                         help=f".ckpt: sequence length of the features (0: {DEFAULT_SEQ}, as export.py)")
     parser.add_argument("--text_a", default=None, help="classifier: the sentence (first of the pair)")
     parser.add_argument("--text_b", default=None, help="classifier: the second sentence of a pair task")
     parser.add_argument("--labels", default="", help="classifier: comma-separated label names in label-id order")
     parser.add_argument("--article", default=None, help="RACE: the passage")
     parser.add_argument("--option", action="append", default=[], help="RACE: one answer option (repeat per choice)")
-    parser.add_argument("--max_qa_length", type=int, default=128, help="RACE: as create_finetune_data")
+    parser.add_argument("--max_qa_length", type=integer, default=128, help="RACE: as create_finetune_data")
     parser.add_argument("--question", default=None, help="SQuAD and RACE: the question")
     parser.add_argument("--context", default=None, help="SQuAD: the paragraph to find the answer in")
-    parser.add_argument("--doc_stride", type=int, default=128, help="SQuAD: as create_squad_data")
-    parser.add_argument("--max_windows", type=int, default=MAX_WINDOWS,
+    parser.add_argument("--doc_stride", type=integer, default=128, help="SQuAD: as create_squad_data")
+    parser.add_argument("--max_windows", type=integer, default=MAX_WINDOWS,
                         help="SQuAD: most windows one request may make (a longer context is refused)")
-    parser.add_argument("--max_query_length", type=int, default=64, help="SQuAD: as create_squad_data")
-    parser.add_argument("--n_best_size", type=int, default=20)
-    parser.add_argument("--max_answer_length", type=int, default=30)
-    parser.add_argument("--null_score_diff_threshold", type=float, default=0.0, help="squad_v2: answer '' above it")
+    parser.add_argument("--max_query_length", type=integer, default=64, help="SQuAD: as create_squad_data")
+    parser.add_argument("--n_best_size", type=integer, default=20)
+    parser.add_argument("--max_answer_length", type=integer, default=30)
+    parser.add_argument("--null_score_diff_threshold", type=real, default=0.0, help="squad_v2: answer '' above it")
     parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"),
                         help="MINDIR and .ckpt: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
                         help=".ckpt on CPU: bfloat16 runs the compiled kernels' products in bfloat16 with float32 "
                              "accumulation (needs AVX512_BF16 or AMX-BF16); softmax, LayerNorm and the rest stay "
                              "float32")
-    parser.add_argument("--threads", type=int, default=0,
+    parser.add_argument("--threads", type=integer, default=0,
                         help="ONNX: intra-op threads (0: ONNX Runtime's default); .ckpt on CPU: kernel threads "
                              "(0: all usable CPUs)")
     return parser.parse_args(list(argv))
@@ -459,7 +460,7 @@ def read_requests(path: str, task: str, choices: int) -> Iterator[Dict[str, obje
             if not line.strip():
                 continue
             try:
-                request = json.loads(line.rstrip())
+                request = json_input.loads(line.rstrip())
             except json.JSONDecodeError as err:
                 raise UserError(f"{where}: not JSON ({err.msg} at column {err.colno})") from err
             except RecursionError:

@@ -33,6 +33,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from model_utils import json_input
 from model_utils.errors import UserError
 from src.atomic_files import save_json_atomic
 
@@ -96,7 +97,7 @@ def _read_jsonl(path: Path, keys: Sequence[str]) -> List[Dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json_input.loads(line)
             except json.JSONDecodeError as err:
                 raise UserError(f"{path} line {line_number}: malformed json ({err.msg})") from None
             missing = [key for key in keys if not isinstance(row, dict) or key not in row]

@@ -22,7 +22,7 @@ import string
 import sys
 from typing import Dict, List, Optional, Tuple
 
-from model_utils.config import ArgumentParser
+from model_utils.config import ArgumentParser, real
 from model_utils.errors import UserError, run_cli
 from src.data_utils import load_json, require
 
@@ -196,7 +196,7 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--data_file", required=True, help="official-format SQuAD json (dev set)")
     parser.add_argument("--pred_file", required=True, help="predictions.json: {question id: answer text}")
     parser.add_argument("--na_prob_file", default="", help="v2.0: null_odds.json {question id: P(no answer)}")
-    parser.add_argument("--na_prob_thresh", type=float, default=1.0,
+    parser.add_argument("--na_prob_thresh", type=real, default=1.0,
                         help="v2.0: predict 'no answer' when the null probability exceeds this")
     args = parser.parse_args(argv)
     if args.version == "1.1" and args.na_prob_file:

@@ -25,8 +25,13 @@ def pytest_addoption(parser) -> None:
                           "dependency; also on with the environment variable CI=true")
 
 
+def ci_environment() -> bool:
+    """CI=true (or 1/yes) in the environment, as CI services and .ci/run set it."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
 def ci_mode(config) -> bool:
-    return config.getoption("--ci") or os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+    return config.getoption("--ci") or ci_environment()
 
 
 def _reason(report) -> str:

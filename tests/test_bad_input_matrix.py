@@ -107,6 +107,16 @@ def onnx_reading(location: str) -> Maker:
     return make
 
 
+def _torch_bytes(value: object) -> bytes:
+    """What torch.save writes for `value`."""
+    import io
+
+    import torch
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
 def meta_listing(name: str, entry: str) -> Maker:
     """The fixture data set `name` copied as {bad}, its .meta.json listing `entry` as a data file."""
     def make(bad: Path, fx: Path) -> None:
@@ -227,10 +237,29 @@ MATRIX: List[Row] = [
     row(PRE, "absurd batch_size", "--batch_size 1000000000",
         ["key 'batch_size' must be in [1, 65536], got 1000000000"]),
     row(PRE, "negative learning rate", "--optimizer_cfg.AdamWeightDecay.learning_rate -1e-4",
-        ["key 'optimizer_cfg.AdamWeightDecay.learning_rate' must be in (0, inf), got -0.0001"]),
+        ["key 'optimizer_cfg.AdamWeightDecay.learning_rate' must be in (0, 1], got -0.0001"]),
+    row(PRE, "learning rate above 1", "--optimizer_cfg.Lamb.learning_rate 2",
+        ["key 'optimizer_cfg.Lamb.learning_rate' must be in (0, 1], got 2.0"]),
+    row(PRE, "learning rate beyond float32 (trained to NaN)", "--optimizer_cfg.AdamWeightDecay.learning_rate 1e39",
+        ["key 'optimizer_cfg.AdamWeightDecay.learning_rate' must be finite in float32", "got '1e39'"]),
+    row(PRE, "negative seed", "--seed -7", ["key 'seed' must be in [0, 2147483647], got -7"]),
+    row(PRE, "seed beyond numpy's 2**32 - 1", "--seed 1099511627776",
+        ["key 'seed' must be in [0, 2147483647], got 1099511627776"]),
+    row(PRE, "absurd train_steps", "--train_steps 10000000000",
+        ["key 'train_steps' must be in [-1, 1000000000], got 10000000000"]),
+    row(PRE, "absurd network size", "--net_cfg.hidden_size 1000000000",
+        ["key 'net_cfg.hidden_size' must be in [1, 16384], got 1000000000"]),
+    row(PRE, "network size not an integer (a float reached the cells)", "--net_cfg.hidden_size 32.0",
+        ["invalid ALBERT config: hidden_size must be int, got 32.0"]),
+    row(PRE, "integer flag of 5000 digits", "--train_steps " + "9" * 5000,
+        ["command line: key 'train_steps': an integer of 5000 digits is refused (at most 100)"]),
+    row(PRE, "yaml alias bomb", "--config_path {bad}",
+        ["{bad} line 1: yaml anchors and aliases are refused (&a0): write the values out"],
+        text("".join(f"a{i}: &a{i} {{" + ", ".join(f"k{j}: {f'*a{i - 1}' if i else 'x'}" for j in range(9)) + "}\n"
+                     for i in range(7))), bad="bad.yaml"),
     row(PRE, "scale_factor 1", "--scale_factor 1", ["key 'scale_factor' must be in (1, 65536], got 1"]),
     row(PRE, "dropout out of range", "--net_cfg.hidden_dropout_prob 1.5",
-        ["hidden_dropout_prob must be in [0, 1), got 1.5"]),
+        ["key 'net_cfg.hidden_dropout_prob' must be in [0, 1), got 1.5"]),
     # Without the kernels (here: switched off; no compiler, say) or, on a CPU without native bfloat16, for that
     # reason first (tests/test_bf16_training.py checks that message alone).
     row(PRE, "bfloat16 on CPU without the compiled kernels", "--net_cfg.compute_type bfloat16",
@@ -279,6 +308,12 @@ MATRIX: List[Row] = [
     row(CLS, "wrong type in yaml", "--config_path {bad}", ["{bad}: key 'do_train' expects bool, got 'sure'"],
         text("do_train: sure\n"), bad="bad.yaml"),
     row(CLS, "train_batch_size 0", "--train_batch_size 0", ["key 'train_batch_size' must be in [1, 65536], got 0"]),
+    row(CLS, "yaml integer of 5000 digits (was a traceback)", "--config_path {bad}",
+        ["{bad} line 2: an integer of 5000 digits is refused (at most 100)"],
+        text("do_train: true\ntrain_batch_size: " + "9" * 5000 + "\n"), bad="bad.yaml"),
+    row(CLS, "yaml learning rate beyond float32", "--config_path {bad}",
+        ["{bad}: key 'optimizer_cfg.AdamWeightDecay.learning_rate' must be finite in float32", "got inf"],
+        text("optimizer_cfg:\n  AdamWeightDecay:\n    learning_rate: .inf\n"), bad="bad.yaml"),
     row(CLS, "optimizer section misspelled", "--optimizer_cfg.AdamW.learning_rate 1e-4",
         ["unknown option '--optimizer_cfg.AdamW.learning_rate'; "
          "did you mean '--optimizer_cfg.AdamWeightDecay.learning_rate'?"]),
@@ -349,6 +384,8 @@ MATRIX: List[Row] = [
     row(SQ2, "wrong type", "--null_score_diff_threshold high",
         ["key 'null_score_diff_threshold' expects float, got 'high'"]),
     row(SQ2, "start_n_top 0", "--start_n_top 0", ["key 'start_n_top' must be in [1, 512], got 0"]),
+    row(SQ2, "infinite null threshold", "--null_score_diff_threshold inf",
+        ["key 'null_score_diff_threshold' must be finite in float32"]),
     row(SQ2, "classifier checkpoint to evaluate", "--do_train false --load_finetune_checkpoint_path {fx}/cls.ckpt",
         ["{fx}/cls.ckpt: 11 network parameters are not in the checkpoint", "start_logits."]),
     # ---------------------------------------------------------------------------------------------- create_pretraining
@@ -403,8 +440,17 @@ MATRIX: List[Row] = [
         ["{bad}: unknown key 'dupe_factr'; did you mean 'dupe_factor'?"], text("pretraining:\n  dupe_factr: 2\n"),
         bad="bad.yaml"),
     row(MAKE_PT, "wrong type", "--max_seq_length sixty", ["key 'max_seq_length' expects int, got 'sixty'"]),
-    row(MAKE_PT, "masked_lm_prob 1.5", "--masked_lm_prob 1.5", ["masked_lm_prob must be in (0, 1), got 1.5"]),
-    row(MAKE_PT, "max_seq_length 4", "--max_seq_length 4", ["max_seq_length must be at least 8, got 4"]),
+    row(MAKE_PT, "masked_lm_prob 1.5", "--masked_lm_prob 1.5", ["key 'masked_lm_prob' must be in (0, 1), got 1.5"]),
+    row(MAKE_PT, "max_seq_length 4", "--max_seq_length 4", ["key 'max_seq_length' must be in [8, 8192], got 4"]),
+    row(MAKE_PT, "absurd max_predictions_per_seq (was a numpy MemoryError)", "--max_predictions_per_seq 1000000000000",
+        ["key 'max_predictions_per_seq' must be in [1, 8192], got 1000000000000"]),
+    row(MAKE_PT, "absurd ngram (was a numpy MemoryError)", "--ngram 1000000000000",
+        ["key 'ngram' must be in [1, 256], got 1000000000000"]),
+    row(MAKE_PT, "yaml anchor", "--config_path {bad}", ["{bad} line 2: yaml anchors and aliases are refused (&p)"],
+        text("# mine\npretraining: &p {dupe_factor: 1}\n"), bad="bad.yaml"),
+    row(MAKE_PT, "JSON line with a 5000-digit number", "--input_file {bad}",
+        ["{bad} line 2: malformed json (an integer of 5000 digits exceeds Python's limit of 4300 at column 20)"],
+        text('{"text": "One. Two."}\n{"text": "a", "n": ' + "9" * 5000 + "}\n"), bad="bad.jsonl"),
     row(MAKE_PT, "max_seq_length beyond the position table", "--max_seq_length 1024",
         ["max_seq_length 1024 exceeds max_position_embeddings 512", "set --max_position_embeddings"]),
     row(MAKE_PT, "existing output", "--output_file {bad}", ["output already exists: {bad}", "--overwrite true"],
@@ -441,7 +487,7 @@ MATRIX: List[Row] = [
         text(RACE_OK.replace('"A text."', "5")), bad=RACE_FILE),
     row(MAKE_RACE, "RACE: 3 options", "", ["{bad}: question 0: expected 4 option strings"],
         text(RACE_OK.replace(', "d"', "")), bad=RACE_FILE),
-    row(MAKE_RACE, "RACE: max_qa_length 0", "--max_qa_length 0", ["max_qa_length must be >= 1, got 0"],
+    row(MAKE_RACE, "RACE: max_qa_length 0", "--max_qa_length 0", ["key 'max_qa_length' must be in [1, 8192], got 0"],
         text(RACE_OK), bad=RACE_FILE),
     row(MAKE_RACE, "RACE: no files of the split", "--split train", ["no RACE files of split train in {tmp}/RACE"],
         text(RACE_OK), bad=RACE_FILE),
@@ -500,6 +546,9 @@ MATRIX: List[Row] = [
     row(EXPORT, "missing task yaml", "--config_path {tmp}/task_classifier_mine.yaml",
         ["config_path not found: {tmp}/task_classifier_mine.yaml"]),
     row(EXPORT, "malformed task yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("num_class: [\n"),
+        bad="task_classifier_mine.yaml"),
+    row(EXPORT, "task yaml with an alias", "--config_path {bad}",
+        ["{bad} line 2: yaml anchors and aliases are refused (*n)"], text("num_class: 2\neval_batch_size: *n\n"),
         bad="task_classifier_mine.yaml"),
     row(EXPORT, "unknown task yaml key", "--config_path {bad}",
         ["{bad}: unknown key 'num_clas'; did you mean 'num_class'?"], text("num_clas: 2\n"),
@@ -563,6 +612,20 @@ MATRIX: List[Row] = [
         bad="model.safetensors"),
     row(CONVERT, "corrupt weights file", "--input {bad} --config {fx}/pre.ckpt.json", ["cannot read {bad}"],
         raw(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}"), bad="model.safetensors"),
+    row(CONVERT, "pytorch_model.bin of garbage bytes", "--input {bad} --config {fx}/pre.ckpt.json",
+        ["cannot read {bad}: not a PyTorch weights file (neither torch.save's zip archive nor its legacy format)"],
+        raw(b"\x00garbage" * 100), bad="pytorch_model.bin"),
+    row(CONVERT, "truncated pytorch_model.bin", "--input {bad} --config {fx}/pre.ckpt.json",
+        ["cannot read {bad}: a damaged or truncated zip archive (an interrupted download?)"],
+        lambda bad, fx: bad.write_bytes(_torch_bytes({"w": __import__("torch").zeros(64)})[:300]),
+        bad="pytorch_model.bin"),
+    row(CONVERT, "zip that is not a torch file", "--input {bad} --config {fx}/pre.ckpt.json",
+        ["cannot read {bad}: a zip archive but not one of torch.save (no data.pkl inside)"],
+        lambda bad, fx: __import__("zipfile").ZipFile(bad, "w").writestr("weights.txt", "1 2 3"),
+        bad="pytorch_model.bin"),
+    row(CONVERT, "torch file that is not a state dict", "--input {bad} --config {fx}/pre.ckpt.json",
+        ["cannot read {bad}: not a state dict of tensor names to tensors (found list)"],
+        lambda bad, fx: bad.write_bytes(_torch_bytes([1, 2])), bad="pytorch_model.bin"),
     row(CONVERT, "weights of another config", "--input {fx}/hf_vocab100.safetensors --config {fx}/pre.ckpt.json",
         ["the config does not match the weights", "weights (100, 16) vs config (30000, 16)"]),
     row(CONVERT, "malformed config json", "--input {fx}/hf_vocab100.safetensors --config {bad}",
@@ -611,6 +674,13 @@ MATRIX: List[Row] = [
         ["{bad}: tensor w keeps its data in '/etc/passwd', outside the model's folder"], onnx_reading("/etc/passwd"),
         bad="model.onnx"),
     row(PREDICT, "max_windows 0", "--max_windows 0 --text_a hi", ["--max_windows must be in [1, 65536], got 0"]),
+    row(PREDICT, "integer flag of 5000 digits", "--text_a hi --batch_size " + "9" * 5000,
+        ["argument --batch_size: an integer of 5000 digits is refused (at most 100)"]),
+    row(PREDICT, "threshold not finite", "--text_a hi --null_score_diff_threshold inf",
+        ["argument --null_score_diff_threshold: expected a finite number, got 'inf'"]),
+    row(PREDICT_FILE, "request id of 5000 digits (was a traceback)", "",
+        ["{bad} line 2: not JSON (an integer of 5000 digits exceeds Python's limit of 4300 at column 23)"],
+        text('{"text_a": "a"}\n{"text_a": "a", "id": ' + "9" * 5000 + "}\n"), bad="requests.jsonl"),
     row(PREDICT, "absurd thread count", "--threads 100000 --text_a hi", ["--threads must be in [0, 1024], got 100000"]),
     row(PREDICT_FILE, "request not an object", "", ["{bad} line 1: a request is a JSON object, got list"],
         text('["a", "b"]\n'), bad="requests.jsonl"),
@@ -657,7 +727,8 @@ MATRIX: List[Row] = [
     row(SCORE, "v2.0 predictions missing questions", "--version 2.0 --pred_file {bad}",
         ["116 of 117 questions have no prediction"], text('{"56be4db0acb8001400a502ec": "Denver Broncos"}'),
         bad="bad.json"),
-    row(SCORE, "wrong type", "--na_prob_thresh high", ["argument --na_prob_thresh: invalid float value: 'high'"]),
+    row(SCORE, "wrong type", "--na_prob_thresh high", ["argument --na_prob_thresh: expected a finite number, got 'high'"]),
+    row(SCORE, "threshold not finite", "--na_prob_thresh nan", ["argument --na_prob_thresh: expected a finite number"]),
     row(SCORE, "unknown version", "--version 3", ["argument --version: invalid choice: '3'"]),
 ]
 
@@ -808,3 +879,48 @@ def test_every_entry_point_is_in_the_matrix():
                        "src.create_squad_data", "export.py", "src.convert_checkpoint", "src.squad_postprocess",
                        "src.predict"}
     assert len({r.id for r in MATRIX}) == len(MATRIX)
+
+
+ARGPARSE_TOOLS = ("src.predict", "src.squad_postprocess", "src.convert_checkpoint", "src.plot_metrics",
+                  "src.model_summary", "src.distributed_launch")
+
+
+def _actions(parser) -> List:
+    """The parser's actions, its subcommands' included."""
+    import argparse
+    found = []
+    for action in parser._actions:
+        found.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            found += [nested for sub in action.choices.values() for nested in _actions(sub)]
+    return found
+
+
+def test_every_number_flag_of_the_argparse_tools_is_bounded(monkeypatch):
+    """The yaml-driven tools' numbers are bounded in their yaml (tests/test_config.py); the tools whose flags are
+    argparse's read a number with model_utils.config's integer or real (an over-long or non-finite number is one
+    line, not int()'s or float()'s), and src.predict's integers each have a range (FLAG_RANGES). A number flag
+    added without either fails here."""
+    import argparse
+
+    from model_utils.config import integer, real
+    from src.predict import FLAG_RANGES
+
+    class Parsed(Exception):
+        pass
+
+    parsers = {}
+
+    def record(self, *args, **kwargs):
+        parsers.setdefault(module, self)
+        raise Parsed
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", record)
+    for module in ARGPARSE_TOOLS:
+        with pytest.raises(Parsed):
+            importlib.import_module(module).main([])
+    numbers = {(module, action.dest): action.type for module, parser in parsers.items() for action in _actions(parser)
+               if action.type in (int, float, integer, real)}
+    assert [key for key, kind in numbers.items() if kind in (int, float)] == []
+    assert {dest for (module, dest), kind in numbers.items() if kind is integer} == set(FLAG_RANGES)
+    assert ("src.squad_postprocess", "na_prob_thresh") in numbers

@@ -3,6 +3,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,8 @@ SCHEMA = textwrap.dedent("""\
     optimizer: Lamb
     load_checkpoint_path: ""
     ratio: 0.5
+    ids: [1, 2]
+    pad: null
     optimizer_cfg:
       Lamb:
         learning_rate: 3.0e-4
@@ -154,14 +157,92 @@ SHIPPED = sorted(Path(__file__).resolve().parents[1].glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_shipped_integer_ranges_have_an_upper_bound(path):
-    """A count, size or thread number open to infinity lets an absurd value allocate or spawn before any check."""
+def test_every_number_of_every_shipped_yaml_is_bounded(path):
+    """A number open to infinity lets an absurd value allocate, spawn or train to NaN before any check: every int
+    and float key, and every null key (its type comes from the value given: net_cfg's sizes), has choices or a
+    finite interval. A new key without one fails here."""
     values, _, choices = load_yaml_documents(path)
-    flat = flatten(values)
-    integers = {key: spec for key, spec in choices.items()
-                if isinstance(spec, str) and isinstance(flat[key], int) and not isinstance(flat[key], bool)}
-    assert integers, f"{path.name}: no integer range found"
-    assert {key: spec for key, spec in integers.items() if math.isinf(parse_interval(spec)[1])} == {}
+    numbers = {key: value for key, value in flatten(values).items()
+               if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))}
+    assert numbers, f"{path.name}: no number found"
+    unbounded = [key for key in numbers if key not in choices]
+    unbounded += [key for key, spec in choices.items() if key in numbers and isinstance(spec, str)
+                  and not all(map(math.isfinite, parse_interval(spec)[:2]))]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("name, key, good, bad", [
+    ("pretrain_config.yaml", "optimizer_cfg.Lamb.learning_rate", "1", "1e30"),  # was accepted: trained to NaN
+    ("task_classifier_config.yaml", "optimizer_cfg.AdamWeightDecay.learning_rate", "0.5", "2"),
+    ("task_squad_v1_config.yaml", "optimizer_cfg.Lamb.end_learning_rate", "0", "1.5"),
+    ("task_race_config.yaml", "clip_norm", "1000000", "1e7"),
+    ("pretrain_config.yaml", "seed", "2147483647", str(2 ** 40)),  # numpy's seeds stop at 2**32 - 1
+    ("pretrain_config.yaml", "seed", "0", "-7"),
+    ("pretrain_config.yaml", "train_steps", "1000000000", "10000000000"),
+    ("pretrain_config.yaml", "net_cfg.hidden_size", "16384", "1e9"),  # 1e9 is yaml 1.1 text: not in the range
+    ("pretrain_config.yaml", "net_cfg.hidden_size", "16384", "1000000000"),
+    ("task_classifier_config.yaml", "net_cfg.hidden_act", "gelu_new", "swish"),
+])
+def test_shipped_ranges_stop_absurd_values(project_root, name, key, good, bad):
+    parse_cli(project_root / name, [f"--{key}", good])
+    with pytest.raises(ConfigError, match=rf"command line: key '{key}' must be (in|one of)"):
+        parse_cli(project_root / name, [f"--{key}", bad])
+
+
+def test_float_keys_must_be_finite_in_float32(schema, tmp_path):
+    """Every float setting ends up a float32: beyond 3.4e38 it is inf there, whatever the key's range says."""
+    for raw in ("1e39", "-1e39", "inf", str(10 ** 50)):
+        with pytest.raises(ConfigError, match=r"key 'optimizer_cfg.Lamb.learning_rate' must be finite in float32"):
+            parse_cli(schema, ["--optimizer_cfg.Lamb.learning_rate", raw])
+    (tmp_path / "inf.yaml").write_text("optimizer_cfg:\n  AdamWeightDecay:\n    learning_rate: .inf\n")
+    with pytest.raises(ConfigError, match=r"inf.yaml: key 'optimizer_cfg.AdamWeightDecay.learning_rate' must be "
+                                          r"finite in float32 \(at most 3.403e\+38 in size\), got inf"):
+        parse_cli(schema, ["--config_path", str(tmp_path / "inf.yaml")])
+    assert parse_cli(schema, ["--optimizer_cfg.Lamb.learning_rate", "3.4e38"]).optimizer_cfg.Lamb.learning_rate \
+        == pytest.approx(3.4e38)
+
+
+def _alias_bomb(levels: int) -> str:
+    """Nested mappings of nine aliases each: `levels` lines that flatten into 9**levels keys."""
+    lines = ["a0: &a0 {" + ", ".join(f"k{j}: x" for j in range(9)) + "}"]
+    lines += [f"a{i}: &a{i} {{" + ", ".join(f"k{j}: *a{i - 1}" for j in range(9)) + "}" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+def test_yaml_aliases_are_refused_before_anything_is_built(schema, tmp_path):
+    """Nine levels: a 600-byte file whose flattening takes ~25 GB. Seven (4.8 million keys) here, which took
+    seconds and gigabytes before aliases were refused; the file, line and anchor are named at once."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("batch_size: 4\n" + _alias_bomb(7))
+    started = time.perf_counter()
+    with pytest.raises(ConfigError) as err:
+        parse_cli(schema, ["--config_path", str(bomb)])
+    assert time.perf_counter() - started < 1
+    assert str(err.value) == f"{bomb} line 2: yaml anchors and aliases are refused (&a0): write the values out"
+    (tmp_path / "alias.yaml").write_text("base: {a: 1}\nbatch_size: *base\n")  # an alias of an undefined anchor
+    with pytest.raises(ConfigError, match=r"alias.yaml line 2: yaml anchors and aliases are refused \(\*base\)"):
+        parse_cli(schema, ["--config_path", str(tmp_path / "alias.yaml")])
+    with pytest.raises(ConfigError, match=r"^command line: key 'pad': yaml anchors and aliases are refused \(&a\)"):
+        parse_cli(schema, ["--pad", "&a [1, *a]"])
+
+
+@pytest.mark.parametrize("argv, user_yaml, where", [
+    (["--batch_size", "9" * 5000], None, "command line: key 'batch_size'"),
+    (["--pad", "9" * 5000], None, "command line: key 'pad'"),  # a null key's value is read as yaml
+    (["--ids", "[1, " + "9" * 5000 + "]"], None, "command line: key 'ids'"),
+    ([], "ratio: 0.5\nbatch_size: " + "9" * 5000 + "\n", "{mine} line 2"),
+    ([], "ids: [1, -" + "9" * 5000 + "]\n", "{mine} line 1"),
+])
+def test_over_long_integers_are_one_line(schema, tmp_path, argv, user_yaml, where):
+    """Python refuses to convert an integer of more than 4300 digits (ValueError): from a flag or a yaml that was a
+    traceback out of the parser (the fuzz tests found it); now one line naming the key or the file and line."""
+    mine = tmp_path / "mine.yaml"
+    if user_yaml:
+        mine.write_text(user_yaml)
+        argv = ["--config_path", str(mine)]
+    with pytest.raises(ConfigError) as err:
+        parse_cli(schema, argv)
+    assert str(err.value) == f"{where.format(mine=mine)}: an integer of 5000 digits is refused (at most 100)"
 
 
 @pytest.mark.parametrize("name, section, key, largest, absurd", [

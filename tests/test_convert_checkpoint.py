@@ -189,7 +189,8 @@ def test_model_summary_counts(capsys):
     assert f"| {expected:.1f}M |" in rows["albert_base"]
 
 
-@pytest.mark.parametrize("version", ["2.5.1", "2.5.1+cpu", "2.4.0", "1.13.1"])
+@pytest.mark.parametrize("version", ["2.5.1", "2.5.1+cpu", "2.4.0", "1.13.1", "2.6.0a0", "2.6.0rc1",
+                                     "2.6.0.dev20241112", "2.6.0a0+git1234abc", "not-a-version"])
 def test_a_pickled_bin_is_refused_through_a_torch_with_the_weights_only_escape(tmp_path, monkeypatch, version):
     """CVE-2025-32434: torch.load(weights_only=True) up to 2.5.1 can run code from a crafted file; such a torch
     never opens the file, and the message points to the model's safetensors."""
@@ -200,3 +201,11 @@ def test_a_pickled_bin_is_refused_through_a_torch_with_the_weights_only_escape(t
                                         r"CVE-2025-32434.*model.safetensors"):
         convert("hf", str(tmp_path / "hf"), str(tmp_path / "x.ckpt"))
     assert not (tmp_path / "x.ckpt").exists()
+
+
+@pytest.mark.parametrize("version", ["2.6.0", "2.6.0+cpu", "2.6.1", "2.13.0+cu128", "3.0.0a0"])
+def test_torch_versions_with_the_fix_read_the_bin(version):
+    """2.6.0a0 passed the old check (its release (2, 6) compared, not the version): pre-releases of 2.6 are refused
+    above; 2.6 itself, its local builds and later versions (pre-releases of later versions too) are let through."""
+    from src.convert_checkpoint import check_torch_version
+    check_torch_version(version, "pytorch_model.bin")

@@ -451,6 +451,7 @@ def fake_compiler(fresh_build, monkeypatch):
     (folder / "g++").write_text(FAKE_CXX)
     (folder / "g++").chmod(0o755)
     monkeypatch.setenv("CXX", str(folder / "g++"))
+    (folder / "libdnnl.so.3").write_bytes(b"oneDNN 3.5")
     monkeypatch.setattr(cpu_kernels, "_dnnl_library", lambda: folder / "libdnnl.so.3")
     return folder
 
@@ -565,3 +566,37 @@ def test_a_library_that_does_not_load_falls_back_with_the_reason(fake_compiler):
     (fake_compiler / "output.so").write_bytes(b"not a shared library")
     assert not cpu_kernels.available()
     assert cpu_kernels.status().startswith(f"MindSpore operations (cannot load {fake_compiler.parent / 'cache'}/")
+
+
+def test_a_cached_library_that_does_not_load_is_built_again_once(fake_compiler):
+    """A library cut short in the cache (a crash or a full disk while it was copied in) failed to load on every
+    run, and the kernels were off for good: it is built again, in the cache, and loads."""
+    target = fake_compiler.parent / "cache" / f"albert_kernels-{_key(fake_compiler)}.so"
+    target.parent.mkdir(mode=0o700)
+    target.write_bytes((fake_compiler / "output.so").read_bytes()[:200])
+    target.chmod(0o700)
+    assert cpu_kernels._build() == (str(target), "")
+    assert target.read_bytes() == (fake_compiler / "output.so").read_bytes()
+    assert stat.S_IMODE(target.stat().st_mode) & 0o077 == 0
+
+
+def test_a_cached_library_that_still_does_not_load_falls_back_with_the_reason(fake_compiler):
+    target = fake_compiler.parent / "cache" / f"albert_kernels-{_key(fake_compiler)}.so"
+    target.parent.mkdir(mode=0o700)
+    target.write_bytes(b"cut short")
+    target.chmod(0o700)
+    (fake_compiler / "output.so").write_bytes(b"not a shared library either")
+    assert not cpu_kernels.available()
+    assert cpu_kernels.status().startswith(f"MindSpore operations (cannot load {target} (")
+    assert target.read_bytes() == b"not a shared library either"  # built again once, not more
+
+
+def test_the_cache_key_holds_onednns_content_not_only_its_path(fake_compiler):
+    """Another libdnnl at the same path (MindSpore reinstalled from another build) links to another ABI. Its hash
+    is computed once per (path, size, modification time)."""
+    dnnl = fake_compiler / "libdnnl.so.3"
+    key = _key(fake_compiler)
+    hashed = cpu_kernels._file_digest.cache_info().misses
+    assert _key(fake_compiler) == key and cpu_kernels._file_digest.cache_info().misses == hashed
+    dnnl.write_bytes(b"oneDNN 3.6.0")
+    assert _key(fake_compiler) != key

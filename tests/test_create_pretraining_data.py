@@ -3,8 +3,13 @@
 Token streams for the consistency checks come from HF's AlbertTokenizer, not from the code under test.
 """
 import collections
+import errno
+import os
 import random
+import re
 import string
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +20,7 @@ from model_utils.errors import UserError, run_cli
 from src import create_pretraining_data as cpd
 from src.corpus import read_documents
 from src.tokenization import FullTokenizer
+from tests.pretrain_helpers import ENV, ROOT
 
 SEQ = 128
 
@@ -271,3 +277,45 @@ def test_existing_output_and_interrupted_write(tmp_path, spm_path, assets, monke
     monkeypatch.undo()
     assert cpd.main(_config_args(spm_path, corpus, out, "--overwrite", "true", "--random_seed", "3")) == 0
     assert len(_read_records(out)) > 0
+
+
+NO_SPACE = (r"no space left on the disk for {output}: [\d.]+ [kM]B free in {folder}, the data needs about \d+ kB and "
+            r"MindRecord's writer stops with less than 10 MB free; free some space or choose another output_file")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs (a full disk) needs root")
+def test_a_full_disk_is_one_line_and_leaves_the_disk_as_it_was(tmp_path, spm_path, assets):
+    """A 5 MB disk: MindRecord's writer refuses to write with less than 10 MB free, a RuntimeError with its C++
+    call stack that ended the run in a traceback. Now one line naming the output, the space free and the space
+    needed; the folder the run created and its staged files are gone, the disk's other files untouched."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "mine.txt").write_text("kept")
+        output = disk / "data" / "pt.mindrecord"
+        done = subprocess.run([sys.executable, "-m", "src.create_pretraining_data",
+                               *_config_args(spm_path, str(assets / "pretrain" / "bert_sample_text.txt"), output)],
+                              cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+        lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("[WARNING]")]
+        assert done.returncode == 2 and len(lines) == 1, done.stderr[-3000:]
+        assert re.fullmatch("error: " + NO_SPACE.format(output=re.escape(str(output)), folder=re.escape(str(disk))),
+                            lines[0]), lines[0]
+        assert [p.name for p in disk.iterdir()] == ["mine.txt"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_no_space_from_a_write_of_ours_is_the_same_line(tmp_path, spm_path, assets, monkeypatch):
+    """ENOSPC raised by a write (an OSError, here from the writer's commit) reads the same, nothing left behind."""
+    from mindspore import mindrecord
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "o.mindrecord00000"))
+
+    monkeypatch.setattr(mindrecord.FileWriter, "commit", full)
+    output = tmp_path / "out" / "o.mindrecord"
+    with pytest.raises(UserError) as err:
+        cpd.main(_config_args(spm_path, str(assets / "pretrain" / "bert_sample_text.txt"), output))
+    assert re.fullmatch(NO_SPACE.format(output=re.escape(str(output)), folder=re.escape(str(tmp_path))), str(err.value))
+    assert list(tmp_path.iterdir()) == []

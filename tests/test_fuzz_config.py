@@ -24,11 +24,23 @@ RAW = st.one_of(TEXT, st.sampled_from(["1", "-5", " 12 ", "1e-4", "-1e-4", "2.5"
                                        "Off", "true", "null", "none", "", "[1, 2]", "1,2", "a,b", "[", "{a: 1",
                                        "[1, [2]]", "!!python/object:os.system x", "- x", "'", "\ud83d",
                                        "[" * 3000, "9" * 5000]),
-                st.integers().map(str), st.floats().map(str))
+                st.integers().map(str), st.floats().map(str),
+                st.integers(4200, 6000).map(lambda n: "9" * n))  # around Python's 4300-digit int() limit
 # A user's yaml value: any yaml data, nested included.
 USER_VALUE = st.recursive(st.one_of(SCALAR, st.integers(), st.floats()),
                           lambda children: st.lists(children, max_size=3) | st.dictionaries(KEY, children, max_size=3),
                           max_leaves=6)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Objects drawn twice (st.just([])) are written out twice: the config refuses yaml aliases."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def _dump(data, allow_unicode):
+    return yaml.dump(data, Dumper=_Dumper, allow_unicode=allow_unicode)
 
 
 def _write(tmp_path_factory, name, text=None, data=None):
@@ -41,9 +53,9 @@ def _write(tmp_path_factory, name, text=None, data=None):
 
 
 def _schema_file(tmp_path_factory, schema, choices=None):
-    text = yaml.safe_dump(schema, allow_unicode=True)
+    text = _dump(schema, allow_unicode=True)
     if choices:
-        text += "---\n{}\n---\n" + yaml.safe_dump(choices, allow_unicode=True)
+        text += "---\n{}\n---\n" + _dump(choices, allow_unicode=True)
     return _write(tmp_path_factory, "default.yaml", text)
 
 
@@ -117,6 +129,8 @@ def test_command_line_values_are_typed_or_config_errors(tmp_path_factory, schema
 @fuzz(60)
 @given(schema=SCHEMA, raw=RAW, key=st.none() | KEY)
 @example(schema={"a": None}, raw="[", key=None)  # yaml for a null-valued key: was a yaml ParserError
+@example(schema={"a": None}, raw="9" * 5000, key=None)  # yaml's int(): Python's 4300-digit ValueError, a traceback
+@example(schema={"a": [1]}, raw="[" + "9" * 5000 + "]", key=None)
 def test_flag_and_value_as_two_arguments(tmp_path_factory, schema, raw, key):
     """`--key value` (a value that looks like a flag, too) or an unknown flag: typed values or a ConfigError."""
     flat = flatten(schema)
@@ -141,11 +155,12 @@ def test_user_yaml_values(tmp_path_factory, schema, user, data):
     flat = flatten(schema)
     if user is None:
         user = data.draw(st.dictionaries(st.sampled_from(sorted(flat)), USER_VALUE, min_size=1, max_size=4))
-    path = _write(tmp_path_factory, "mine.yaml", yaml.safe_dump(_nest(user), allow_unicode=True))
+    path = _write(tmp_path_factory, "mine.yaml", _dump(_nest(user), allow_unicode=True))
     try:
         config = parse_cli(_schema_file(tmp_path_factory, schema), ["--config_path", str(path)])
     except ConfigError as err:
-        assert any(f"'{key}" in str(err) for key in user) and "\n" not in str(err), str(err)
+        named = any(f"'{key}" in str(err) for key in user) or f"{path} line " in str(err)  # the key, or its line
+        assert named and "\n" not in str(err), str(err)
         return
     _check_typed(config, schema)
 
@@ -172,7 +187,7 @@ def test_unknown_user_keys_are_named(tmp_path_factory, schema, unknown, value, d
     dotted = ".".join(filter(None, [parent, *unknown]))
     if any(dotted == key or dotted.startswith(key + ".") or key.startswith(dotted + ".") for key in flat):
         return  # not unknown: a key of the schema, below one or above one
-    path = _write(tmp_path_factory, "mine.yaml", yaml.safe_dump(_nest({dotted: value}), allow_unicode=True))
+    path = _write(tmp_path_factory, "mine.yaml", _dump(_nest({dotted: value}), allow_unicode=True))
     with pytest.raises(ConfigError) as err:
         parse_cli(_schema_file(tmp_path_factory, schema), ["--config_path", str(path)])
     if not (isinstance(value, dict) and value):

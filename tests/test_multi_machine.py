@@ -419,10 +419,12 @@ def test_settings_are_checked_before_anything_starts(tmp_path):
     """No machines needed: the checks that use no network, also under DRY_RUN."""
     cases = [({"NNODES": "2", "NODE_RANK": "2"},
               "NODE_RANK is 2 but NNODES is 2: the nodes are numbered 0 .. 1, each started with its own NODE_RANK"),
-             ({"NODE_RANK": "-1"}, "NODE_RANK must be an integer >= 0, got '-1'"),
+             ({"NODE_RANK": "-1"}, "NODE_RANK must be an integer 0 .. 99999, got '-1'"),
              ({"MASTER_PORT": "80"}, "MASTER_PORT must be an integer 1024 .. 65535, got '80'"),
-             ({"CLUSTER_TIMEOUT": "soon"}, "CLUSTER_TIMEOUT must be an integer >= 1, got 'soon'"),
-             ({"NODE_TIMEOUT": "0"}, "NODE_TIMEOUT must be an integer >= 1, got '0'")]
+             ({"CLUSTER_TIMEOUT": "soon"}, "CLUSTER_TIMEOUT must be an integer 1 .. 86400, got 'soon'"),
+             ({"NODE_TIMEOUT": "0"}, "NODE_TIMEOUT must be an integer 1 .. 86400, got '0'"),
+             # int() of more than 4300 digits was a ValueError traceback
+             ({"NNODES": "9" * 5000}, f"NNODES must be an integer 1 .. 100000, got '{'9' * 20}...'")]
     for env, message in cases:
         for dry in ("0", "1"):
             result = bash([PRETRAIN, 1, "/data", tmp_path / "out"], dict(env, DRY_RUN=dry, DEVICE_TARGET="CPU"))

@@ -265,6 +265,84 @@ def test_parquet_refusals(tmp_path, monkeypatch):
         list(read_documents([tmp_path / "a.parquet"], "auto", "body"))
 
 
+def test_parquet_dictionary_columns_are_read(tmp_path):
+    """pandas writes a categorical column as an Arrow dictionary of strings: its documents are those of the same
+    text stored as plain strings (it was refused: "should hold strings, holds dictionary")."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    texts = _documents_text(12) * 2
+    pq.write_table(pa.table({"text": pa.array(texts).dictionary_encode(), "title": pa.array(["T"] * 24)}),
+                   tmp_path / "categorical.parquet", row_group_size=5)
+    pq.write_table(pa.table({"text": texts}), tmp_path / "plain.parquet")
+    assert str(pq.ParquetFile(tmp_path / "categorical.parquet").schema_arrow.field("text").type).startswith("dict")
+    read = [[d.sentences for d in read_documents([tmp_path / name])] for name in ("categorical.parquet",
+                                                                                "plain.parquet")]
+    assert read[0] == read[1] == [split_sentences(text) for text in texts]
+
+
+def _dictionary_bomb(path: Path, rows: int, value: str) -> None:
+    """`rows` rows that all hold `value`, stored once in a compressed dictionary page: a few hundred bytes for a
+    1.2 MB value. Without an Arrow schema in the file (other writers'), it reads back as plain strings."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    column = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()), pa.array([value]))
+    pq.write_table(pa.table({"text": column}), path, compression="zstd", store_schema=False)
+
+
+def _plain_rows(path: Path, groups: int, rows: int, size: int) -> None:
+    """Rows of `size` distinct bytes each, plainly encoded (no dictionary), in `groups` row groups of `rows`."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    schema = pa.schema([("text", pa.string())])
+    with pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=False) as writer:
+        for group in range(groups):
+            writer.write_table(pa.table({"text": [f"{group} {row} " + "b" * size for row in range(rows)]}, schema))
+
+
+MEASURE_PEAK = """
+import resource, sys
+from pathlib import Path
+import pyarrow.parquet
+from src import corpus
+corpus.split_sentences = lambda text: [text[:20]]  # the sentence rule (linear, one row at a time) is not measured
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+count = sum(1 for _ in corpus.read_documents([Path(sys.argv[1])]))
+print(count, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) >> 10)
+"""
+
+
+def test_parquet_amplification_is_read_in_bounded_memory(tmp_path, project_root):
+    """A 300-byte file whose 600 rows share a 1.2 MB dictionary value took 630 MB (256 rows decoded, then made
+    Python strings, before any length check; 925 MB over the file); 256 plainly encoded 1 MB rows 557 MB. Now a
+    batch decodes at most PARQUET_BATCH_BYTES (32 MB; Arrow's buffers may double it) and rows become strings one
+    at a time: the peak, measured in a process of its own, stays far below, whatever the rows' sizes."""
+    _dictionary_bomb(tmp_path / "bomb.parquet", 600, "a" * 1_200_000)
+    _plain_rows(tmp_path / "plain.parquet", 16, 16, 1 << 20)
+    assert (tmp_path / "bomb.parquet").stat().st_size < 1000
+    for name, rows in (("bomb.parquet", 600), ("plain.parquet", 256)):
+        done = subprocess.run([sys.executable, "-c", MEASURE_PEAK, str(tmp_path / name)], cwd=project_root,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-3000:]
+        count, peak_mb = map(int, done.stdout.split())
+        assert count == rows and peak_mb < 250, (name, peak_mb)
+
+
+@pytest.mark.parametrize("dictionary", [True, False])
+def test_parquet_values_over_the_line_cap_stop_before_conversion(tmp_path, monkeypatch, dictionary):
+    """The cap of a line in the text readers (MAX_LINE_BYTES; 1 MB here) holds for a Parquet value, measured in
+    Arrow before the value becomes a Python string."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    monkeypatch.setattr(corpus_module, "MAX_LINE_BYTES", 1 << 20)
+    texts = ["One. Two.", "Three. Four.", "é" * (1 << 19) + "!"]  # 1 MB + 1 byte of UTF-8 in 2**19 + 1 characters
+    column = pa.array(texts).dictionary_encode() if dictionary else pa.array(texts)
+    pq.write_table(pa.table({"text": column}), tmp_path / "long.parquet")
+    converted = []
+    with pytest.raises(UserError, match=r"long\.parquet row 3: text longer than 1 MB$"):
+        converted.extend(read_documents([tmp_path / "long.parquet"]))
+    assert [d.sentences for d in converted] == [["One.", "Two."], ["Three.", "Four."]]
+
+
 def test_chinese_corpora_records(tmp_path):
     """brightmart's nlp_chinese_corpus: wiki_zh (WikiExtractor JSON whose text starts with the title) and
     news2016zh (the text under `content`)."""
