@@ -263,18 +263,19 @@ def save_json_atomic(values: object, path: str, replace: bool = True) -> None:
 def _open_regular(path: str, flags: int, mode: int = 0o666) -> int:
     """A descriptor of `path`, never opened through a symbolic link (one planted there would send our writes to
     its target) and only when it is a regular file (a FIFO would block, a device is no log)."""
+    not_regular = UserError(f"{path} is not a regular file (a lock, log or metrics file is one); remove it")
     try:
         handle = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise UserError(f"{path} is a symbolic link: a lock, log or metrics file is never opened through one; "
                             f"remove it") from None
-        if err.errno == errno.EISDIR:
-            raise UserError(f"{path} is a folder, not a file this command writes; remove it") from None
+        if err.errno in (errno.EISDIR, errno.ENXIO):  # a folder; a FIFO without a reader
+            raise not_regular from None
         raise
     if not stat.S_ISREG(os.fstat(handle).st_mode):
         os.close(handle)
-        raise UserError(f"{path} is not a regular file (a lock, log or metrics file is one); remove it")
+        raise not_regular
     return handle
 
 
@@ -381,12 +382,13 @@ def claim_folder(folder: str, what: str) -> None:
 
 
 @contextlib.contextmanager
-def claimed_folder(folder: str, what: str) -> Iterator[None]:
-    """claim_folder for the block's duration (a lock this process held before is kept): commands run in-process
-    (tests, benchmarks) leave no lock behind."""
-    lock_file = os.path.abspath(os.path.join(folder, RUN_LOCK))
+def claimed_folder_of(output: str, flag: str) -> Iterator[None]:
+    """claim_folder of the folder `output` goes into (`flag` names it in the refusal) for the block's duration (a
+    lock this process held before is kept): commands run in-process (tests, benchmarks) leave no lock behind."""
+    folder = os.path.dirname(os.path.abspath(output))
+    lock_file = os.path.join(folder, RUN_LOCK)
     held = lock_file in _HELD
-    claim_folder(folder, what)
+    claim_folder(folder, f"{folder} (the folder of {flag})")
     try:
         yield
     finally:

@@ -35,13 +35,6 @@ def not_utf8(path: os.PathLike, err: UnicodeDecodeError) -> UserError:
     return UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})")
 
 
-def refuse_existing(paths: Sequence[os.PathLike], overwrite: bool) -> None:
-    """An existing output is never silently replaced: stop unless the user asked for --overwrite true."""
-    existing = [str(p) for p in paths if Path(p).exists()]
-    if existing and not overwrite:
-        raise UserError(f"output already exists: {existing[0]} (pass --overwrite true to replace it)")
-
-
 def resolve_input_files(spec: str) -> List[Path]:
     """Comma-separated files, glob patterns and folders -> sorted unique files (sorted so runs are reproducible).
 
