@@ -128,20 +128,23 @@ def check_not_inputs(outputs: Iterable[str], inputs: Optional[Mapping[str, str]]
     protected = [(what, path) for what, path in (inputs or {}).items() if path]
     protected += [("the working directory", os.getcwd()), ("the home folder", os.path.expanduser("~"))]
     for output in outputs:
-        real = os.path.realpath(output)
         for what, path in protected:
-            held = os.path.realpath(path)
-            if held == real or held.startswith(real.rstrip(os.sep) + os.sep) or _same_file(output, path):
-                relation = "holds" if held.startswith(real.rstrip(os.sep) + os.sep) else "is"
+            relation = _relation(output, path)
+            if relation:
                 raise UserError(f"{output} {relation} {what} ({path}): an output never replaces what the run reads "
                                 f"or works in; name another output")
 
 
-def _same_file(first: str, second: str) -> bool:
+def _relation(output: str, path: str) -> str:
+    """"holds" when `path` lies inside the folder `output`, "is" when it is `output` (by name, or by inode: a hard
+    link), else ""."""
+    real, held = os.path.realpath(output), os.path.realpath(path)
+    if held.startswith(real.rstrip(os.sep) + os.sep):
+        return "holds"
     try:
-        return os.path.samefile(first, second)
-    except OSError:
-        return False
+        return "is" if held == real or os.path.samefile(output, path) else ""
+    except OSError:  # one of them does not exist
+        return ""
 
 
 # ---------------------------------------------------------------------------------------------- writing and placing
@@ -349,7 +352,7 @@ def _release_all() -> None:
 
 # --------------------------------------------------------------------------------------- what killed runs left
 _RANDOM = r"[a-z0-9_]{8}"  # tempfile's random part of a name
-FOLDER_LEFTOVERS = re.compile(rf"\.tmp-(space-|export-)?{_RANDOM}(\.[A-Za-z0-9_]+)?")
+_FOLDER_LEFTOVERS = re.compile(rf"\.tmp-(space-|export-)?{_RANDOM}(\.[A-Za-z0-9_]+)?")
 
 
 def remove_leftovers(lock_file: str) -> None:
@@ -362,7 +365,7 @@ def remove_leftovers(lock_file: str) -> None:
     if path not in _HELD:
         raise RuntimeError(f"remove_leftovers without holding {path}: a live run's temporaries could go")
     folder, name = os.path.split(path)
-    pattern = FOLDER_LEFTOVERS if name == RUN_LOCK else \
+    pattern = _FOLDER_LEFTOVERS if name == RUN_LOCK else \
         re.compile(re.escape(name[:-len(".lock")]) + rf"\.tmp-{_RANDOM}")
     for entry in os.scandir(folder):
         if pattern.fullmatch(entry.name):

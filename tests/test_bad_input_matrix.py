@@ -581,6 +581,9 @@ MATRIX: List[Row] = [
     row(CONVERT, "existing config beside the output", "--input {fx}/hf_vocab100.safetensors --config "
         "{fx}/pre.ckpt.json", ["output already exists: {bad} (pass --overwrite to replace it)"], text("{}"),
         bad="out/c.ckpt.json"),
+    row(CONVERT, "--overwrite of its own --config", "--input {fx}/hf_vocab100.safetensors --config {bad} --overwrite",
+        ["{bad} is --config ({bad}): an output never replaces what the run reads"],
+        lambda bad, fx: shutil.copy(fx / "pre.ckpt.json", bad), bad="out/c.ckpt.json"),
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
