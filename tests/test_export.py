@@ -487,7 +487,7 @@ def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokeni
         assert line["answer"] == "ABCD"[int(expected.argmax())]
         assert line["option"] == one.choices[int(expected.argmax())]
     again = run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl")])
-    assert again.returncode == 2 and f"output_file already exists: {tmp_path / 'out.jsonl'}" in again.stderr
+    assert again.returncode == 2 and f"output already exists: {tmp_path / 'out.jsonl'}" in again.stderr
     (tmp_path / "out.jsonl").write_text("stale\n")
     ok(run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl"), "--overwrite"]))
     assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == in_file
