@@ -34,8 +34,8 @@ from typing import List, Sequence, Tuple
 
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
 from model_utils.errors import UserError, run_cli
-from src.atomic_files import make_readable
-from src.data_utils import refuse_existing
+from src.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
+                              replace_folder)
 from src.tasks import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
@@ -43,6 +43,7 @@ EXPORT_CONFIG = ROOT / "export_config.yaml"
 # The yaml of each network export.py writes: the fine-tuning tasks' and, for --file_format HF, pretraining's.
 TASK_CONFIGS = {**{name: task.config_file for name, task in TASKS.items()}, "pretrain": ROOT / "pretrain_config.yaml"}
 ONNX_ACTIVATIONS = ("gelu", "gelu_new", "relu")  # exact GELU's Erf has no ONNX converter in MindSpore
+MINDIR_VARIABLES = re.compile(r"data_\d+")  # the files of <name>_variables/, a split MINDIR's parameters
 
 
 def infer_task(path: str) -> str:
@@ -151,7 +152,11 @@ def check_request(args: Config, task: str) -> None:
     if args.spm_model_file or args.vocab_file or args.task_name:
         raise UserError("--spm_model_file, --vocab_file and --task_name go with --file_format HF (the tokenizer and "
                         f"label names of an HF model folder); a {args.file_format} file takes token ids")
-    refuse_existing(planned_outputs(output_name(args), args.file_format), args.overwrite)
+    inputs = {"--export_ckpt_file": args.export_ckpt_file}
+    files, folders = planned_outputs(output_name(args), args.file_format)
+    check_outputs(files, args.overwrite, inputs)
+    for folder in folders:
+        check_folder_output(folder, args.overwrite, MINDIR_VARIABLES.fullmatch, inputs)
 
 
 def output_name(args: Config) -> str:
@@ -165,10 +170,13 @@ def split_suffix(file_name: str, file_format: str) -> Tuple[str, str]:
     return (file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name), suffix
 
 
-def planned_outputs(file_name: str, file_format: str) -> List[str]:
-    """Every path an export of `file_name` may write (a MINDIR over 1 GB is <name>_graph.mindir + <name>_variables/)."""
+def planned_outputs(file_name: str, file_format: str) -> Tuple[List[str], List[str]]:
+    """(files, folders): every path an export of `file_name` may write (a MINDIR over 1 GB is <name>_graph.mindir +
+    <name>_variables/)."""
     base, suffix = split_suffix(file_name, file_format)
-    return [base + suffix] + ([base + "_graph.mindir", base + "_variables"] if file_format == "MINDIR" else [])
+    if file_format == "MINDIR":
+        return [base + suffix, base + "_graph.mindir"], [base + "_variables"]
+    return [base + suffix], []
 
 
 def export_runtime(file_format: str, target: str, compute_type: str):
@@ -212,19 +220,26 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
 
 
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str,
-                      quantize: str = "none") -> List[str]:
-    """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target,
-    then move what it wrote into place, readable by others (MindSpore writes 0400; see make_readable): a failed export
-    leaves nothing behind and readers never see half a file. MindSpore appends the format's suffix itself (and writes
-    <name>_graph.mindir + <name>_variables/ for models over 1 GB); returns the written paths. `quantize` int8 (ONNX):
-    the file is made int8 before it is moved."""
-    import mindspore as ms
-
+                      quantize: str = "none", overwrite: bool = False) -> List[str]:
+    """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target
+    (the folder claimed for this run: see claimed_folder_of), then move what it wrote into place, readable by others
+    (MindSpore writes 0400; see make_readable): a failed export leaves nothing behind and readers never see half a
+    file. MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
+    over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved.
+    `overwrite`: an earlier export of the name is replaced (check_request checked what it is), else never."""
     base, suffix = split_suffix(file_name, file_format)
     if not os.path.basename(base) or os.path.isdir(base):
         raise UserError(f"export_file_name must name a file (MindSpore adds {suffix}), not a folder: {file_name}")
+    with claimed_folder_of(base, "export_file_name"):
+        return _export_staged(model, inputs, base, file_format, quantize, overwrite)
+
+
+def _export_staged(model, inputs: Sequence[object], base: str, file_format: str, quantize: str,
+                   overwrite: bool) -> List[str]:
+    import mindspore as ms
+
+    suffix = "." + file_format.lower()
     folder = os.path.dirname(os.path.abspath(base))
-    os.makedirs(folder, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".tmp-export-", dir=folder)
     try:
         try:
@@ -237,11 +252,12 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
             _quantize_in_place(os.path.join(staging, os.path.basename(base) + suffix))
         written = []
         for entry in sorted(os.listdir(staging)):
-            target = os.path.join(folder, entry)
-            if os.path.isdir(target) and not os.path.islink(target):
-                shutil.rmtree(target)  # with --overwrite: the parameter folder of an earlier split MINDIR
-            make_readable(os.path.join(staging, entry))
-            os.replace(os.path.join(staging, entry), target)
+            source, target = os.path.join(staging, entry), os.path.join(folder, entry)
+            make_readable(source)
+            if overwrite and os.path.isdir(source) and os.path.lexists(target):
+                replace_folder(source, target, staging + ".old", MINDIR_VARIABLES.fullmatch)
+            else:
+                place(source, target, overwrite)
             written.append(target)
         return written
     finally:
@@ -295,7 +311,7 @@ def main(argv: List[str]) -> int:
         inputs = [Tensor(shape=shape, dtype=ms.int32) for _ in names]
     else:
         inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
-    written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize)
+    written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize, args.overwrite)
     shown_batch = "batch" if batch is None else batch
     shown_shape = [shown_batch] + shape[1:]
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "

@@ -66,12 +66,22 @@ albert_check_mpirun() {
   fi
 }
 
+# albert_log_file LOG_FILE: return 2 with one line when LOG_FILE is a symbolic link, or exists as anything but a
+# regular file: a log is never written through a link planted where it goes (its target would get the output).
+albert_log_file() {
+  if [[ -L "$1" || ( -e "$1" && ! -f "$1" ) ]]; then
+    echo "error: $1 is a symbolic link or not a regular file: a log file is never opened through one; remove it" >&2
+    return 2
+  fi
+}
+
 # albert_run_single LOG_FILE SCRIPT [flags...]: echo the command, run it with its output also appended to
 # LOG_FILE, return its exit code.
 albert_run_single() {
   local log="$1" script="$2" status=0
   shift 2
   local cmd=("${PYTHON:-python}" "$ALBERT_ROOT/$script" "$@")
+  albert_log_file "$log" || return 2
   mkdir -p "$(dirname "$log")"
   echo "logs: $log"
   echo "+ ${cmd[*]}" | tee -a "$log"
@@ -143,6 +153,7 @@ albert_run_distributed() {
       ;;
   esac
   if [[ "${DRY_RUN:-0}" == 1 ]]; then printf '%q ' "${env[@]}" "${cmd[@]}"; echo; return 0; fi
+  albert_log_file "$logs/launcher_node$node_rank.log" || return 2
   if [[ "$launcher" == mpirun ]]; then
     mkdir -p "$logs"
     echo "logs: $logs (this node's launcher output: $logs/launcher_node$node_rank.log)"

@@ -17,7 +17,6 @@ import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
 import mindspore as ms
@@ -283,12 +282,6 @@ def check_checkpoint_space(directory: str, cell: nn.Cell, save_flag: str = "save
     finally:
         os.close(handle)
         os.remove(probe)
-
-
-def remove_stale_temporaries(directory: str) -> None:
-    """Delete half-written checkpoints a killed run left behind (they never count as checkpoints)."""
-    for path in Path(directory).glob(".tmp-*.ckpt"):
-        path.unlink(missing_ok=True)
 
 
 def weights_digest(cell: nn.Cell) -> str:

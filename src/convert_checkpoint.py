@@ -19,6 +19,7 @@ import numpy as np
 from model_utils.config import ArgumentParser
 from model_utils.errors import UserError, as_user_error, run_cli
 from src.albert_model import AlbertConfig
+from src.atomic_files import check_outputs, claimed_folder_of, save_json_atomic
 
 Tensors = Dict[str, np.ndarray]
 
@@ -277,8 +278,10 @@ def check_against_network(converted: Tensors, config: AlbertConfig) -> List[str]
     return missing
 
 
-def convert(src: str, input_path: str, output: str, config_path: Optional[str] = None) -> Dict[str, object]:
-    """Convert and write `output` (+ `output`.json config); returns a summary for printing."""
+def convert(src: str, input_path: str, output: str, config_path: Optional[str] = None,
+            overwrite: bool = False) -> Dict[str, object]:
+    """Convert and write `output` (+ `output`.json config) in the folder claimed for this run (claimed_folder_of);
+    existing ones only with `overwrite`; returns a summary for printing."""
     from mindspore import Tensor
     from src.utils import save_checkpoint_atomic
     if src == "hf":
@@ -290,8 +293,9 @@ def convert(src: str, input_path: str, output: str, config_path: Optional[str] =
     missing_heads = check_against_network(converted, config)
     items = [{"name": name, "data": Tensor(np.asarray(value, dtype=np.float32))}
              for name, value in sorted(converted.items())]
-    save_checkpoint_atomic(items, output)
-    config.to_json_file(output + ".json")
+    with claimed_folder_of(output, "--output"):
+        save_checkpoint_atomic(items, output, replace=overwrite)
+        save_json_atomic(config.to_dict(), output + ".json", replace=overwrite)
     return {"written": output, "config": output + ".json", "parameters": len(converted),
             "missing_heads": missing_heads, "skipped": skipped}
 
@@ -304,10 +308,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--config", default=None, help="config json (required for tf; HF default: config.json)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output (.ckpt or its .json)")
     args = parser.parse_args(argv)
-    for path in (args.output, args.output + ".json"):
-        if os.path.lexists(path) and not args.overwrite:
-            raise UserError(f"{path} exists; pass --overwrite to replace it")
-    summary = convert(args.src, args.input, args.output, args.config)
+    check_outputs([args.output, args.output + ".json"], args.overwrite, {"--input": args.input, "--config": args.config},
+                  flag="--overwrite")
+    summary = convert(args.src, args.input, args.output, args.config, args.overwrite)
     print(f"wrote {summary['written']} ({summary['parameters']} parameters) and {summary['config']}")
     if summary["missing_heads"]:
         print(f"note: the input has no pretraining head weights for: {', '.join(summary['missing_heads'])}")

@@ -289,7 +289,7 @@ def create_finetune_data(config) -> Dict[str, object]:
     """Convert one split of one task, streamed (records and the .examples.jsonl rows are written as they are
     made); returns the meta written beside the data."""
     check_max_seq_length(config.max_seq_length)
-    check_output_free(config.output_file, config.partition_number, config.overwrite, [".examples.jsonl"])
+    check_output_free(config.output_file, config.partition_number, config.overwrite)
     tokenizer = tokenizer_from_config(config)
     if config.task_name == "race":
         if config.max_qa_length < 1:

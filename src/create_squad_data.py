@@ -295,7 +295,7 @@ def create_squad_data(config) -> Dict[str, Any]:
     options = SquadOptions(config.max_seq_length, config.doc_stride, config.max_query_length, config.is_training)
     options.check()
     suffixes = [] if options.is_training else [".examples.jsonl", ".features.jsonl"]
-    check_output_free(config.output_file, config.partition_number, config.overwrite, suffixes)
+    check_output_free(config.output_file, config.partition_number, config.overwrite)
     tokenizer = tokenizer_from_config(config)
     stats = {"examples": 0, "skipped_examples": 0, "features": 0, "impossible_features": 0}
     examples = read_squad_examples(Path(config.input_file), options.is_training, config.version_2_with_negative,

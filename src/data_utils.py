@@ -62,13 +62,6 @@ def _size(count: int) -> str:
     return f"{count / 1e6:.1f} MB" if count >= 100_000 else f"{count / 1e3:.0f} kB"
 
 
-def refuse_existing(paths: Sequence[os.PathLike], overwrite: bool) -> None:
-    """An existing output is never silently replaced: stop unless the user asked for --overwrite true."""
-    existing = [str(p) for p in paths if Path(p).exists()]
-    if existing and not overwrite:
-        raise UserError(f"output already exists: {existing[0]} (pass --overwrite true to replace it)")
-
-
 def resolve_input_files(spec: str) -> List[Path]:
     """Comma-separated files, glob patterns and folders -> sorted unique files (sorted so runs are reproducible).
 

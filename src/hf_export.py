@@ -18,10 +18,10 @@ import numpy as np
 
 from model_utils.config import Config
 from model_utils.errors import UserError
-from src.atomic_files import publish_folder
+from src.atomic_files import check_folder_output, claimed_folder_of, publish_folder
 from src.convert_checkpoint import HF_HEADS, name_in_hf
 from src.finetuned import HEAD_OWNERS, check_head, fitting_task
-from src.hf_tokenizer import tokenizer_files
+from src.hf_tokenizer import TOKENIZER_FILES, tokenizer_files
 from src.tokenization import FullTokenizer
 
 
@@ -50,6 +50,7 @@ SQUAD_V2_REFUSAL = ("--file_format HF cannot export the squad_v2 head: its start
 OURS_ONLY = ("hidden_act", "share_type", "ln_type", "compute_type")  # AlbertConfig keys HF spells otherwise or lacks
 ALBERT_SPECIAL_IDS = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}  # HF AlbertConfig's defaults
 WEIGHT_PREFIXES = ("albert.",) + HF_HEADS + tuple(HEAD_OWNERS)  # checkpoint names that are network weights
+OUTPUT_FILES = frozenset({"config.json", "model.safetensors", *TOKENIZER_FILES})  # all an export may write
 
 
 @dataclass
@@ -74,9 +75,9 @@ def check_hf_request(args: Config, task: str, folder: str) -> None:
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise UserError(f"export_file_name must name a folder for --file_format HF (a model folder), not a file: "
                         f"{folder}")
-    if os.path.isdir(folder) and os.listdir(folder) and not args.overwrite:
-        raise UserError(f"output already exists: {folder} (a folder that is not empty; pass --overwrite true to "
-                        f"replace it)")
+    check_folder_output(folder, args.overwrite, OUTPUT_FILES.__contains__,
+                        {"--export_ckpt_file": args.export_ckpt_file, "--spm_model_file": args.spm_model_file,
+                         "--vocab_file": args.vocab_file})
 
 
 def export_hf(args: Config, task: str, task_config: Config, source: str, folder: str) -> HfExport:
@@ -97,7 +98,7 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
     files = {"config.json": (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8")}
     if tokenizer is not None:
         files.update(tokenizer_files(tokenizer, net.max_position_embeddings))
-    write_model_folder(folder, tensors, files)
+    write_model_folder(folder, tensors, files, args.overwrite)
     notes = [f"{hf_class.unread}* left out: {hf_class.why_unread}"] if hf_class.unread else []
     if tokenizer is None:
         notes.append("no tokenizer files: pass the vocabulary the model was trained with (--spm_model_file or "
@@ -218,9 +219,11 @@ def hf_config(net, hf_class: HfClass, task_config: Config, tokenizer: Optional[F
     return config
 
 
-def write_model_folder(folder: str, tensors: Dict[str, np.ndarray], files: Dict[str, bytes]) -> None:
+def write_model_folder(folder: str, tensors: Dict[str, np.ndarray], files: Dict[str, bytes],
+                       overwrite: bool = False) -> None:
     """model.safetensors (with the "pt" format mark transformers checks) and `files`, all in a hidden folder renamed
-    into place (see publish_folder)."""
+    into place (see publish_folder) in the folder claimed for this run (claimed_folder_of); `overwrite`: an earlier
+    export there (only OUTPUT_FILES) is replaced whole, so no file of it stays beside the new one."""
     from safetensors.numpy import save_file
 
     def fill(staging: str) -> None:
@@ -229,7 +232,8 @@ def write_model_folder(folder: str, tensors: Dict[str, np.ndarray], files: Dict[
             with open(os.path.join(staging, name), "wb") as handle:
                 handle.write(content)
 
-    publish_folder(folder, fill)
+    with claimed_folder_of(folder, "export_file_name"):
+        publish_folder(folder, fill, OUTPUT_FILES.__contains__ if overwrite else None)
 
 
 def summary_lines(task: str, checkpoint: str, done: HfExport) -> List[str]:

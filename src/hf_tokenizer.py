@@ -25,6 +25,8 @@ from model_utils.errors import UserError
 from src.tokenization import SPIECE_UNDERLINE, FullTokenizer
 
 SPM_FILE = "spiece.model"
+# Every file tokenizer_files may write, of either kind (an export with --overwrite replaces only these).
+TOKENIZER_FILES = (SPM_FILE, "tokenizer.json", "vocab.txt", "special_tokens_map.json", "tokenizer_config.json")
 # SentencePiece piece types and model types (sentencepiece_model.proto)
 NORMAL, USER_DEFINED = 1, 4
 MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}

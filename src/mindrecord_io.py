@@ -7,7 +7,9 @@ folder beside the output, are moved into place only after every `FileWriter.comm
 `<output_file>.meta.json` is written last, each file flushed to the disk before it is renamed into place. A reader
 that finds the meta file therefore finds complete data, and the meta file says what the data is (files, columns,
 counts, sequence length, tokenizer), so training scripts can check it against their model config. While a writer
-works, `.<output_file name>.lock` keeps a second run off the same output.
+works, `.<output_file name>.lock` keeps a second run off the same output; the next writer removes the staging
+folders a killed one left. With `overwrite`, the files of the earlier data set of that name (`data_set_files`: never
+another data set's, e.g. `train2.*` beside `train`) go only once the new one is complete in the staging folder.
 
 Two layouts:
 - `partition_number` N (`write`; N = 1 by default): `--output_file DIR/train.mindrecord` writes
@@ -24,15 +26,16 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Mapping
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional
 
 import numpy as np
 
 from model_utils.errors import UserError
-from src.atomic_files import default_file_mode, fsync_path, lock_output, release_output
-from src.data_utils import refuse_existing
+from src.atomic_files import (check_outputs, default_file_mode, fsync_path, lock_output, place, release_output,
+                              remove_leftovers)
 
 META_SUFFIX = ".meta.json"
+SIDECARS = (".examples.jsonl", ".features.jsonl")  # written beside their data sets by some creators
 WRITE_BATCH = 2048
 PAGE_SIZE = 4 << 20  # MindRecord's default page (32 MB) leaves most of a page unused at the end of every file
 # Closing a MindRecord file builds its index in memory, ~1.5 KB a record: files are kept below this many records.
@@ -48,17 +51,39 @@ def data_file_pattern(name: str) -> "re.Pattern[str]":
     return re.compile(re.escape(name) + r"\d*(\.db)?")
 
 
-def _existing_outputs(output_file: Path, sidecars: Iterable[str]) -> List[Path]:
-    """Data files, sidecars and the meta of `output_file` that exist now, the meta last when present."""
-    pattern = data_file_pattern(output_file.name)
-    found = sorted(p for p in output_file.parent.iterdir() if pattern.fullmatch(p.name)) \
-        if output_file.parent.is_dir() else []
-    found += [p for p in (Path(str(output_file) + suffix) for suffix in sidecars) if p.exists()]
-    return found + [p for p in (meta_path(output_file),) if p.exists()]
+def data_set_files(output_file: Path) -> List[Path]:
+    """The files of the data set `output_file` as they stand, its meta last: the data files its meta lists (each
+    with its .db index) and its sidecars. Without a readable meta (a publish that was killed): the files named like
+    its data files, less those of another data set whose name extends it (`train2.*` when it is `train`)."""
+    folder, name = output_file.parent, output_file.name
+    if not folder.is_dir():
+        return []
+    entries = set(os.listdir(folder))
+    pattern = data_file_pattern(name)
+    listed = _meta_files(meta_path(output_file))
+    if listed is None:
+        others = [data_file_pattern(entry[:-len(META_SUFFIX)]) for entry in entries
+                  if entry.endswith(META_SUFFIX) and entry.startswith(name) and entry != name + META_SUFFIX]
+        data = [entry for entry in entries if pattern.fullmatch(entry) and
+                not any(other.fullmatch(entry) for other in others)]
+    else:
+        data = [entry for file in listed for entry in (file, file + ".db") if entry in entries and
+                pattern.fullmatch(entry)]
+    data += [name + suffix for suffix in SIDECARS if name + suffix in entries]
+    meta = [name + META_SUFFIX] if name + META_SUFFIX in entries else []
+    return [folder / entry for entry in sorted(set(data)) + meta]
 
 
-def check_output_free(output_file: os.PathLike, partition_number: int = 1, overwrite: bool = False,
-                      sidecars: Iterable[str] = ()) -> None:
+def _meta_files(meta: Path) -> Optional[List[str]]:
+    """The data file names a meta lists; None when there is no readable meta."""
+    try:
+        files = json.loads(meta.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return [file for file in files if isinstance(file, str)] if isinstance(files, list) else None
+
+
+def check_output_free(output_file: os.PathLike, partition_number: int = 1, overwrite: bool = False) -> None:
     """Fail early, before any work, when an output exists and `overwrite` was not asked for."""
     if partition_number < 1:
         raise UserError(f"partition_number must be >= 1, got {partition_number}")
@@ -68,11 +93,11 @@ def check_output_free(output_file: os.PathLike, partition_number: int = 1, overw
     if output_file.is_dir():
         raise UserError(f"output_file {output_file} is a directory; name a file inside it, "
                         f"e.g. {output_file / 'train.mindrecord'}")
-    outputs = _existing_outputs(output_file, sidecars)
+    outputs = data_set_files(output_file)
     if not overwrite and outputs and not meta_path(output_file).exists():
         raise UserError(f"{outputs[0]} was left by an interrupted run (there is no {meta_path(output_file).name}); "
                         f"pass --overwrite true to write the data again")
-    refuse_existing(outputs[:1], overwrite)
+    check_outputs([str(path) for path in outputs], overwrite)
 
 
 class ColumnTable:
@@ -146,7 +171,7 @@ class RecordWriter:
                  partition_number: int = 1, overwrite: bool = False, sidecars: Iterable[str] = ()):
         self.output_file = Path(output_file).absolute()
         self.sidecars = list(sidecars)
-        check_output_free(self.output_file, partition_number, overwrite, self.sidecars)
+        check_output_free(self.output_file, partition_number, overwrite)
         self.schema, self.description = schema, description or self.output_file.stem
         self.partition_number, self.overwrite = partition_number, overwrite
         self.count = 0
@@ -160,8 +185,7 @@ class RecordWriter:
         except UserError:
             self._remove_created()
             raise
-        for stale in self.output_file.parent.glob(f".{self.output_file.name}.tmp-*"):  # left by a killed run
-            shutil.rmtree(stale, ignore_errors=True)
+        remove_leftovers(str(self._lock_file))
         self.staging = Path(tempfile.mkdtemp(prefix=f".{self.output_file.name}.tmp-", dir=self.output_file.parent))
 
     def __enter__(self) -> "RecordWriter":
@@ -228,27 +252,48 @@ class RecordWriter:
             if partition.commit():
                 self.files.append(partition.path.name)
         meta = dict(meta, files=list(self.files), num_records=self.count, schema=self.schema)
-        final_meta = meta_path(self.output_file)
-        if self.overwrite:
-            for path in _existing_outputs(self.output_file, self.sidecars):
-                path.unlink()
         staged = [name for file in self.files for name in (file, file + ".db")]
         staged += [self.output_file.name + suffix for suffix in self.sidecars]
+        self._seal(staged)
+        old = data_set_files(self.output_file) if self.overwrite else []
+        final_meta = meta_path(self.output_file)
+        self._check_free([*staged, final_meta.name], old)
+        if final_meta in old:  # first: the earlier data set no longer vouches for files about to change
+            final_meta.unlink()
         self._place(staged)
+        for path in old:
+            if path.name not in staged:
+                path.unlink(missing_ok=True)
         (self.staging / final_meta.name).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n",
                                                     encoding="utf-8")
+        self._seal([final_meta.name])
         self._place([final_meta.name])
         self.published = True
         return meta
 
-    def _place(self, names: List[str]) -> None:
-        """Move staged files into place durably: each flushed to the disk before its rename, the folder's entries
-        after, so that after a power cut the meta (placed last) never stands beside empty data."""
+    def _check_free(self, names: List[str], old: List[Path]) -> None:
+        """Before anything is placed: no name of the new data set may be taken by a file that is not the earlier
+        data set's (another data set's shard, `train2` of `train2.meta.json` when `train` has 3 partitions, or a
+        file written while this run worked)."""
+        taken = [path for path in map(self.output_file.with_name, names) if os.path.lexists(path) and path not in old]
+        if taken:
+            raise UserError(f"{taken[0]} is in the way: it is no file of {'the earlier data set ' if old else ''}"
+                            f"{self.output_file.name} (another data set's, or written while this run worked); kept: "
+                            f"choose another output_file")
+
+    def _seal(self, names: List[str]) -> None:
+        """Make staged files readable under the umask (FileWriter creates 0600 files) and flush them to the disk."""
         mode = default_file_mode()
         for name in names:
-            os.chmod(self.staging / name, mode)  # FileWriter creates 0600 files
+            os.chmod(self.staging / name, mode)
             fsync_path(str(self.staging / name))
-            os.replace(self.staging / name, self.output_file.with_name(name))
+
+    def _place(self, names: List[str]) -> None:
+        """Move sealed files into place, the folder's entries flushed after, so that after a power cut the meta
+        (placed last) never stands beside empty data. Without `overwrite` a file that appeared under one of the
+        names meanwhile is kept (see place_new)."""
+        for name in names:
+            place(str(self.staging / name), str(self.output_file.with_name(name)), self.overwrite)
         fsync_path(str(self.output_file.parent))
 
 

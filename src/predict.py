@@ -25,7 +25,8 @@ The file's suffix picks the engine:
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
 text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id. The
 answers are JSON lines in the input's order, each with the request's id (else its line number), written to
---output_file (whole, or not at all; an existing one only with --overwrite) or stdout. Requests are answered
+--output_file (whole, or not at all; an existing one only with --overwrite, never the requests or the model, and one
+that appears while it runs is kept) or stdout. Requests are answered
 --batch_size rows at a time. The file is
 read twice, streamed: every request is checked before the model is loaded, then CHUNK_REQUESTS at a time are
 answered, so memory does not grow with the file. Caps: MAX_REQUEST_BYTES (1 MiB) per line, --max_windows (256)
@@ -52,7 +53,7 @@ import numpy as np
 from model_utils import json_input
 from model_utils.config import ArgumentParser, Config, boolean, integer, real
 from model_utils.errors import UserError, run_cli
-from src.atomic_files import atomic_path
+from src.atomic_files import atomic_path, check_outputs, claimed_folder_of
 from src.inference import Runner, cell_runner, real_rows, run_padded
 from src.tasks import TASKS
 
@@ -154,8 +155,9 @@ def check_args(args: argparse.Namespace) -> None:
             raise UserError(f"input_file not found: {args.input_file}")
         if args.output_file and os.path.isdir(args.output_file):
             raise UserError(f"--output_file must name a file, not a folder: {args.output_file}")
-        if args.output_file and os.path.lexists(args.output_file) and not args.overwrite:
-            raise UserError(f"output_file already exists: {args.output_file} (pass --overwrite to replace it)")
+        if args.output_file:
+            check_outputs([args.output_file], args.overwrite, {"--input_file": args.input_file, "--model": args.model},
+                          flag="--overwrite")
     elif args.output_file:
         raise UserError("--output_file goes with --input_file; one request is printed on stdout")
 
@@ -620,7 +622,9 @@ def main(argv: List[str]) -> int:
     elif not args.output_file:
         write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), sys.stdout)
     else:
-        with atomic_path(args.output_file, ".jsonl") as tmp, open(tmp, "w", encoding="utf-8") as out:
+        with claimed_folder_of(args.output_file, "--output_file"), \
+                atomic_path(args.output_file, ".jsonl", replace=args.overwrite) as tmp, \
+                open(tmp, "w", encoding="utf-8") as out:
             write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), out)
         print(f"answered {total} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
     return 0

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Dict, List
 
 from model_utils.errors import UserError, run_cli
-from src.data_utils import parse_tool_config, refuse_existing
+from src.atomic_files import check_outputs, save_text_atomic
+from src.data_utils import parse_tool_config
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 _RULE = re.compile(r"^[*=\-~^]{3,}$")  # reST heading underlines
@@ -39,14 +40,11 @@ def write_corpus(output_file: str, overwrite: bool = False) -> Dict[str, int]:
     if not output_file:
         raise UserError("set --output_file")
     path = Path(output_file)
-    refuse_existing([path], overwrite)
+    check_outputs([str(path)], overwrite)
     documents = [topic_sentences(topics[name]) for name in sorted(topics)]
     documents = [d for d in documents if len(d) >= 2]
     text = "\n\n".join("\n".join(sentences) for sentences in documents) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    save_text_atomic(text, str(path), replace=overwrite)
     return {"documents": len(documents), "sentences": sum(map(len, documents)), "bytes": len(text.encode())}
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Iterator, List, Sequence
 
 from model_utils.errors import UserError, run_cli
-from src.atomic_files import atomic_path
+from src.atomic_files import atomic_path, check_outputs
 from src.corpus import DEFAULT_TEXT_KEY, Corpus
-from src.data_utils import parse_tool_config, refuse_existing, resolve_input_files
+from src.data_utils import parse_tool_config, resolve_input_files
 from src.tokenization import preprocess_text
 
 SEED = 12345
@@ -51,7 +51,7 @@ def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_si
         raise UserError("set --model_prefix (writes PREFIX.model and PREFIX.vocab)")
     prefix = Path(model_prefix).expanduser().absolute()
     outputs = [Path(f"{prefix}.model"), Path(f"{prefix}.vocab")]
-    refuse_existing(outputs, overwrite)
+    check_outputs([str(path) for path in outputs], overwrite)
     if next(_sentences(input_files, do_lower_case, input_format, text_key), None) is None:
         raise UserError(f"empty corpus: no text in {', '.join(map(str, input_files))}")
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +67,8 @@ def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_si
     except RuntimeError as err:
         hint = " (lower --vocab_size for a corpus this small)" if "vocab_size" in str(err) else ""
         raise UserError(f"SentencePiece training failed: {err}{hint}") from err
-    _write_atomically(outputs[0], model.getvalue())
-    _write_atomically(outputs[1], _vocab_text(model.getvalue()).encode("utf-8"))
+    _write_atomically(outputs[0], model.getvalue(), overwrite)
+    _write_atomically(outputs[1], _vocab_text(model.getvalue()).encode("utf-8"), overwrite)
     return outputs[0]
 
 
@@ -80,8 +80,8 @@ def _vocab_text(model: bytes) -> str:
     return "".join(f"{processor.IdToPiece(i)}\t{processor.GetScore(i):g}\n" for i in range(processor.GetPieceSize()))
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    with atomic_path(str(path)) as tmp, open(tmp, "wb") as out:
+def _write_atomically(path: Path, data: bytes, overwrite: bool) -> None:
+    with atomic_path(str(path), replace=overwrite) as tmp, open(tmp, "wb") as out:
         out.write(data)
 
 

@@ -21,14 +21,14 @@ from model_utils.errors import UserError, as_user_error
 from src.albert_for_pre_training import AlbertTrainOneStepCell
 from src.albert_model import AlbertConfig, Runtime
 from src.checkpoints import (RUN_ID_KEY, Lineage, check_checkpoint_space, check_same_start, list_checkpoints,
-                             remove_stale_temporaries, resume_or_init, weights_digest)
+                             resume_or_init, weights_digest)
 from src.dataset import count_rows
 from src.device_checks import overflow_needs_float_status
 from src.device_setup import Device, model_runtime, precision_note
 from src.optimization import build_optimizer
 from src.settings import TrainSettings
 from src.step_plan import Progress, StepPlan
-from src.atomic_files import lock_output, move_aside, save_text_atomic
+from src.atomic_files import claim_folder, move_aside, open_regular, save_text_atomic
 from src.utils import save_checkpoint_atomic
 
 class CountedSteps(nn.Cell):
@@ -131,7 +131,7 @@ class TrainMonitor(Callback):
                  f"overflows {self.progress.overflow_count} | {samples_per_s:.1f} samples/s "
                  f"{record['tokens_per_s']:.0f} tokens/s | eta {_clock(eta)}")
         if self.jsonl_path:
-            with open(self.jsonl_path, "a", encoding="utf-8") as handle:
+            with open_regular(self.jsonl_path, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
 
 
@@ -286,10 +286,10 @@ def _finite(param: Parameter) -> bool:
 def trim_metrics(path: str, step: int) -> None:
     """Before a resumed run appends to metrics.jsonl: drop the rows after the resumed step (the run logs them again)
     and a last line a kill cut short, so every step appears once and every line parses."""
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return
     kept = []
-    with open(path, encoding="utf-8") as handle:
+    with open_regular(path) as handle:
         for line in handle:
             try:
                 row = json.loads(line)
@@ -300,7 +300,6 @@ def trim_metrics(path: str, step: int) -> None:
     save_text_atomic("".join(kept), path)
 
 
-RUN_LOCK = ".albert-run.lock"  # in the output and save folders while a run writes there
 # Rows a rank reads per dataset (MindSpore's SubsetSampler keeps its indices as a Python list, ~45 bytes a row):
 # a run longer than that builds its dataset anew (and compiles its graph again on GPU/Ascend) every 2^24 rows.
 MAX_ROWS_PER_DATASET = 1 << 24
@@ -367,7 +366,7 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
     first); files are written by rank 0 only."""
     config = settings.config
     metrics = os.path.join(settings.output_dir, "metrics.jsonl")
-    if device.is_main and progress.micro_step == 0 and os.path.exists(metrics):
+    if device.is_main and progress.micro_step == 0 and os.path.lexists(metrics):
         log(f"{metrics} of an earlier run moved aside to {move_aside(metrics, 'previous')}")
     elif device.is_main:
         trim_metrics(metrics, progress.micro_step // plan.accumulation_steps)
@@ -427,15 +426,14 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
 
 
 def _create_outputs(settings: TrainSettings, net: AlbertConfig, lineage: Lineage) -> None:
-    """The output folder and the save folder, each locked for this run (see lock_output) and given
-    albert_config.json (the network, for evaluation and fine-tuning); the save folder records the run's lineage;
-    half-written checkpoints a killed run left are removed."""
+    """The output folder and the save folder, each claimed for this run (locked, and cleared of what a killed run
+    left: see claim_folder) and given albert_config.json (the network, for evaluation and fine-tuning); the save
+    folder records the run's lineage."""
     for folder, key in ((settings.output_dir, "output_dir"), (settings.save_dir, "save_dir")):
         if folder:
-            lock_output(os.path.join(folder, RUN_LOCK), f"{settings.flag(key)} {folder}")
+            claim_folder(folder, f"{settings.flag(key)} {folder}")
     net.to_json_file(os.path.join(settings.output_dir, "albert_config.json"))
     if settings.save_dir:
-        remove_stale_temporaries(settings.save_dir)
         net.to_json_file(os.path.join(settings.save_dir, "albert_config.json"))
         if Lineage.read(settings.save_dir) != lineage:
             lineage.write(settings.save_dir)

@@ -129,20 +129,20 @@ def _as_parameter(name: str, value: Union[Parameter, np.ndarray, Tensor]) -> Par
 
 
 def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str,
-                           append_dict: Optional[Dict[str, Union[int, float, str]]] = None) -> Dict[str, Tensor]:
+                           append_dict: Optional[Dict[str, Union[int, float, str]]] = None,
+                           replace: bool = True) -> None:
     """Write a checkpoint, with the digest of its contents (see read_checkpoint), under a temporary name and rename
     it into place once it is on disk, so a crash never leaves half a file under the final name; readable by others
-    (see make_readable). `append_dict` adds scalars (e.g. training progress) beside the parameters. Returns the
-    tensors written, by name."""
+    (see make_readable). `append_dict` adds scalars (e.g. training progress) beside the parameters; `replace`
+    False: never over a file (see place_new)."""
     if not path.endswith(".ckpt"):
         raise UserError(f"checkpoint file name must end with .ckpt: {path}")
     tensors = _by_name(items)
     extra = dict(append_dict or {})
     extra[DIGEST_KEY] = contents_digest({**tensors, **extra})
-    with atomic_path(path, ".ckpt", plain_mode=False, durable=True) as tmp:
+    with atomic_path(path, ".ckpt", plain_mode=False, durable=True, replace=replace) as tmp:
         ms.save_checkpoint(tensors, tmp, append_dict=extra)
         make_readable(tmp)
-    return tensors
 
 
 def _by_name(items: Union[nn.Cell, List[Dict[str, Tensor]]]) -> Dict[str, Tensor]:

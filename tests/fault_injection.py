@@ -58,7 +58,7 @@ def install(point: str, count: int) -> None:
                 die()
         mindspore.save_checkpoint = cut_short
     elif point in ("checkpoint_rename", "checkpoint_prune", "mindrecord_publish"):
-        replace, remove = os.replace, os.remove
+        replace, remove, link = os.replace, os.remove, os.link
         if point == "checkpoint_rename":
             reached = on_nth(count, lambda src, dst: _temporary(src) and str(dst).endswith(".ckpt"))
             os.replace = lambda src, dst: die() if reached(src, dst) else replace(src, dst)
@@ -68,11 +68,13 @@ def install(point: str, count: int) -> None:
         else:
             reached = on_nth(count, lambda src, dst: ".mindrecord" in str(dst) and not str(dst).endswith(".json"))
 
-            def publish(src, dst):
-                replace(src, dst)
-                if reached(src, dst):
-                    die()
-            os.replace = publish
+            def publishing(move):  # os.replace with --overwrite, else os.link (atomic_files.place_new)
+                def publish(src, dst):
+                    move(src, dst)
+                    if reached(src, dst):
+                        die()
+                return publish
+            os.replace, os.link = publishing(replace), publishing(link)
     elif point == "weights_nan":
         import numpy as np
         from src import train_loop

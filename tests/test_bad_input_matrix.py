@@ -89,6 +89,20 @@ def held_lock() -> Maker:
     return make
 
 
+def symlink_to_victim() -> Maker:
+    """{bad} is a symbolic link to {tmp}/victim.txt, planted where a run opens its lock, log or metrics file: the
+    run must not write through it (the victim's bytes stay)."""
+    def make(bad: Path, fx: Path) -> None:
+        victim = bad.parent.parent / "victim.txt"
+        victim.write_text("the user's file\n")
+        bad.symlink_to(victim)
+    return make
+
+
+def folder() -> Maker:
+    return lambda bad, fx: bad.mkdir()
+
+
 def onnx_reading(location: str) -> Maker:
     """{bad}: a classifier-shaped ONNX model whose one weight keeps its bytes in the file `location`."""
     def make(bad: Path, fx: Path) -> None:
@@ -222,6 +236,8 @@ MATRIX: List[Row] = [
     row(PRE, "output folder in use by another run", "",
         ["output_dir {out} is in use by another run (pid ", "wait for it to end"], held_lock(),
         bad="out/.albert-run.lock"),
+    row(PRE, "run lock planted as a symbolic link", "", ["{bad} is a symbolic link", "never opened through one"],
+        symlink_to_victim(), bad="out/.albert-run.lock"),
     row(PRE, "malformed yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("batch_size: [8\n"),
         bad="bad.yaml"),
     row(PRE, "unknown yaml key", "--config_path {bad}", ["{bad}: unknown key 'bach_size'; did you mean 'batch_size'?"],
@@ -466,6 +482,8 @@ MATRIX: List[Row] = [
     # ---------------------------------------------------------------------------------------------- create_finetune
     row(MAKE_FT, "output in use by another run", "",
         ["output_file {out}/ft.mindrecord is in use by another run (pid "], held_lock(), bad="out/.ft.mindrecord.lock"),
+    row(MAKE_FT, "data set lock planted as a symbolic link", "", ["{bad} is a symbolic link"], symlink_to_victim(),
+        bad="out/.ft.mindrecord.lock"),
     row(MAKE_FT, "missing input", "--input_file {tmp}/missing.tsv", ["input file not found: {tmp}/missing.tsv"]),
     row(MAKE_FT, "empty tsv", "--input_file {bad}", ["{bad}: no examples"], text(""), bad="bad.tsv"),
     row(MAKE_FT, "malformed tsv row", "--input_file {bad}",
@@ -543,6 +561,9 @@ MATRIX: List[Row] = [
         ["key 'export_seq_length' must be in [1, 8192], got 100000"]),
     row(EXPORT, "existing export", "", ["output already exists: {bad} (pass --overwrite true to replace it)"],
         raw(b"an earlier export"), bad="out/model.mindir"),
+    row(EXPORT, "--overwrite of a folder where the export file goes", "--overwrite true",
+        ["{bad} is a folder: --overwrite replaces only the files this command writes"], folder(),
+        bad="out/model.mindir"),
     row(EXPORT, "missing task yaml", "--config_path {tmp}/task_classifier_mine.yaml",
         ["config_path not found: {tmp}/task_classifier_mine.yaml"]),
     row(EXPORT, "malformed task yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("num_class: [\n"),
@@ -603,6 +624,13 @@ MATRIX: List[Row] = [
     row(EXPORT, "HF: existing folder", "--file_format HF",
         ["output already exists: {out}/model (a folder that is not empty; pass --overwrite true"], text("{}"),
         bad="out/model/config.json"),
+    row(EXPORT, "HF: --overwrite of a folder holding other files", "--file_format HF --overwrite true",
+        ["{out}/model holds notes.txt, which this command does not write", "--overwrite replaces only its own files"],
+        text("mine"), bad="out/model/notes.txt"),
+    row(EXPORT, "HF: --overwrite of the checkpoint's folder", "--file_format HF --overwrite true --export_file_name {fx}",
+        ["{fx} holds --export_ckpt_file ({fx}/cls.ckpt)"]),
+    row(EXPORT, "HF: --overwrite of the working directory", "--file_format HF --overwrite true --export_file_name .",
+        [". is the working directory"]),
     row(EXPORT, "HF: output is a file", "--file_format HF",
         ["export_file_name must name a folder for --file_format HF", "not a file: {out}/model"], text("mine"),
         bad="out/model"),
@@ -635,9 +663,13 @@ MATRIX: List[Row] = [
     row(CONVERT, "tf without --config", "--src tf --input {tmp}/model.ckpt",
         ["--config albert_config.json is required with --src tf"]),
     row(CONVERT, "existing output", "--input {fx}/hf_vocab100.safetensors --config {fx}/pre.ckpt.json --output {bad}",
-        ["{bad} exists; pass --overwrite to replace it"], text("mine"), bad="bad.ckpt"),
+        ["output already exists: {bad} (pass --overwrite to replace it)"], text("mine"), bad="bad.ckpt"),
     row(CONVERT, "existing config beside the output", "--input {fx}/hf_vocab100.safetensors --config "
-        "{fx}/pre.ckpt.json", ["{bad} exists; pass --overwrite to replace it"], text("{}"), bad="out/c.ckpt.json"),
+        "{fx}/pre.ckpt.json", ["output already exists: {bad} (pass --overwrite to replace it)"], text("{}"),
+        bad="out/c.ckpt.json"),
+    row(CONVERT, "--overwrite of its own --config", "--input {fx}/hf_vocab100.safetensors --config {bad} --overwrite",
+        ["{bad} is --config ({bad}): an output never replaces what the run reads"],
+        lambda bad, fx: shutil.copy(fx / "pre.ckpt.json", bad), bad="out/c.ckpt.json"),
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
@@ -699,8 +731,11 @@ MATRIX: List[Row] = [
     row(PREDICT_FILE, "requests file not utf-8", "", ["{bad} line 2: not UTF-8 text"],
         raw(b'{"text_a": "a"}\n{"text_a": "caf\xe9"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "output file exists (here the requests file itself)", "--output_file {bad}",
-        ["output_file already exists: {bad} (pass --overwrite to replace it)"], text('{"text_a": "a"}\n'),
+        ["output already exists: {bad} (pass --overwrite to replace it)"], text('{"text_a": "a"}\n'),
         bad="requests.jsonl"),
+    row(PREDICT_FILE, "--overwrite of the requests file", "--output_file {bad} --overwrite",
+        ["{bad} is --input_file ({bad}): an output never replaces what the run reads"],
+        text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "output file is a folder", "--output_file {tmp}",
         ["--output_file must name a file, not a folder: {tmp}"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     # ---------------------------------------------------------------------------------------------- squad_postprocess

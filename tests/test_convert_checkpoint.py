@@ -120,7 +120,7 @@ def test_cli_converts_and_refuses_to_overwrite(converted, tmp_path):
     out.unlink()  # the config beside it is an output too: never replaced without --overwrite
     (tmp_path / "cli.ckpt.json").write_text("{}")
     again = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
-    assert_one_line_error(again, f"{out}.json exists", "--overwrite")
+    assert_one_line_error(again, f"output already exists: {out}.json", "--overwrite")
     assert (tmp_path / "cli.ckpt.json").read_text() == "{}" and not out.exists()
 
 

@@ -3,10 +3,12 @@ one run at a time writes an output (a flock the kernel drops when its holder die
 umask without changing it process-wide, and a .meta.json cannot point a reader outside its folder."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Dict, Iterable, Iterator, List
 
 import numpy as np
 import pytest
@@ -28,9 +30,9 @@ def hold_lock(lock_file: Path) -> subprocess.Popen:
     return holder
 
 
-def write_data(output: Path) -> None:
-    with mindrecord_io.RecordWriter(output, SCHEMA) as out:
-        out.write({"input_ids": np.full(4, i, np.int32)} for i in range(3))
+def write_data(output: Path, values: Iterable[int] = range(3), partitions: int = 1, overwrite: bool = False) -> None:
+    with mindrecord_io.RecordWriter(output, SCHEMA, partition_number=partitions, overwrite=overwrite) as out:
+        out.write({"input_ids": np.full(4, i, np.int32)} for i in values)
         out.publish({"kind": "test"})
 
 
@@ -64,10 +66,10 @@ def test_data_files_reach_the_disk_before_the_meta_is_published(tmp_path, monkey
     """Each file is fsynced before its rename, and the folder after the data's renames and before the meta's:
     otherwise after a power cut the meta ("the data is complete") can stand beside empty files."""
     events = []
-    real_replace = os.replace
+    real_place = mindrecord_io.place
     monkeypatch.setattr(mindrecord_io, "fsync_path", lambda path: events.append(("fsync", Path(path).name)))
-    monkeypatch.setattr(mindrecord_io.os, "replace",
-                        lambda src, dst: (events.append(("rename", Path(dst).name)), real_replace(src, dst)))
+    monkeypatch.setattr(mindrecord_io, "place", lambda src, dst, replace: (events.append(("rename", Path(dst).name)),
+                                                                          real_place(src, dst, replace)))
     write_data(tmp_path / "train.mindrecord")
     renames = [name for kind, name in events if kind == "rename"]
     assert renames[-1] == "train.mindrecord.meta.json"
@@ -111,3 +113,224 @@ def test_modes_follow_the_umask_without_changing_it(tmp_path, monkeypatch):
     atomic_files.save_text_atomic("x", str(tmp_path / "b.txt"))
     atomic_files.make_readable(str(tmp_path / "ckpt"))
     assert atomic_files.default_file_mode() == 0o666 & ~atomic_files.UMASK
+
+
+# ------------------------------------------------------------------------------------- lock and log files
+def plant(kind: str, path: Path, victim: Path) -> None:
+    """Something other than our lock file at `path`: a link to `victim`, a second name of it, a file holding data
+    of its own, a FIFO or a folder."""
+    if kind == "symlink":
+        path.symlink_to(victim)
+    elif kind == "dangling symlink":
+        path.symlink_to(victim.with_name("absent"))
+    elif kind == "hard link":
+        os.link(victim, path)
+    elif kind == "file with other data":
+        path.write_text("not a pid\n")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "hard link", "file with other data", "fifo",
+                                  "folder"])
+def test_a_lock_file_is_never_opened_through_a_link_nor_truncated(kind, tmp_path):
+    """A run's lock (.albert-run.lock, or a data set's .NAME.lock) planted as a link to the user's file would have
+    been truncated and given our pid; anything but our own lock file stops the run with one line, untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    lock = tmp_path / "out" / atomic_files.RUN_LOCK
+    lock.parent.mkdir()
+    plant(kind, lock, victim)
+    with pytest.raises(UserError, match=re.escape(str(lock)) + " is (a symbolic link|not a lock file of this package|"
+                                         "not a regular file)"):
+        atomic_files.claim_folder(str(lock.parent), "output_dir out")
+    assert victim.read_text() == "the user's file\n"
+    assert os.path.lexists(lock) and str(lock) not in atomic_files._HELD
+    if kind == "dangling symlink":
+        assert not victim.with_name("absent").exists()  # not created through the link
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "fifo", "folder"])
+def test_metrics_are_never_read_or_appended_through_a_link(kind, tmp_path):
+    """metrics.jsonl (read back by a resumed run, appended at every log line) is opened like a lock file: a link
+    planted there stops the run with one line instead of sending rows into its target."""
+    from src.train_loop import trim_metrics
+
+    victim = tmp_path / "victim.jsonl"
+    victim.write_text('{"step": 9}\n')
+    metrics = tmp_path / "metrics.jsonl"
+    plant(kind, metrics, victim)
+    with pytest.raises(UserError, match=re.escape(str(metrics))):
+        trim_metrics(str(metrics), 3)
+    with pytest.raises(UserError, match=re.escape(str(metrics))):
+        atomic_files.open_regular(str(metrics), "a")
+    assert victim.read_text() == '{"step": 9}\n' and not victim.with_name("absent").exists()
+
+
+def test_open_regular_appends_to_what_is_there():
+    """The one way a log grows: created when absent, appended when present, never truncated."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "metrics.jsonl")
+        for row in ("a\n", "b\n"):
+            with atomic_files.open_regular(path, "a") as handle:
+                handle.write(row)
+        with atomic_files.open_regular(path) as handle:
+            assert handle.read() == "a\nb\n"
+        assert os.stat(path).st_mode & 0o777 == atomic_files.default_file_mode()
+
+
+# -------------------------------------------------------------------------------- leftovers of killed runs
+OURS = [".tmp-k1ll3d_x.ckpt", ".tmp-k1ll3d_x.tmp", ".tmp-0123abcd.json", ".tmp-space-k1ll3d_x",
+        ".tmp-export-k1ll3d_x/", ".tmp-export-k1ll3d_x.old/"]
+THEIRS = [".tmp-mine.ckpt", ".tmp-K1LL3D_X.ckpt", ".tmp-k1ll3d_x.ckpt.bak", "tmp-k1ll3d_x.ckpt", "notes.txt",
+          ".tmp-export-mine/", ".train.mindrecord.tmp-k1ll3d_x/", ".other.lock"]
+
+
+def make_entries(folder: Path, names: List[str]) -> None:
+    for name in names:
+        if name.endswith("/"):
+            (folder / name).mkdir(parents=True)
+            (folder / name / "model.safetensors").write_bytes(b"x" * 100)
+        else:
+            (folder / name).write_bytes(b"x" * 100)
+
+
+def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkeypatch):
+    """A save killed mid-write leaves MindSpore's own temporary (ms.save_checkpoint writes `<name>.tmp` and renames
+    it to our `.tmp-*.ckpt`), besides our `.tmp-*` files, the space probe and export staging: the next run on the
+    folder removes exactly these (a small disk would otherwise fail its space check), nothing else."""
+    import mindspore as ms
+    from mindspore.train import serialization
+
+    from src.albert_model import AlbertConfig
+    from src.settings import TrainSettings
+    from src.train_loop import _create_outputs
+    from src.utils import save_checkpoint_atomic
+
+    save_dir = tmp_path / "out" / "checkpoints"
+    save_dir.mkdir(parents=True)
+
+    def killed(*args):
+        raise KeyboardInterrupt  # as far as the folder is concerned, a kill before MindSpore's rename
+
+    with monkeypatch.context() as patch:
+        patch.setattr(serialization.os, "rename", killed)
+        with pytest.raises(KeyboardInterrupt):
+            save_checkpoint_atomic([{"name": "w", "data": ms.Tensor(np.ones(4, np.float32))}],
+                                   str(save_dir / "albert_pretrain-5.ckpt"))
+    mindspore_leftover = [p.name for p in save_dir.iterdir()]
+    assert len(mindspore_leftover) == 1 and re.fullmatch(r"\.tmp-[a-z0-9_]{8}\.tmp", mindspore_leftover[0])
+    make_entries(save_dir, OURS + THEIRS)
+    settings = TrainSettings(None, "", 1, 1, False, str(tmp_path / "out"), str(save_dir), "albert_pretrain", "")
+    try:
+        _create_outputs(settings, AlbertConfig())
+    finally:
+        for folder in (settings.output_dir, settings.save_dir):
+            atomic_files.release_output(os.path.join(folder, atomic_files.RUN_LOCK))
+    assert sorted(p.name for p in save_dir.iterdir()) == sorted([name.rstrip("/") for name in THEIRS] +
+                                                                 ["albert_config.json"])
+
+
+def test_leftovers_go_only_under_the_lock_of_their_folder(tmp_path):
+    """A second run must not remove the temporaries a live first run is writing: it is stopped by the lock before
+    removing anything, and removing without holding the lock is a bug, refused."""
+    make_entries(tmp_path, OURS)
+    holder = hold_lock(tmp_path / atomic_files.RUN_LOCK)
+    try:
+        with pytest.raises(UserError, match="is in use by another run"):
+            atomic_files.claim_folder(str(tmp_path), "output_dir out")
+        with pytest.raises(RuntimeError, match="without holding"):
+            atomic_files.remove_leftovers(str(tmp_path / atomic_files.RUN_LOCK))
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([atomic_files.RUN_LOCK] +
+                                                                    [name.rstrip("/") for name in OURS])
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    # The killed holder's lock is taken over (its temporaries removed), and removed when the run is done.
+    with atomic_files.claimed_folder_of(str(tmp_path / "answers.jsonl"), "--output_file"):
+        assert sorted(p.name for p in tmp_path.iterdir()) == [atomic_files.RUN_LOCK]
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------ no-clobber publish
+@pytest.mark.parametrize("hard_links", [True, False])
+def test_an_output_that_appears_while_the_run_writes_is_kept(hard_links, tmp_path, monkeypatch):
+    """An output checked absent at the start and created before the end (by another run, by the user) is kept:
+    the run stops with one line, where os.replace would have clobbered it; on a file system without hard links
+    the name is reserved with O_EXCL instead."""
+    if not hard_links:
+        monkeypatch.setattr(atomic_files.os, "link", lambda *args: (_ for _ in ()).throw(PermissionError(1, "no")))
+    output = tmp_path / "answers.jsonl"
+    with pytest.raises(UserError, match=f"{output} appeared while this run was writing it: kept"):
+        with atomic_files.atomic_path(str(output), replace=False) as tmp:
+            Path(tmp).write_text("ours\n")
+            output.write_text("theirs\n")  # checked absent at the start, created before the end
+    assert [p.name for p in tmp_path.iterdir()] == ["answers.jsonl"] and output.read_text() == "theirs\n"
+    atomic_files.save_text_atomic("ours\n", str(tmp_path / "new.jsonl"), replace=False)
+    assert (tmp_path / "new.jsonl").read_text() == "ours\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl", "new.jsonl"]
+
+
+# ------------------------------------------------------------------------------------------ data set overwrite
+def files_of(folder: Path) -> Dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+def test_overwrite_replaces_the_files_of_that_data_set_only(tmp_path):
+    """`--overwrite` of data set `train` (2 partitions: train0, train1) by a 1-file one: its shards, indexes and
+    meta go; the data set `train2` beside it (named like a third shard) and the user's files stay. A data set whose
+    third shard would take `train2`'s place is refused before anything moves."""
+    from src.dataset import read_column
+
+    write_data(tmp_path / "train", range(6), partitions=2)
+    write_data(tmp_path / "train2", range(10, 12))
+    (tmp_path / "train.notes").write_text("mine")
+    old = {"train0", "train0.db", "train1", "train1.db", "train.meta.json"}
+    others = {name: data for name, data in files_of(tmp_path).items() if name not in old}
+    write_data(tmp_path / "train", range(20, 22), overwrite=True)
+    after = files_of(tmp_path)
+    assert sorted(after) == sorted([*others, "train", "train.db", "train.meta.json"])
+    assert all(after[name] == data for name, data in others.items())
+    assert [int(row[0]) for row in read_column(tmp_path / "train", "input_ids")] == [20, 21]
+    assert [int(row[0]) for row in read_column(tmp_path / "train2", "input_ids")] == [10, 11]
+    before = files_of(tmp_path)
+    with pytest.raises(UserError, match=f"{tmp_path / 'train2'} is in the way: it is no file of the earlier data set "
+                                        f"train "):
+        write_data(tmp_path / "train", range(6), partitions=3, overwrite=True)  # its third shard would be train2
+    assert files_of(tmp_path) == before
+
+
+def test_an_overwrite_that_fails_midway_keeps_the_old_data_set_whole(tmp_path):
+    """The new data set is written whole under temporary names before any file of the old one goes: a run that
+    fails while writing (a bad row, a full disk) leaves the old data set as it was."""
+    from src.dataset import read_column
+
+    write_data(tmp_path / "train", range(5), partitions=2)
+    before = files_of(tmp_path)
+
+    def rows_then_failure() -> Iterator[int]:
+        yield from range(100, 103)
+        raise UserError("data.tsv line 4: malformed row")
+
+    with pytest.raises(UserError, match="malformed row"):
+        write_data(tmp_path / "train", rows_then_failure(), partitions=2, overwrite=True)
+    assert files_of(tmp_path) == before
+    assert sorted(int(row[0]) for row in read_column(tmp_path / "train", "input_ids")) == [0, 1, 2, 3, 4]
+
+
+def test_an_interrupted_data_set_is_told_apart_from_its_neighbours(tmp_path):
+    """Shards a killed publish left (no meta) are refused without --overwrite and replaced with it; the data set
+    `train2` beside them is no leftover of `train`."""
+    write_data(tmp_path / "train2", range(2))
+    kept = files_of(tmp_path)
+    for name in ("train0", "train0.db", "train1", "train1.db"):
+        (tmp_path / name).write_bytes(b"half a data set")
+    with pytest.raises(UserError, match=f"{tmp_path / 'train0'} was left by an interrupted run"):
+        write_data(tmp_path / "train")
+    write_data(tmp_path / "train", overwrite=True)
+    assert sorted(files_of(tmp_path)) == sorted([*kept, "train", "train.db", "train.meta.json"])
+    assert all((tmp_path / name).read_bytes() == data for name, data in kept.items())

@@ -487,7 +487,7 @@ def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokeni
         assert line["answer"] == "ABCD"[int(expected.argmax())]
         assert line["option"] == one.choices[int(expected.argmax())]
     again = run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl")])
-    assert again.returncode == 2 and f"output_file already exists: {tmp_path / 'out.jsonl'}" in again.stderr
+    assert again.returncode == 2 and f"output already exists: {tmp_path / 'out.jsonl'}" in again.stderr
     (tmp_path / "out.jsonl").write_text("stale\n")
     ok(run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl"), "--overwrite"]))
     assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == in_file
@@ -588,3 +588,76 @@ def test_onnx_external_data_is_read_only_from_the_models_folder(tmp_path):
     onnx_reading("link/passwd")(tmp_path / "linked.onnx", tmp_path)
     with pytest.raises(UserError, match="keeps its data in 'link/passwd', outside the model's folder"):
         model_signature(str(tmp_path / "linked.onnx"))
+
+
+def test_overwrite_replaces_only_the_files_of_that_export(tmp_path, monkeypatch):
+    """A split MINDIR (<name>_graph.mindir + <name>_variables/data_N, MindSpore's layout over 1 GB) exported again
+    with --overwrite: the graph file is replaced, the parameter folder whole (no data_N of the old one stays);
+    another export beside it stays. A parameter folder holding anything else is refused and kept; without
+    --overwrite an export that appeared since the run's check is kept."""
+    import mindspore as ms
+
+    from export import export_atomically
+    from model_utils.errors import UserError
+
+    def split_export(model, *inputs, file_name, file_format):
+        Path(file_name + "_graph.mindir").write_bytes(b"new graph")
+        os.mkdir(file_name + "_variables")
+        Path(file_name + "_variables", "data_0").write_bytes(b"new weights")
+
+    monkeypatch.setattr(ms, "export", split_export)
+    (tmp_path / "model_graph.mindir").write_bytes(b"old graph")
+    (tmp_path / "model_variables").mkdir()
+    for name in ("data_0", "data_1"):
+        (tmp_path / "model_variables" / name).write_bytes(b"old weights")
+    (tmp_path / "other.mindir").write_bytes(b"another export")
+    written = export_atomically(None, [], str(tmp_path / "model"), "MINDIR", overwrite=True)
+    assert written == [str(tmp_path / "model_graph.mindir"), str(tmp_path / "model_variables")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_graph.mindir", "model_variables", "other.mindir"]
+    assert [p.name for p in (tmp_path / "model_variables").iterdir()] == ["data_0"]
+    assert (tmp_path / "model_variables" / "data_0").read_bytes() == b"new weights"
+    assert (tmp_path / "other.mindir").read_bytes() == b"another export"
+
+    (tmp_path / "model_variables" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match=f"{tmp_path / 'model_variables'} holds notes.txt, which this command"):
+        export_atomically(None, [], str(tmp_path / "model"), "MINDIR", overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "model_variables").iterdir()) == ["data_0", "notes.txt"]
+    with pytest.raises(UserError, match=f"{tmp_path / 'model_graph.mindir'} appeared while this run was writing"):
+        export_atomically(None, [], str(tmp_path / "model"), "MINDIR")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model_graph.mindir", "model_variables", "other.mindir"]
+
+
+def test_predict_keeps_an_output_file_that_appears_while_it_runs(spm_path, tmp_path, monkeypatch, capsys):
+    """--output_file is checked absent at the start; one created before the answers are in place (by another run,
+    by the user) is kept and the run stops with one line, where a rename would have clobbered it. With
+    --overwrite it is replaced."""
+    import src.device_setup
+    import src.predict
+    from model_utils.errors import run_cli
+    from src.utils import save_checkpoint_atomic
+
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
+    # a MindSpore runtime another test of this process started cannot be set up again (nor needs to be)
+    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    save_checkpoint_atomic(build_head("classifier"), str(tmp_path / "albert_classifier-1.ckpt"))
+    tiny_config().to_json_file(str(tmp_path / "albert_config.json"))
+    requests = requests_file(tmp_path / "requests.jsonl", [{"text_a": "A short request."}])
+    output = tmp_path / "answers.jsonl"
+    real_write = src.predict.write_answers
+
+    def user_creates_the_output(*args):
+        output.write_text("the user's answers\n")
+        real_write(*args)
+
+    monkeypatch.setattr(src.predict, "write_answers", user_creates_the_output)
+    argv = ["--model", str(tmp_path / "albert_classifier-1.ckpt"), "--task", "classifier", "--spm_model_file",
+            spm_path, "--seq_length", str(SEQ), "--input_file", str(requests), "--output_file", str(output),
+            "--device_target", "CPU"]
+    assert run_cli(src.predict.main, argv) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (f"error: {output} appeared while this run was writing "
+                                                                f"it: kept; pass --overwrite to replace it")
+    assert output.read_text() == "the user's answers\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["albert_classifier-1.ckpt", "albert_config.json",
+                                                          "answers.jsonl", "requests.jsonl"]
+    assert run_cli(src.predict.main, argv + ["--overwrite"]) == 0
+    assert json.loads(output.read_text())["label"] in ("0", "1", "2")

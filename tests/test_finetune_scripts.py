@@ -293,3 +293,21 @@ def test_squad_v2_two_msrun_workers_match_one_process(assets, tmp_path):
                     for p in article["paragraphs"])
     assert results["dp"]["questions"] == questions and results["dp"]["version"] == "2.0"
     assert {"HasAns_total", "NoAns_total", "best_f1"} <= set(results["dp"])
+
+
+@pytest.mark.parametrize("function, log", [("albert_run_single LOG true.py", "LOG"),
+                                           ("albert_run_distributed 1 OUT true.py", "OUT/logs/launcher_node0.log")])
+def test_a_log_file_is_never_written_through_a_link(function, log, tmp_path):
+    """The scripts append the job's output to a log (single) or write the launcher's there (distribute): a link
+    planted where the log goes stops the script with one line before anything runs, its target untouched."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file\n")
+    path = tmp_path / log.replace("LOG", "run.log").replace("OUT", "out")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to(victim)
+    command = function.replace("LOG", str(path)).replace("OUT", str(tmp_path / "out"))
+    result = bash(["-c", f"source {SCRIPTS / 'common.sh'}; {command}"], {"DEVICE_TARGET": "CPU"})
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (f"error: {path} is a symbolic link or not a regular file: a log "
+                                                      f"file is never opened through one; remove it")
+    assert victim.read_text() == "the user's file\n"

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from finetune_helpers import ASSETS, SPM, TINY_FINETUNE, make_glue, make_race, make_squad
+from model_utils.errors import UserError
 from pretrain_helpers import ENV, TINY, ok, run
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
@@ -346,9 +347,10 @@ def test_pipeline_in_a_python_with_only_transformers_gives_src_predicts_labels(r
                                [answer["probabilities"][answer["label"]] for answer in answers], rtol=0, atol=1e-5)
 
 
-def test_a_failed_export_leaves_nothing_and_overwrite_replaces_the_folder(tmp_path, monkeypatch):
+def test_a_failed_export_leaves_nothing_and_overwrite_replaces_an_earlier_export_whole(tmp_path, monkeypatch):
     """The folder is made in a hidden folder beside it and renamed into place: a write that fails midway leaves
-    neither a folder nor a temporary one; with --overwrite a folder is replaced whole."""
+    neither a folder nor a temporary one; with --overwrite a folder holding only an earlier export's files is
+    replaced whole (its tokenizer files, which the new export does not write, go with it)."""
     import safetensors.numpy
 
     checkpoint = random_classifier(tmp_path, 100)
@@ -365,9 +367,82 @@ def test_a_failed_export_leaves_nothing_and_overwrite_replaces_the_folder(tmp_pa
     assert list((tmp_path / "out").iterdir()) == []
     export_in_process(*args, "--export_file_name", str(tmp_path / "first"))
     (tmp_path / "out" / "model").mkdir()
-    (tmp_path / "out" / "model" / "stale.bin").write_bytes(b"an earlier export")
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "spiece.model"):
+        (tmp_path / "out" / "model" / name).write_bytes(b"an earlier export")
     export_in_process(*args, "--export_file_name", str(tmp_path / "out" / "model"), "--overwrite", "true")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model"]
     assert sorted(p.name for p in (tmp_path / "out" / "model").iterdir()) == ["config.json", "model.safetensors"]
     for name in ("config.json", "model.safetensors"):
         assert (tmp_path / "out" / "model" / name).read_bytes() == (tmp_path / "first" / name).read_bytes()
+
+
+def tree(folder: Path) -> Dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("planted", ["checkpoints", "notes.txt", ".ipynb_checkpoints", "home"])
+def test_overwrite_refuses_a_folder_holding_anything_but_an_export(planted, tmp_path, capsys, monkeypatch):
+    """`--overwrite` replaces an earlier export, not the user's folder: a folder holding the checkpoint being
+    exported (a run's output folder), any file an export does not write, or the home folder is refused with one
+    line naming what is there, and nothing in it changes."""
+    from model_utils.errors import run_cli
+
+    import export
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")  # as if an export had been there too
+    checkpoint = random_classifier(tmp_path, 100)
+    if planted == "checkpoints":
+        (folder / planted).mkdir()
+        checkpoint = random_classifier(folder / planted, 100)
+        expected = f"holds --export_ckpt_file ({checkpoint})"
+    elif planted == "home":
+        monkeypatch.setenv("HOME", str(folder))
+        expected = f"is the home folder ({folder})"
+    else:
+        (folder / planted).write_bytes(b"mine")
+        expected = f"holds {planted}, which this command does not write"
+    before = tree(folder)
+    code = run_cli(export.main, ["--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint),
+                                 "--export_file_name", str(folder), "--overwrite", "true"])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and error.startswith(f"error: {folder} {expected}") and "\n" not in error, error
+    assert tree(folder) == before and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_file_planted_during_the_export_keeps_the_folder(tmp_path, monkeypatch):
+    """The folder is checked again once renamed aside: a file that appeared after the first check puts it back and
+    stops the export; nothing is lost."""
+    import src.atomic_files
+
+    checkpoint = random_classifier(tmp_path, 100)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    real_fsync = src.atomic_files.fsync_path
+
+    def plant(path):
+        if Path(path).name.startswith(".tmp-export-") and not (folder / "notes.txt").exists():
+            (folder / "notes.txt").write_text("written while the export ran")
+        real_fsync(path)
+
+    monkeypatch.setattr(src.atomic_files, "fsync_path", plant)
+    with pytest.raises(UserError, match=f"{folder} holds notes.txt, which this command does not write"):
+        export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint),
+                          "--export_file_name", str(folder), "--overwrite", "true")
+    assert tree(folder) == {"config.json": b"{}", "notes.txt": b"written while the export ran"}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_killed_exports_staging_folders_go_with_the_next_export(tmp_path):
+    """kill -9 during an export leaves `.tmp-export-*` (and, mid-swap, its `.old` twin) beside the output; the
+    next export into that folder removes them, and nothing else."""
+    checkpoint = random_classifier(tmp_path, 100)
+    for name in (".tmp-export-k1ll3d_x", ".tmp-export-k1ll3d_x.old", ".tmp-export-notours", "mine"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "model.safetensors").write_bytes(b"x" * 1000)
+    export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint),
+                      "--export_file_name", str(tmp_path / "model"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-export-notours", "cls.ckpt", "cls.ckpt.json", "mine",
+                                                          "model"]
