@@ -21,7 +21,7 @@ import re
 import shutil
 import stat
 import tempfile
-from typing import IO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional
+from typing import IO, Callable, Dict, Iterable, Iterator, Mapping, Optional
 
 from model_utils.errors import UserError
 

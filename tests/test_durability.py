@@ -89,7 +89,7 @@ def test_meta_file_entries_must_be_plain_names(tmp_path, entry):
     write_data(output)
     meta = json.loads(Path(f"{output}.meta.json").read_text())
     Path(f"{output}.meta.json").write_text(json.dumps(dict(meta, files=[entry])))
-    with pytest.raises(UserError, match=rf"train.mindrecord.meta.json: files entry .* is not a plain file name"):
+    with pytest.raises(UserError, match=r"train.mindrecord.meta.json: files entry .* is not a plain file name"):
         resolve_mindrecord_files(output)
 
 
