@@ -21,7 +21,6 @@ see `python -m src.predict` for running it on raw text. --file_format HF writes 
 `from_pretrained` instead (src/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE or
 SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.
 """
-import difflib
 import inspect
 import os
 import re
@@ -30,9 +29,9 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
+from model_utils.config import Config, flatten, load_yaml_documents, parse_cli, suggestion
 from model_utils.errors import UserError, run_cli
 from src.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
                               replace_folder)
@@ -63,12 +62,13 @@ def infer_task(path: str) -> str:
                     f"--task {'|'.join(fitting or TASK_CONFIGS)}")
 
 
-def _flag_value(argv: Sequence[str], index: int) -> Tuple[str, int]:
-    """The value of the flag at argv[index] (`--key value` or `--key=value`) and how many items it took."""
+def _flag_value(argv: Sequence[str], index: int) -> Tuple[Optional[str], int]:
+    """The value of the flag at argv[index] (`--key value` or `--key=value`; None for a flag given alone, which
+    parse_cli takes as true for a true/false key) and how many items it took."""
     if "=" in argv[index]:
         return argv[index].split("=", 1)[1], 1
     if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
-        raise UserError(f"{argv[index]} needs a value")
+        return None, 1
     return argv[index + 1], 2
 
 
@@ -89,6 +89,8 @@ def split_argv(argv: Sequence[str], export_keys: Sequence[str]) -> Tuple[str, Li
             continue
         value, used = _flag_value(argv, index)
         if name == "config_path":
+            if value is None:
+                raise UserError("--config_path needs a value: the task yaml the checkpoint was trained with")
             config_path = value
         else:
             (mine if name in export_keys else theirs).extend(argv[index:index + used])
@@ -125,8 +127,7 @@ def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[s
     for flag in flags:
         name = flag[2:].split("=", 1)[0] if flag.startswith("--") else None
         if name is not None and name not in task_keys:
-            close = difflib.get_close_matches(name, export_keys + task_keys, n=1, cutoff=0.5)
-            raise UserError(f"unknown option '--{name}'" + (f"; did you mean '--{close[0]}'?" if close else ""))
+            raise UserError(f"unknown option '--{name}'{suggestion(name, export_keys + task_keys, prefix='--')}")
 
 
 def check_request(args: Config, task: str) -> None:

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from model_utils.config import ArgumentParser
+from model_utils.config import ArgumentParser, boolean
 from model_utils.errors import UserError, as_user_error, run_cli
 from src.albert_model import AlbertConfig
 from src.atomic_files import check_outputs, claimed_folder_of, save_json_atomic
@@ -306,7 +306,8 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--input", required=True, help="HF directory/file, or TF checkpoint prefix")
     parser.add_argument("--output", required=True, help="MindSpore checkpoint to write (.ckpt)")
     parser.add_argument("--config", default=None, help="config json (required for tf; HF default: config.json)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output (.ckpt or its .json)")
+    parser.add_argument("--overwrite", type=boolean, nargs="?", const=True, default=False,
+                        help="replace an existing output (.ckpt or its .json) (true or false; alone: true)")
     args = parser.parse_args(argv)
     check_outputs([args.output, args.output + ".json"], args.overwrite, {"--input": args.input, "--config": args.config},
                   flag="--overwrite")

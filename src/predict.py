@@ -89,7 +89,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--do_lower_case", type=boolean, default=True, help="true or false")
     parser.add_argument("--input_file", default="", help="JSON lines, a request per line (instead of the text flags)")
     parser.add_argument("--output_file", default="", help="with --input_file: the answers' JSON lines (else stdout)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output_file")
+    parser.add_argument("--overwrite", type=boolean, nargs="?", const=True, default=False,
+                        help="replace an existing --output_file (true or false; alone: true)")
     parser.add_argument("--batch_size", type=integer, default=0,
                         help=f"rows per model call (0: the exported batch; dynamic batch and .ckpt: {DEFAULT_BATCH})")
     parser.add_argument("--config_path", default="", help=".ckpt: the task yaml it was fine-tuned with")
