@@ -104,8 +104,6 @@ def _train(task: Task, settings, device, log):
     data = config.train_data_file_path
     net, meta, shape = _network(config, data, task.train_columns, config.load_pretrain_checkpoint_path)
     task.check_data(config, meta, shape, data)
-    if not config.load_pretrain_checkpoint_path:
-        log("no load_pretrain_checkpoint_path: the whole network starts from random weights")
     heads = []
 
     def make_network(runtime):
