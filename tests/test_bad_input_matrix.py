@@ -121,6 +121,30 @@ def onnx_reading(location: str) -> Maker:
     return make
 
 
+def onnx_model(inputs: Sequence[str], outputs: int) -> Maker:
+    """{bad}: an ONNX model taking int32 [1, 8] `inputs` and returning `outputs` outputs (as export.py writes a head:
+    three inputs and one output for a classifier, four and two for SQuAD v1.1, four and five for v2.0)."""
+    def make(bad: Path, fx: Path) -> None:
+        import onnx
+        from onnx import TensorProto, helper
+
+        graph = helper.make_graph([helper.make_node("Identity", [inputs[0]], [f"out{i}"]) for i in range(outputs)], "g",
+                                  [helper.make_tensor_value_info(name, TensorProto.INT32, [1, 8]) for name in inputs],
+                                  [helper.make_tensor_value_info(f"out{i}", TensorProto.INT32, [1, 8])
+                                   for i in range(outputs)])
+        onnx.save(helper.make_model(graph), str(bad))
+    return make
+
+
+def hf_folder() -> Maker:
+    """{bad}: an HF transformers model folder (config.json, model.safetensors), as save_pretrained writes one."""
+    def make(bad: Path, fx: Path) -> None:
+        bad.mkdir()
+        (bad / "config.json").write_text('{"model_type": "albert", "architectures": ["AlbertForMaskedLM"]}')
+        (bad / "model.safetensors").write_bytes(b"weights")
+    return make
+
+
 def _torch_bytes(value: object) -> bytes:
     """What torch.save writes for `value`."""
     import io
@@ -694,6 +718,23 @@ MATRIX: List[Row] = [
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
         text("weights"), bad="model.pb"),
+    row(PREDICT, "HF transformers folder as model (was: model not found)", "--model {bad} --text_a hi",
+        ["{bad} is an HF transformers model folder (config.json + model.safetensors), which src.predict does not run: "
+         "serve it with transformers", "python -m src.convert_checkpoint --src hf --input {bad} --output model.ckpt "
+         "and fine-tune that with run_classifier.py"], hf_folder(), bad="albert-mlm"),
+    row(PREDICT, "a folder as model", "--model {tmp} --text_a hi",
+        ["--model must be a model file (.mindir, .onnx or a fine-tuned .ckpt), not a folder: {tmp}"]),
+    row(PREDICT, "ONNX SQuAD v1.1 model as classifier (was: no task named)", "--model {bad} --text_a hi",
+        ["{bad} takes (input_ids [1, 8], token_type_ids [1, 8], input_mask [1, 8], p_mask [1, 8]) and returns 2 "
+         "output(s), not the [batch, seq] inputs (input_ids, token_type_ids, input_mask) and 1 output(s) of a "
+         "classifier model exported by export.py: it is a squad_v1 model, use --task squad_v1"],
+        onnx_model(["input_ids", "token_type_ids", "input_mask", "p_mask"], 2), bad="model.onnx"),
+    row(PREDICT, "ONNX SQuAD v2.0 model as v1.1", "--model {bad} --task squad_v1 --question q --context c",
+        ["returns 5 output(s)", "and 2 output(s) of a squad_v1 model", "it is a squad_v2 model, use --task squad_v2"],
+        onnx_model(["input_ids", "token_type_ids", "input_mask", "p_mask"], 5), bad="model.onnx"),
+    row(PREDICT, "ONNX model of no task", "--model {bad} --text_a hi",
+        ["{bad} takes (input_ids [1, 8]) and returns 1 output(s)", "(nor those of another task)"],
+        onnx_model(["input_ids"], 1), bad="model.onnx"),
     row(PREDICT, "pretraining checkpoint", "--model {fx}/pre.ckpt --text_a hi",
         ["{fx}/pre.ckpt has no task head", "a pretraining checkpoint?"]),
     row(PREDICT, "classifier checkpoint as RACE", "--task race --article a --question q --option a --option b "
@@ -744,6 +785,18 @@ MATRIX: List[Row] = [
         text('{"text_a": 5}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "request id not a string or integer", "", ["{bad} line 1: id must be a string or an integer"],
         text('{"text_a": "a", "id": [1]}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "requests with gold labels (were refused: unknown key 'label')", "",
+        ["{bad} line 3: text_a must be a string"],
+        text('{"text_a": "a", "label": "1"}\n{"text_a": "b", "gold": 0}\n{"text_a": 5, "label": "0"}\n'),
+        bad="requests.jsonl"),
+    row(PREDICT_FILE, "request with both label and gold", "",
+        ["{bad} line 1: give the gold answer once, as label or as gold"],
+        text('{"text_a": "a", "label": "1", "gold": "1"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "gold label not a string or integer", "", ["{bad} line 1: label must be a string or an integer"],
+        text('{"text_a": "a", "label": [1]}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "gold label for SQuAD", "--task squad_v1",
+        ["{bad} line 1: unknown key 'label' for squad_v1 (keys: question, context, id)"],
+        text('{"question": "q", "context": "c", "label": "x"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "race request with too few options", "--task race",
         ["{bad} line 1: the model chooses among 4 options but 2 were given"],
         text('{"article": "A text.", "question": "Why?", "options": ["a", "b"]}\n'), bad="requests.jsonl"),
