@@ -11,7 +11,7 @@ to an HF transformers model folder with its tokenizer.
 --config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
 (task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2, or pretrain for
 pretrain_config.yaml), else from its keys when only one task's yaml has them all; --task overrides both (and without
---config_path uses the shipped yaml). Task yaml keys are flags here too (--num_class 3). The network is the yaml's
+--config_path uses the shipped yaml). Without either, the head is detected from the checkpoint's weights (and said). Task yaml keys are flags here too (--num_class 3). The network is the yaml's
 albert_config_file, else the config saved beside the checkpoint (run_*.py and src.convert_checkpoint write one), else
 the yaml's albert_network; then net_cfg.
 
@@ -113,12 +113,34 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
     elif config_path:
         task, source = infer_task(config_path), config_path
     else:
-        raise UserError("say which head to export: --config_path task_<task>_config.yaml (the yaml the checkpoint "
-                        f"was trained with) or --task {'|'.join(TASK_CONFIGS)}")
+        task, theirs = detect_task(args.export_ckpt_file, theirs)
+        source = f"the head detected in {args.export_ckpt_file}"
     task_file = TASK_CONFIGS[task]
     _check_flags(theirs, export_keys, list(flatten(load_yaml_documents(task_file)[0])))
     task_argv = (["--config_path", config_path] if config_path else []) + theirs
     return args, parse_cli(task_file, task_argv), task, source
+
+
+def detect_task(checkpoint: str, flags: List[str]) -> Tuple[str, List[str]]:
+    """The task of a checkpoint exported without --config_path or --task, told by its weights and said in a line,
+    and the task yaml flags with a classifier's class count added (unless they set num_class)."""
+    from src.finetuned import detected_task
+    from src.utils import read_checkpoint
+
+    check_checkpoint_given(checkpoint)
+    values = read_checkpoint(checkpoint)
+    task, why = detected_task(values, checkpoint)
+    print(f"task: {task}, detected from the weights of {checkpoint} ({why}); --task or --config_path chooses")
+    if task == "classifier" and not any(flag.split("=", 1)[0] == "--num_class" for flag in flags):
+        flags = [*flags, "--num_class", str(int(values["classifier.weight"].shape[0]))]
+    return task, flags
+
+
+def check_checkpoint_given(checkpoint: str) -> None:
+    if not checkpoint:
+        raise UserError("set --export_ckpt_file (the checkpoint to export)")
+    if not os.path.isfile(checkpoint):
+        raise UserError(f"export_ckpt_file not found: {checkpoint}")
 
 
 def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[str]) -> None:
@@ -132,10 +154,7 @@ def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[s
 
 def check_request(args: Config, task: str) -> None:
     """Everything decidable from the flags alone, before MindSpore does any work."""
-    if not args.export_ckpt_file:
-        raise UserError("set --export_ckpt_file (the checkpoint to export)")
-    if not os.path.isfile(args.export_ckpt_file):
-        raise UserError(f"export_ckpt_file not found: {args.export_ckpt_file}")
+    check_checkpoint_given(args.export_ckpt_file)
     if args.quantize == "int8" and args.file_format != "ONNX":
         raise UserError(f"--quantize int8 makes an ONNX model for ONNX Runtime (MindSpore has no int8 {args.file_format} "
                         f"export on this path): add --file_format ONNX")

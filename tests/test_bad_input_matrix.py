@@ -181,6 +181,19 @@ def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
     return make
 
 
+def classifier_checkpoint(classes: int) -> Maker:
+    """{bad}: a tiny classifier of `classes` outputs (one: RACE's head, or a regression's) with its config beside."""
+    def make(bad: Path, fx: Path) -> None:
+        from src.albert_model import AlbertConfig
+        from src.finetune_eval_model import AlbertForSequenceClassification
+        from src.utils import save_checkpoint_atomic
+
+        config = AlbertConfig.from_json_file(str(fx / "cls.ckpt.json"))
+        save_checkpoint_atomic(AlbertForSequenceClassification(config, classes), str(bad))
+        shutil.copy(fx / "cls.ckpt.json", f"{bad}.json")
+    return make
+
+
 def flipped_checkpoint(source: str) -> Maker:
     """{bad}: the fixture checkpoint `source` (config beside it) with 512 bytes inside its word embeddings inverted,
     as a failing disk or copy leaves a file: MindSpore still loads it (tests/test_checkpoint_trust.py shows so)."""
@@ -617,6 +630,14 @@ MATRIX: List[Row] = [
         bad="task_classifier_mine.yaml"),
     row(EXPORT, "unknown flag", "--file_fromat ONNX", ["unknown option '--file_fromat'; did you mean '--file_format'?"]),
     row(EXPORT, "AIR off Ascend", "--file_format AIR", ["AIR export needs an Ascend device"], process=True),
+    row(EXPORT, "neither task yaml nor --task: the head is detected (was: say which head to export)",
+        "--config_path '' --export_ckpt_file {fx}/pre.ckpt",
+        ["--task pretrain exports the pretraining network as an HF transformers folder only: add --file_format HF"]),
+    row(EXPORT, "neither task yaml nor --task: a one-output head", "--config_path '' --export_ckpt_file {bad}",
+        ["{bad} holds a one-output classifier head (classifier.*), which is RACE's or a regression's: pass --task race "
+         "(or --task classifier --num_class 1 for a regression head)"], classifier_checkpoint(1), bad="one.ckpt"),
+    row(EXPORT, "neither task yaml nor --task nor checkpoint", "--config_path '' --export_ckpt_file ''",
+        ["set --export_ckpt_file (the checkpoint to export)"]),
     row(EXPORT, "vocabulary flag without --file_format HF", "--spm_model_file {spm}",
         ["--spm_model_file, --vocab_file and --task_name go with --file_format HF"]),
     row(EXPORT, "--task pretrain without --file_format HF", "--config_path '' --task pretrain",
