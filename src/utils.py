@@ -141,13 +141,15 @@ def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path:
     extra = dict(append_dict or {})
     extra[DIGEST_KEY] = contents_digest({**tensors, **extra})
     with atomic_path(path, ".ckpt", plain_mode=False, durable=True, replace=replace) as tmp:
-        ms.save_checkpoint(tensors, tmp, append_dict=extra)
+        ms.save_checkpoint([{"name": name, "data": value} for name, value in tensors.items()], tmp,
+                           append_dict=extra)
         make_readable(tmp)
 
 
 def _by_name(items: Union[nn.Cell, List[Dict[str, Tensor]]]) -> Dict[str, Tensor]:
     """What is written, by name: a cell's parameters (each once) or a list of {"name", "data"}; MindSpore writes
-    exactly this mapping, so the digest is computed over what lands in the file."""
+    exactly these (as a list of {"name", "data"}, the form every supported version takes), so the digest is
+    computed over what lands in the file."""
     if isinstance(items, nn.Cell):
         return {param.name: param for _, param in items.parameters_and_names()}
     return {item["name"]: item["data"] for item in items}

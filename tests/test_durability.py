@@ -207,6 +207,7 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
     from mindspore.train import serialization
 
     from src.albert_model import AlbertConfig
+    from src.checkpoints import Lineage
     from src.settings import TrainSettings
     from src.train_loop import _create_outputs
     from src.utils import save_checkpoint_atomic
@@ -227,12 +228,12 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
     make_entries(save_dir, OURS + THEIRS)
     settings = TrainSettings(None, "", 1, 1, False, str(tmp_path / "out"), str(save_dir), "albert_pretrain", "")
     try:
-        _create_outputs(settings, AlbertConfig())
+        _create_outputs(settings, AlbertConfig(), Lineage.new())
     finally:
         for folder in (settings.output_dir, settings.save_dir):
             atomic_files.release_output(os.path.join(folder, atomic_files.RUN_LOCK))
     assert sorted(p.name for p in save_dir.iterdir()) == sorted([name.rstrip("/") for name in THEIRS] +
-                                                                 ["albert_config.json"])
+                                                                 ["albert_config.json", "run_lineage.json"])
 
 
 def test_leftovers_go_only_under_the_lock_of_their_folder(tmp_path):
