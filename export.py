@@ -98,8 +98,8 @@ def split_argv(argv: Sequence[str], export_keys: Sequence[str]) -> Tuple[str, Li
     return config_path, mine, theirs
 
 
-def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
-    """(export config, task config, task, where the task came from)."""
+def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str, str]:
+    """(export config, task config, task, where the task came from, the task yaml given or "")."""
     export_keys = list(flatten(load_yaml_documents(EXPORT_CONFIG)[0]))
     config_path, mine, theirs = split_argv(argv, export_keys)
     args = parse_cli(EXPORT_CONFIG, mine, __doc__.splitlines()[0] + " --config_path is the task yaml the checkpoint "
@@ -118,7 +118,7 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
     task_file = TASK_CONFIGS[task]
     _check_flags(theirs, export_keys, list(flatten(load_yaml_documents(task_file)[0])))
     task_argv = (["--config_path", config_path] if config_path else []) + theirs
-    return args, parse_cli(task_file, task_argv), task, source
+    return args, parse_cli(task_file, task_argv), task, source, config_path
 
 
 def detect_task(checkpoint: str, flags: List[str]) -> Tuple[str, List[str]]:
@@ -169,9 +169,10 @@ def check_request(args: Config, task: str) -> None:
     if task == "pretrain":
         raise UserError(f"--task pretrain exports the pretraining network as an HF transformers folder only: add "
                         f"--file_format HF ({args.file_format} exports fine-tuned task heads)")
-    if args.spm_model_file or args.vocab_file or args.task_name:
-        raise UserError("--spm_model_file, --vocab_file and --task_name go with --file_format HF (the tokenizer and "
-                        f"label names of an HF model folder); a {args.file_format} file takes token ids")
+    if args.spm_model_file or args.vocab_file or args.task_name or args.eval_results or args.base_model:
+        raise UserError("--spm_model_file, --vocab_file, --task_name, --eval_results and --base_model go with "
+                        "--file_format HF (the tokenizer, label names and model card of an HF model folder); a "
+                        f"{args.file_format} file takes token ids")
     inputs = {"--export_ckpt_file": args.export_ckpt_file}
     files, folders = planned_outputs(output_name(args), args.file_format)
     check_outputs(files, args.overwrite, inputs)
@@ -299,20 +300,20 @@ def _describe(signature: Signature) -> str:
     return ", ".join(f"{name} {dtype} [{', '.join(str(d) for d in shape)}]" for name, dtype, shape in signature)
 
 
-def export_hf_folder(args: Config, task: str, task_config: Config, source: str) -> int:
-    """--file_format HF: weights and tokenizer files, no device involved."""
+def export_hf_folder(args: Config, task: str, task_config: Config, source: str, config_path: str) -> int:
+    """--file_format HF: weights, tokenizer files and model card, no device involved."""
     from src.hf_export import export_hf, summary_lines
 
-    done = export_hf(args, task, task_config, source, output_name(args))
+    done = export_hf(args, task, task_config, source, output_name(args), config_path)
     print("\n".join(summary_lines(task, args.export_ckpt_file, done)))
     return 0
 
 
 def main(argv: List[str]) -> int:
-    args, task_config, task, source = read_configs(argv)
+    args, task_config, task, source, config_path = read_configs(argv)
     check_request(args, task)
     if args.file_format == "HF":
-        return export_hf_folder(args, task, task_config, source)
+        return export_hf_folder(args, task, task_config, source, config_path)
     from src.device_setup import pick_device_target, setup_device
 
     if args.file_format == "AIR" and pick_device_target(args.device_target) != "Ascend":

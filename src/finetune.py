@@ -27,6 +27,8 @@ from src.inference import cell_runner, real_rows, run_padded
 from src.settings import finetune_settings
 from src.tasks import Task
 
+RUN_WEIGHTS = "the fine-tuned weights of this run"  # eval_results.json's checkpoint when the run trained them
+
 
 def run(task: Task, argv: Sequence[str]) -> int:
     """Train and/or evaluate and/or predict as the flags say; returns the exit code."""
@@ -123,7 +125,7 @@ def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, d
     from src.device_setup import model_runtime
     from src.utils import load_weights
 
-    source = "the fine-tuned weights of this run"
+    source = RUN_WEIGHTS
     if trained is None:
         # The save folder's newest checkpoint that reads back whole: a damaged or foreign file numbered higher is
         # skipped with a warning.
