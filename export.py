@@ -11,9 +11,9 @@ to an HF transformers model folder with its tokenizer.
 --config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
 (task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2, or pretrain for
 pretrain_config.yaml), else from its keys when only one task's yaml has them all; --task overrides both (and without
---config_path uses the shipped yaml). Without either, the head is detected from the checkpoint's weights (and said). Task yaml keys are flags here too (--num_class 3). The network is the yaml's
-albert_config_file, else the config saved beside the checkpoint (run_*.py and src.convert_checkpoint write one), else
-the yaml's albert_network; then net_cfg.
+--config_path uses the shipped yaml). Without either, the head is detected from the checkpoint's weights (and said).
+Task yaml keys are flags here too (--num_class 3). The network is the yaml's albert_config_file, else the config saved
+beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the yaml's albert_network; then net_cfg.
 
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
 (input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;

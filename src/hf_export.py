@@ -98,7 +98,8 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
     checkpoint = args.export_ckpt_file
     tokenizer = read_tokenizer(args)
     # a fine-tuning run's evaluation (pretraining runs write pretrain_eval.json: --eval_results takes it)
-    evaluation = find_eval_results(args.eval_results, checkpoint, TASKS[task].checkpoint_prefix if task in TASKS else "")
+    prefix = TASKS[task].checkpoint_prefix if task in TASKS else ""
+    evaluation = find_eval_results(args.eval_results, checkpoint, prefix)
     values = read_checkpoint(checkpoint)
     check_task(values, task, task_config, checkpoint, source, by_flag=bool(args.task))
     net = network_config(task_config, None, config_beside(checkpoint))

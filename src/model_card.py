@@ -228,8 +228,9 @@ def find_eval_results(given: str, checkpoint: str, prefix: str) -> EvalResults:
     values = read_eval_results(beside)
     recorded = evaluated_checkpoint(values.get("checkpoint"), folder, prefix)
     if not (os.path.isfile(recorded) and os.path.samefile(recorded, checkpoint)):
-        return EvalResults(None, f"the run's eval_results.json is of {os.path.basename(recorded) or 'another checkpoint'}"
-                                 f", not of {os.path.basename(checkpoint)} (--eval_results takes it anyway)")
+        which = os.path.basename(recorded) or "another checkpoint"
+        return EvalResults(None, f"the run's eval_results.json is of {which}, not of {os.path.basename(checkpoint)} "
+                                 f"(--eval_results takes it anyway)")
     return EvalResults(values, "eval_results.json")
 
 

@@ -840,7 +840,7 @@ MATRIX: List[Row] = [
         ["{bad} is --input_file ({bad}): an output never replaces what the run reads"],
         text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "--overwrite true of the requests file (was: unrecognized argument)",
-        "--output_file {bad} --overwrite true", ["{bad} is --input_file ({bad}): an output never replaces what the run"],
+        "--output_file {bad} --overwrite true", ["{bad} is --input_file ({bad}): an output never replaces"],
         text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "--overwrite of another word", "--overwrite maybe",
         ["argument --overwrite: expected true or false, got 'maybe'"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),

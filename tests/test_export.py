@@ -690,7 +690,8 @@ def test_predict_scores_requests_that_carry_their_gold_label(spm_path, tmp_path,
     correct = sum(a["label"] == str(a["gold"]) for a in answers["gold"])
     assert f"accuracy {correct / 5:.4f}: {correct} of the 5 requests of {tmp_path / 'gold.jsonl'} with a gold answer" \
         in out.err
-    assert "warning: 1 gold answer(s) are none of the model's labels (first: 'positive'; the model's: 0, 1, 2)" in out.err
+    assert "warning: 1 gold answer(s) are none of the model's labels (first: 'positive'; the model's: 0, 1, 2)" \
+        in out.err
 
 
 def saved_classifier(folder: Path) -> None:

@@ -491,14 +491,16 @@ def test_the_folder_carries_a_model_card_the_hub_reads(spm_path, tmp_path):
     printed = export_in_process("--file_format", "HF", "--export_ckpt_file", str(run / "checkpoints" /
                                 "albert_classifier-500.ckpt"), "--export_file_name", str(folder), "--spm_model_file",
                                 spm_path, "--base_model", "albert/albert-base-v2")
-    assert "task: classifier, detected from the weights of" in printed and "(classifier.* weights of 2 classes)" in printed
+    assert "task: classifier, detected from the weights of" in printed
+    assert "(classifier.* weights of 2 classes)" in printed
     assert "note: model card README.md: the metrics of eval_results.json" in printed
     assert json.loads((folder / "config.json").read_text())["transformers_version"] == "4.57.6"
     text = (folder / "README.md").read_text(encoding="utf-8")
     card = ModelCard.load(folder / "README.md").data
     assert (card.library_name, card.license, card.pipeline_tag) == ("transformers", "apache-2.0", "text-classification")
     assert card.tags == ["albert", "mindspore", "text-classification", "mrpc"]
-    assert (card.datasets, card.base_model, card.model_name) == (["nyu-mll/glue"], "albert/albert-base-v2", "albert-mrpc")
+    assert (card.datasets, card.base_model, card.model_name) == (["nyu-mll/glue"], "albert/albert-base-v2",
+                                                                 "albert-mrpc")
     assert card.metrics == ["accuracy", "f1", "matthews_correlation"]
     assert {result.metric_name: result.metric_value for result in card.eval_results} == metrics
     assert {(r.task_type, r.dataset_type, r.dataset_config) for r in card.eval_results} == {
