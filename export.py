@@ -11,9 +11,9 @@ to an HF transformers model folder with its tokenizer.
 --config_path is the task yaml the checkpoint was fine-tuned with. Its task is read from its file name
 (task_<task>_config.yaml; any name containing classifier, race, squad_v1 or squad_v2, or pretrain for
 pretrain_config.yaml), else from its keys when only one task's yaml has them all; --task overrides both (and without
---config_path uses the shipped yaml). Task yaml keys are flags here too (--num_class 3). The network is the yaml's
-albert_config_file, else the config saved beside the checkpoint (run_*.py and src.convert_checkpoint write one), else
-the yaml's albert_network; then net_cfg.
+--config_path uses the shipped yaml). Without either, the head is detected from the checkpoint's weights (and said).
+Task yaml keys are flags here too (--num_class 3). The network is the yaml's albert_config_file, else the config saved
+beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the yaml's albert_network; then net_cfg.
 
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
 (input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;
@@ -21,7 +21,6 @@ see `python -m src.predict` for running it on raw text. --file_format HF writes 
 `from_pretrained` instead (src/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE or
 SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.
 """
-import difflib
 import inspect
 import os
 import re
@@ -30,9 +29,9 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
-from model_utils.config import Config, flatten, load_yaml_documents, parse_cli
+from model_utils.config import Config, flatten, load_yaml_documents, parse_cli, suggestion
 from model_utils.errors import UserError, run_cli
 from src.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
                               replace_folder)
@@ -63,12 +62,13 @@ def infer_task(path: str) -> str:
                     f"--task {'|'.join(fitting or TASK_CONFIGS)}")
 
 
-def _flag_value(argv: Sequence[str], index: int) -> Tuple[str, int]:
-    """The value of the flag at argv[index] (`--key value` or `--key=value`) and how many items it took."""
+def _flag_value(argv: Sequence[str], index: int) -> Tuple[Optional[str], int]:
+    """The value of the flag at argv[index] (`--key value` or `--key=value`; None for a flag given alone, which
+    parse_cli takes as true for a true/false key) and how many items it took."""
     if "=" in argv[index]:
         return argv[index].split("=", 1)[1], 1
     if index + 1 >= len(argv) or argv[index + 1].startswith("--"):
-        raise UserError(f"{argv[index]} needs a value")
+        return None, 1
     return argv[index + 1], 2
 
 
@@ -89,6 +89,8 @@ def split_argv(argv: Sequence[str], export_keys: Sequence[str]) -> Tuple[str, Li
             continue
         value, used = _flag_value(argv, index)
         if name == "config_path":
+            if value is None:
+                raise UserError("--config_path needs a value: the task yaml the checkpoint was trained with")
             config_path = value
         else:
             (mine if name in export_keys else theirs).extend(argv[index:index + used])
@@ -96,8 +98,8 @@ def split_argv(argv: Sequence[str], export_keys: Sequence[str]) -> Tuple[str, Li
     return config_path, mine, theirs
 
 
-def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
-    """(export config, task config, task, where the task came from)."""
+def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str, str]:
+    """(export config, task config, task, where the task came from, the task yaml given or "")."""
     export_keys = list(flatten(load_yaml_documents(EXPORT_CONFIG)[0]))
     config_path, mine, theirs = split_argv(argv, export_keys)
     args = parse_cli(EXPORT_CONFIG, mine, __doc__.splitlines()[0] + " --config_path is the task yaml the checkpoint "
@@ -111,12 +113,34 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str]:
     elif config_path:
         task, source = infer_task(config_path), config_path
     else:
-        raise UserError("say which head to export: --config_path task_<task>_config.yaml (the yaml the checkpoint "
-                        f"was trained with) or --task {'|'.join(TASK_CONFIGS)}")
+        task, theirs = detect_task(args.export_ckpt_file, theirs)
+        source = f"the head detected in {args.export_ckpt_file}"
     task_file = TASK_CONFIGS[task]
     _check_flags(theirs, export_keys, list(flatten(load_yaml_documents(task_file)[0])))
     task_argv = (["--config_path", config_path] if config_path else []) + theirs
-    return args, parse_cli(task_file, task_argv), task, source
+    return args, parse_cli(task_file, task_argv), task, source, config_path
+
+
+def detect_task(checkpoint: str, flags: List[str]) -> Tuple[str, List[str]]:
+    """The task of a checkpoint exported without --config_path or --task, told by its weights and said in a line,
+    and the task yaml flags with a classifier's class count added (unless they set num_class)."""
+    from src.finetuned import detected_task
+    from src.utils import read_checkpoint
+
+    check_checkpoint_given(checkpoint)
+    values = read_checkpoint(checkpoint)
+    task, why = detected_task(values, checkpoint)
+    print(f"task: {task}, detected from the weights of {checkpoint} ({why}); --task or --config_path chooses")
+    if task == "classifier" and not any(flag.split("=", 1)[0] == "--num_class" for flag in flags):
+        flags = [*flags, "--num_class", str(int(values["classifier.weight"].shape[0]))]
+    return task, flags
+
+
+def check_checkpoint_given(checkpoint: str) -> None:
+    if not checkpoint:
+        raise UserError("set --export_ckpt_file (the checkpoint to export)")
+    if not os.path.isfile(checkpoint):
+        raise UserError(f"export_ckpt_file not found: {checkpoint}")
 
 
 def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[str]) -> None:
@@ -125,16 +149,12 @@ def _check_flags(flags: Sequence[str], export_keys: List[str], task_keys: List[s
     for flag in flags:
         name = flag[2:].split("=", 1)[0] if flag.startswith("--") else None
         if name is not None and name not in task_keys:
-            close = difflib.get_close_matches(name, export_keys + task_keys, n=1, cutoff=0.5)
-            raise UserError(f"unknown option '--{name}'" + (f"; did you mean '--{close[0]}'?" if close else ""))
+            raise UserError(f"unknown option '--{name}'{suggestion(name, export_keys + task_keys, prefix='--')}")
 
 
 def check_request(args: Config, task: str) -> None:
     """Everything decidable from the flags alone, before MindSpore does any work."""
-    if not args.export_ckpt_file:
-        raise UserError("set --export_ckpt_file (the checkpoint to export)")
-    if not os.path.isfile(args.export_ckpt_file):
-        raise UserError(f"export_ckpt_file not found: {args.export_ckpt_file}")
+    check_checkpoint_given(args.export_ckpt_file)
     if args.quantize == "int8" and args.file_format != "ONNX":
         raise UserError(f"--quantize int8 makes an ONNX model for ONNX Runtime (MindSpore has no int8 {args.file_format} "
                         f"export on this path): add --file_format ONNX")
@@ -149,9 +169,10 @@ def check_request(args: Config, task: str) -> None:
     if task == "pretrain":
         raise UserError(f"--task pretrain exports the pretraining network as an HF transformers folder only: add "
                         f"--file_format HF ({args.file_format} exports fine-tuned task heads)")
-    if args.spm_model_file or args.vocab_file or args.task_name:
-        raise UserError("--spm_model_file, --vocab_file and --task_name go with --file_format HF (the tokenizer and "
-                        f"label names of an HF model folder); a {args.file_format} file takes token ids")
+    if args.spm_model_file or args.vocab_file or args.task_name or args.eval_results or args.base_model:
+        raise UserError("--spm_model_file, --vocab_file, --task_name, --eval_results and --base_model go with "
+                        "--file_format HF (the tokenizer, label names and model card of an HF model folder); a "
+                        f"{args.file_format} file takes token ids")
     inputs = {"--export_ckpt_file": args.export_ckpt_file}
     files, folders = planned_outputs(output_name(args), args.file_format)
     check_outputs(files, args.overwrite, inputs)
@@ -279,20 +300,20 @@ def _describe(signature: Signature) -> str:
     return ", ".join(f"{name} {dtype} [{', '.join(str(d) for d in shape)}]" for name, dtype, shape in signature)
 
 
-def export_hf_folder(args: Config, task: str, task_config: Config, source: str) -> int:
-    """--file_format HF: weights and tokenizer files, no device involved."""
+def export_hf_folder(args: Config, task: str, task_config: Config, source: str, config_path: str) -> int:
+    """--file_format HF: weights, tokenizer files and model card, no device involved."""
     from src.hf_export import export_hf, summary_lines
 
-    done = export_hf(args, task, task_config, source, output_name(args))
+    done = export_hf(args, task, task_config, source, output_name(args), config_path)
     print("\n".join(summary_lines(task, args.export_ckpt_file, done)))
     return 0
 
 
 def main(argv: List[str]) -> int:
-    args, task_config, task, source = read_configs(argv)
+    args, task_config, task, source, config_path = read_configs(argv)
     check_request(args, task)
     if args.file_format == "HF":
-        return export_hf_folder(args, task, task_config, source)
+        return export_hf_folder(args, task, task_config, source, config_path)
     from src.device_setup import pick_device_target, setup_device
 
     if args.file_format == "AIR" and pick_device_target(args.device_target) != "Ascend":

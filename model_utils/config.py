@@ -15,7 +15,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import AbstractSet, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import IO, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -32,6 +32,8 @@ MAX_INT_DIGITS = 100
 INTEGER = re.compile(r"\s*[+-]?[\d_]+\s*")
 FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max: every float setting becomes a float32
 SHOWN_CHARS = 60  # of a value in an error message
+ALIASES = {"lr": "learning_rate"}  # names users type for keys spelled otherwise here
+MAX_SUGGESTED = 3  # keys named in one "did you mean"
 
 
 class ConfigError(UserError):
@@ -49,7 +51,7 @@ class Config:
         # Only called for missing attributes: fail with the closest real key instead of a bare AttributeError.
         if name.startswith("__"):
             raise AttributeError(name)
-        raise AttributeError(f"config has no key '{name}'{_suggestion(name, list(self.__dict__))}")
+        raise AttributeError(f"config has no key '{name}'{suggestion(name, list(self.__dict__))}")
 
     def __contains__(self, key: str) -> bool:
         return key in self.__dict__
@@ -92,14 +94,31 @@ def _set_dotted(values: Dict[str, Any], dotted: str, value: Any) -> None:
     values[last] = value
 
 
-def _suggestion(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset()) -> str:
-    """The closest key, leaving out keys under sections the run does not use (`unused`, e.g. the optimizers not
-    chosen) unless `name` itself names that section: `optimizer_cfg.AdamW.learning_rate` with optimizer
-    AdamWeightDecay suggests AdamWeightDecay's key, not Lamb's."""
+def closest_keys(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset()) -> List[str]:
+    """The keys an unknown `name` most likely meant, leaving out keys under sections the run does not use
+    (`unused`, e.g. the optimizers not chosen) unless `name` itself names that section: `optimizer_cfg.AdamW.
+    learning_rate` with optimizer AdamWeightDecay suggests AdamWeightDecay's key, not Lamb's.
+
+    A plain name that is the last part of nested keys means those (`learning_rate`, `lr`: `optimizer_cfg.Lamb.
+    learning_rate`), else the keys it ends (`batch_size`: `train_batch_size` before `eval_batch_size`, in the
+    yaml's order); spelling similarity would pick the wrong one (`warmup_steps` is closest to `train_steps`).
+    Otherwise, or when too many keys fit, the one spelled most alike."""
     hidden = unused - set(name.split(".")[:-1])
     shown = [key for key in candidates if not hidden & set(key.split(".")[:-1])]
-    close = difflib.get_close_matches(name, shown, n=1, cutoff=0.5)
-    return f"; did you mean '{close[0]}'?" if close else ""
+    if "." not in name:
+        word = ALIASES.get(name, name)
+        leaves = [key.rsplit(".", 1)[-1] for key in shown]
+        for fits in (lambda leaf: leaf == word, lambda leaf: leaf.endswith("_" + word)):
+            found = [key for key, leaf in zip(shown, leaves) if fits(leaf)]
+            if 0 < len(found) <= MAX_SUGGESTED:
+                return found
+    return difflib.get_close_matches(name, shown, n=1, cutoff=0.5)
+
+
+def suggestion(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset(), prefix: str = "") -> str:
+    """"; did you mean 'KEY'?" for the closest_keys of `name` (each written with `prefix`, "--" for flags), or ""."""
+    keys = closest_keys(name, candidates, unused)
+    return f"; did you mean {' or '.join(repr(prefix + key) for key in keys)}?" if keys else ""
 
 
 def _unused_options(settings: Dict[str, Any], choices: Dict[str, Allowed]) -> AbstractSet[str]:
@@ -155,7 +174,7 @@ def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, st
         raise ConfigError(f"config file not found: {path}")
     try:
         with open(path, encoding="utf-8") as handle:
-            docs = list(yaml.load_all(handle, Loader=StrictLoader))
+            docs = _documents(handle)
     except YamlRefused as err:
         raise ConfigError(f"{path} line {err.problem_mark.line + 1}: {err.problem}") from None
     except (yaml.YAMLError, RecursionError) as err:
@@ -164,14 +183,28 @@ def load_yaml_documents(path: os.PathLike) -> Tuple[Dict[str, Any], Dict[str, st
         raise ConfigError(f"{path}{where}: malformed yaml ({_yaml_problem(err)})") from err
     except UnicodeDecodeError as err:
         raise ConfigError(f"{path}: not UTF-8 text (byte {err.start})") from None
-    docs = [doc if doc is not None else {} for doc in docs] or [{}]
     if len(docs) > 3:
         raise ConfigError(f"{path}: expected at most 3 yaml documents (values, help, choices), found {len(docs)}")
-    for doc in docs:
-        if not isinstance(doc, dict):
-            raise ConfigError(f"{path}: every yaml document must be a mapping of keys to values")
-    docs += [{}] * (3 - len(docs))
-    return docs[0], docs[1], docs[2]
+    for doc, line in docs:
+        if doc is not None and not isinstance(doc, dict):
+            raise ConfigError(f"{path} line {line}: every yaml document must be a mapping of keys to values, got "
+                              f"{'a list' if isinstance(doc, list) else _shown(doc)}")
+    values = [doc or {} for doc, _ in docs]
+    values += [{}] * (3 - len(values))
+    return values[0], values[1], values[2]
+
+
+def _documents(handle: IO[str]) -> List[Tuple[Any, int]]:
+    """(value, line where it starts) of each yaml document, as yaml.load_all reads them."""
+    loader = StrictLoader(handle)
+    try:
+        found = []
+        while loader.check_node():
+            node = loader.get_node()
+            found.append((loader.construct_document(node), node.start_mark.line + 1))
+        return found
+    finally:
+        loader.dispose()
 
 
 def _yaml_problem(err: Exception) -> str:
@@ -197,7 +230,7 @@ def _type_name(value: Any) -> str:
 
 def coerce(key: str, value: Any, like: Any, source: str) -> Any:
     """Convert `value` to the type of the schema value `like`, or fail naming the key and expected type."""
-    expected = _type_name(like)
+    expected = "true or false" if isinstance(like, bool) else _type_name(like)
     if like is None or value is None:
         return value
     if isinstance(like, bool):
@@ -295,7 +328,7 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
             raise ConfigError(f"{source}: key '{key}' is a section; set its sub-keys instead")
         if key not in flat_schema:
             unused = _unused_options({**flat_schema, **flatten(user)}, choices)
-            raise ConfigError(f"{source}: unknown key '{key}'{_suggestion(key, list(flat_schema), unused)}")
+            raise ConfigError(f"{source}: unknown key '{key}'{suggestion(key, list(flat_schema), unused)}")
         value = coerce(key, value, flat_schema[key], source)
         _check_choice(key, value, choices, source)
         _set_dotted(merged, key, value)
@@ -366,8 +399,9 @@ def build_parser(values: Dict[str, Any], helps: Dict[str, str], choices: Dict[st
     parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
     for key, value in flatten(values).items():
         metavar = _type_name(value).upper() if value is not None else "VALUE"
+        alone = {"nargs": "?", "const": "true"} if isinstance(value, bool) else {}  # `--overwrite` = `--overwrite true`
         parser.add_argument(f"--{key}", dest=key, default=argparse.SUPPRESS, metavar=metavar,
-                            help=_describe(key, value, helps, choices))
+                            help=_describe(key, value, helps, choices), **alone)
     return parser
 
 
@@ -401,7 +435,7 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
         flag = next((a for a in unknown if a.startswith("-")), unknown[0])
         name = flag.lstrip("-").split("=", 1)[0]
         unused = _unused_options({**flatten(values), **vars(args)}, choices)
-        hint = _suggestion(name, list(flatten(values)), unused).replace("'", "'--", 1)
+        hint = suggestion(name, list(flatten(values)), unused, prefix="--")
         raise ConfigError(f"unknown option '{flag}'{hint}"
                           if flag.startswith("-") else f"unexpected argument '{flag}'")
     overrides = {k: v for k, v in vars(args).items() if k not in ("config_path", "verbose")}

@@ -147,6 +147,8 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
         return _resume(train_cell, own.values, plan, own.path, settings, log), own.lineage
     lineage = (Lineage.read(save_dir) if save_dir else None) or Lineage.new()
     if not start:
+        if settings.init_only:  # fine-tuning without pretrained weights: rarely meant
+            log(f"no {settings.flag('init_checkpoint')}: the whole network starts from random weights")
         return Progress(), lineage
     values = read_checkpoint(start)
     if not settings.init_only and all(key in values for key in PROGRESS_KEYS):

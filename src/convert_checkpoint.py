@@ -4,6 +4,9 @@
     python -m src.convert_checkpoint --src tf --input model.ckpt-best --config albert_config.json --output out.ckpt
 
 HF: a directory with config.json and model.safetensors or pytorch_model.bin (or one of those files, with --config).
+An HF AlbertForMaskedLM (what an MLM training of one's own saves: no pooler, no sentence-order head) converts with
+the pooler, and the sentence-order head beside its MLM head, initialised as transformers initialises what a
+checkpoint lacks (weights normal(0, initializer_range), biases 0; from a fixed seed), said in one line.
 TF: Google's ALBERT checkpoints and brightmart's albert_zh "*_google" releases, read without TensorFlow.
 The network configuration is written next to the output as `<output>.json` (our AlbertConfig keys).
 """
@@ -16,7 +19,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-from model_utils.config import ArgumentParser
+from model_utils.config import ArgumentParser, boolean
 from model_utils.errors import UserError, as_user_error, run_cli
 from src.albert_model import AlbertConfig
 from src.atomic_files import check_outputs, claimed_folder_of, save_json_atomic
@@ -29,6 +32,8 @@ Tensors = Dict[str, np.ndarray]
 # ---------------------------------------------------------------------------------------------------------------
 HF_SKIPPED = ("albert.embeddings.position_ids", "predictions.decoder.weight", "predictions.decoder.bias")
 HF_HEADS = ("predictions.", "sop_classifier.")
+POOLER = "albert.pooler."
+INIT_SEED = 0  # of the weights initialised here: a conversion writes the same file every time
 HF_LEAVES: Tuple[Tuple[str, str], ...] = (  # (HF's leaf, ours)
     ("word_embeddings.weight", "word_embeddings.embedding_table"),
     ("position_embeddings.weight", "position_embeddings.embedding_table"),
@@ -257,11 +262,30 @@ def read_tf(prefix: str, config_path: Optional[str]) -> Tuple[Tensors, AlbertCon
 # ---------------------------------------------------------------------------------------------------------------
 # Checking against the network and writing.
 # ---------------------------------------------------------------------------------------------------------------
-def check_against_network(converted: Tensors, config: AlbertConfig) -> List[str]:
-    """Fail unless every backbone parameter is present with the config's shape; returns missing head names."""
+def network_shapes(config: AlbertConfig) -> Dict[str, Tuple[int, ...]]:
+    """Name -> shape of every parameter of the pretraining network of `config`."""
     from src.albert_for_pre_training import AlbertPreTraining
     from src.albert_model import parameter_shapes
-    expected = parameter_shapes(AlbertPreTraining(config, is_training=False))
+    return parameter_shapes(AlbertPreTraining(config, is_training=False))
+
+
+def initialise_like_transformers(converted: Tensors, expected: Dict[str, Tuple[int, ...]],
+                                 initializer_range: float) -> List[str]:
+    """Add what transformers initialises when it loads an AlbertForMaskedLM's weights into AlbertForPreTraining:
+    the pooler, and the sentence-order head when the MLM head is there (a pretraining network but for it); its
+    _init_weights draws a Linear's weight from normal(0, initializer_range) and zeroes its bias. Returns the names
+    added (none when the checkpoint has them)."""
+    wanted = (POOLER, HF_HEADS[1]) if any(name.startswith(HF_HEADS[0]) for name in converted) else (POOLER,)
+    added = sorted(name for name in expected if name.startswith(wanted) and name not in converted)
+    rng = np.random.default_rng(INIT_SEED)
+    for name in added:
+        converted[name] = np.zeros(expected[name], np.float32) if name.endswith(".bias") else \
+            rng.normal(0.0, initializer_range, expected[name]).astype(np.float32)
+    return added
+
+
+def check_against_network(converted: Tensors, expected: Dict[str, Tuple[int, ...]]) -> List[str]:
+    """Fail unless every backbone parameter is present with the network's shape; returns missing head names."""
     wrong = [f"{n}: weights {tuple(v.shape)} vs config {expected[n]}"
              for n, v in converted.items() if n in expected and tuple(v.shape) != expected[n]]
     extra = sorted(n for n in converted if n not in expected)
@@ -290,14 +314,17 @@ def convert(src: str, input_path: str, output: str, config_path: Optional[str] =
     else:
         tensors, config = read_tf(input_path, config_path)
         converted, skipped = convert_tf(tensors)
-    missing_heads = check_against_network(converted, config)
+    expected = network_shapes(config)
+    initialised = initialise_like_transformers(converted, expected, config.initializer_range)
+    missing_heads = check_against_network(converted, expected)
     items = [{"name": name, "data": Tensor(np.asarray(value, dtype=np.float32))}
              for name, value in sorted(converted.items())]
     with claimed_folder_of(output, "--output"):
         save_checkpoint_atomic(items, output, replace=overwrite)
         save_json_atomic(config.to_dict(), output + ".json", replace=overwrite)
     return {"written": output, "config": output + ".json", "parameters": len(converted),
-            "missing_heads": missing_heads, "skipped": skipped}
+            "missing_heads": missing_heads, "skipped": skipped, "initialised": initialised,
+            "initializer_range": config.initializer_range}
 
 
 def main(argv: List[str]) -> int:
@@ -306,12 +333,17 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--input", required=True, help="HF directory/file, or TF checkpoint prefix")
     parser.add_argument("--output", required=True, help="MindSpore checkpoint to write (.ckpt)")
     parser.add_argument("--config", default=None, help="config json (required for tf; HF default: config.json)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output (.ckpt or its .json)")
+    parser.add_argument("--overwrite", type=boolean, nargs="?", const=True, default=False,
+                        help="replace an existing output (.ckpt or its .json) (true or false; alone: true)")
     args = parser.parse_args(argv)
     check_outputs([args.output, args.output + ".json"], args.overwrite, {"--input": args.input, "--config": args.config},
                   flag="--overwrite")
     summary = convert(args.src, args.input, args.output, args.config, args.overwrite)
     print(f"wrote {summary['written']} ({summary['parameters']} parameters) and {summary['config']}")
+    if summary["initialised"]:
+        print(f"note: {', '.join(summary['initialised'])} not in the input (an HF AlbertForMaskedLM has neither pooler "
+              f"nor sentence-order head): initialised as transformers does (weights normal(0, "
+              f"{summary['initializer_range']}), biases 0), to be trained")
     if summary["missing_heads"]:
         print(f"note: the input has no pretraining head weights for: {', '.join(summary['missing_heads'])}")
     if summary["skipped"]:

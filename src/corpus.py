@@ -36,12 +36,18 @@ in Arrow before it becomes a string, a batch decoding at most PARQUET_BATCH_BYTE
 repeats counted on every row); a document longer than MAX_DOCUMENT_CHARS is cut into pieces of at most that size
 (counted and warned about, no text lost).
 
+Duplicates: a document (piece) whose text repeats an earlier one's word for word is counted and warned about, with
+an example (the same corpus twice in the input: a copied file, both WikiExtractor formats of one dump); it is kept.
+Only an 8-byte digest of each is held (DigestSet), for the first MAX_HASHED_DOCUMENTS distinct documents of the part
+(later ones are checked against those).
+
 Every document carries its file index, its index within the file, its piece number and its first line: they seed
 its random choices (so any split of the work gives the same records) and name the place of an error.
 """
 import bz2
 import collections
 import gzip
+import hashlib
 import html
 import itertools
 import json
@@ -51,6 +57,8 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from model_utils import json_input
 from model_utils.errors import UserError
@@ -62,6 +70,8 @@ PARQUET_MAGIC = b"PAR1"
 PARQUET_BATCH_ROWS = 256
 PARQUET_BATCH_BYTES = 32 << 20
 DEFAULT_TEXT_KEY = "text,content"
+MAX_HASHED_DOCUMENTS = 1 << 24  # 128 MB of digests; English Wikipedia has about 7 million articles
+MERGED_DIGESTS = 1 << 16  # digests held in a set before they join the sorted array
 
 _CJK_END = "。！？｡"
 _CLOSERS = "\"'”’)]」』）》】"
@@ -73,6 +83,8 @@ _ABBREVIATIONS = frozenset(
 _DOC_HEADER = re.compile(r'<doc\s[^>]*>\s*$')
 _DOC_ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 _DOC_END = "</doc>"
+WIKIEXTRACTOR_HINT = ("WikiExtractor output is read with --input_format wikiextractor, each file starting with its "
+                      "first <doc ...> header")
 
 
 @dataclass
@@ -99,6 +111,9 @@ class ReadCounts:
     cut_documents: int = 0  # longer than MAX_DOCUMENT_CHARS, cut into pieces
     json_like_lines: Dict[str, Tuple[int, int]] = field(default_factory=dict)  # text file -> (count, first line)
     unterminated: List[str] = field(default_factory=list)  # `<doc>` blocks cut short by the end of the file
+    duplicates: int = 0  # documents whose text repeats an earlier one's
+    duplicate_example: str = ""  # the first of them: where, and its first sentence
+    unhashed: int = 0  # documents past MAX_HASHED_DOCUMENTS, not checked for duplicates
 
     def warnings(self) -> List[str]:
         found = []
@@ -113,11 +128,43 @@ class ReadCounts:
         if self.unterminated:
             found.append(f"{len(self.unterminated)} <doc> block(s) without </doc> at the end of their file (file cut "
                          f"short?; first: {self.unterminated[0]}); their text was kept")
+        if self.duplicates:
+            unchecked = f"; {self.unhashed} documents after the first {MAX_HASHED_DOCUMENTS:,} distinct ones were " \
+                f"checked against those only" if self.unhashed else ""
+            found.append(f"{self.duplicates} document(s) repeat an earlier document word for word (first: "
+                         f"{self.duplicate_example}): the same corpus twice in the input (a copied file, both "
+                         f"WikiExtractor formats of one dump)?; they were kept{unchecked}")
         return found
 
     def as_dict(self) -> Dict[str, object]:
         return {"formats": dict(self.formats), "documents_empty": self.empty_documents,
-                "documents_cut": self.cut_documents}
+                "documents_cut": self.cut_documents, "documents_duplicate": self.duplicates}
+
+
+class DigestSet:
+    """64-bit digests in about 8 bytes each (a Python set of ints takes about 70): a sorted array, and a set of the
+    newest that joins it when it holds MERGED_DIGESTS or a sixteenth of the array (the array's sort then merges two
+    sorted runs, so the merges cost linear time in all)."""
+
+    def __init__(self) -> None:
+        self.merged = np.empty(0, np.uint64)
+        self.recent: set = set()
+
+    def __len__(self) -> int:
+        return len(self.merged) + len(self.recent)
+
+    def __contains__(self, digest: int) -> bool:
+        value = np.uint64(digest)
+        at = int(np.searchsorted(self.merged, value))
+        return digest in self.recent or (at < len(self.merged) and self.merged[at] == value)
+
+    def add(self, digest: int) -> None:
+        """Add a digest that is not there yet."""
+        self.recent.add(digest)
+        if len(self.recent) >= max(MERGED_DIGESTS, len(self.merged) >> 4):
+            newest = np.sort(np.fromiter(self.recent, np.uint64, len(self.recent)))
+            self.merged = np.sort(np.concatenate([self.merged, newest]), kind="stable")
+            self.recent.clear()
 
 
 def check_format(input_format: str) -> None:
@@ -202,6 +249,7 @@ class Corpus:
         self.text_keys = _key_list(text_key)
         self.total_bytes = sum(os.path.getsize(p) for p in self.paths)
         self.counts = ReadCounts()
+        self._seen = DigestSet()
         self._finished_bytes = 0
         self._raw: Optional[BinaryIO] = None
 
@@ -215,23 +263,41 @@ class Corpus:
         return self._finished_bytes + current
 
     def documents(self) -> Iterator[Document]:
-        """Documents of all files in order; empty documents vanish (counted)."""
+        """Documents of all files in order; empty documents vanish (counted), duplicates are counted."""
+        for file_index, path in enumerate(self.paths):
+            for document in self._file_documents(path, file_index):
+                self._count_duplicate(document)
+                yield document
+            self._finished_bytes += os.path.getsize(path)
+
+    def _file_documents(self, path: Path, file_index: int) -> Iterator[Document]:
         readers = {"text": self._text_documents, "lines": self._lines_documents, "jsonl": self._jsonl_documents,
                    "wikiextractor": self._wikiextractor_documents}
-        for file_index, path in enumerate(self.paths):
-            if is_parquet(path):
-                self.counts.formats[resolve_format(path, self.input_format, "parquet", 1)] += 1
-                yield from self._parquet_documents(path, file_index)
-            else:
-                lines = self.numbered_lines(path)
-                first = next(((n, line) for n, line in lines if line.strip()), None)
-                if first is None:
-                    self.counts.formats["empty"] += 1
-                else:
-                    kind = resolve_format(path, self.input_format, sniff_format(first[1]), first[0])
-                    self.counts.formats[kind] += 1
-                    yield from readers[kind](path, file_index, itertools.chain([first], lines))
-            self._finished_bytes += os.path.getsize(path)
+        if is_parquet(path):
+            self.counts.formats[resolve_format(path, self.input_format, "parquet", 1)] += 1
+            yield from self._parquet_documents(path, file_index)
+            return
+        lines = self.numbered_lines(path)
+        first = next(((n, line) for n, line in lines if line.strip()), None)
+        if first is None:
+            self.counts.formats["empty"] += 1
+            return
+        kind = resolve_format(path, self.input_format, sniff_format(first[1]), first[0])
+        self.counts.formats[kind] += 1
+        yield from readers[kind](path, file_index, itertools.chain([first], lines))
+
+    def _count_duplicate(self, document: Document) -> None:
+        """Count `document` when its text repeats an earlier one's (see the module docstring)."""
+        text = "\n".join(document.sentences).encode("utf-8", "surrogatepass")
+        digest = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little")
+        if digest in self._seen:
+            self.counts.duplicates += 1
+            self.counts.duplicate_example = self.counts.duplicate_example or \
+                f"{document.where}: {document.sentences[0][:60]!r}"
+        elif len(self._seen) < MAX_HASHED_DOCUMENTS:
+            self._seen.add(digest)
+        else:
+            self.counts.unhashed += 1
 
     def numbered_lines(self, path: Path) -> Iterator[Tuple[int, str]]:
         """(line number, text) of a plain or compressed UTF-8 file, with a one-line error naming file and line
@@ -264,8 +330,8 @@ class Corpus:
         """A WikiExtractor line in a text file is an error; JSON-object lines are counted (a mix may be real)."""
         if text.startswith("<") and (_DOC_HEADER.match(text) or text == _DOC_END):
             shown = _DOC_END if text == _DOC_END else "<doc ...>"
-            raise UserError(f"{path} line {line_no}: a WikiExtractor {shown} line in a file read as {kind}; use "
-                            f"--input_format auto (or wikiextractor)")
+            raise UserError(f"{path} line {line_no}: a WikiExtractor {shown} line in a file read as {kind} (its first "
+                            f"line is no <doc ...> header): {WIKIEXTRACTOR_HINT}")
         if text.startswith("{") and text.endswith("}"):
             try:
                 looks_json = isinstance(json_input.loads(text), dict)
@@ -335,7 +401,7 @@ class Corpus:
         try:
             record = json_input.loads(line.rstrip("\r\n"))
         except json.JSONDecodeError as err:
-            hint = (" (a WikiExtractor <doc> line: use --input_format auto or wikiextractor)"
+            hint = (f" (a WikiExtractor <doc> line: {WIKIEXTRACTOR_HINT})"
                     if line.lstrip().startswith(("<doc", _DOC_END)) else "")
             raise UserError(f"{path} line {line_no}: malformed json ({err.msg} at column {err.colno}){hint}") from None
         except RecursionError:

@@ -27,6 +27,8 @@ from src.inference import cell_runner, real_rows, run_padded
 from src.settings import finetune_settings
 from src.tasks import Task
 
+RUN_WEIGHTS = "the fine-tuned weights of this run"  # eval_results.json's checkpoint when the run trained them
+
 
 def run(task: Task, argv: Sequence[str]) -> int:
     """Train and/or evaluate and/or predict as the flags say; returns the exit code."""
@@ -104,8 +106,6 @@ def _train(task: Task, settings, device, log):
     data = config.train_data_file_path
     net, meta, shape = _network(config, data, task.train_columns, config.load_pretrain_checkpoint_path)
     task.check_data(config, meta, shape, data)
-    if not config.load_pretrain_checkpoint_path:
-        log("no load_pretrain_checkpoint_path: the whole network starts from random weights")
     heads = []
 
     def make_network(runtime):
@@ -125,7 +125,7 @@ def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, d
     from src.device_setup import model_runtime
     from src.utils import load_weights
 
-    source = "the fine-tuned weights of this run"
+    source = RUN_WEIGHTS
     if trained is None:
         # The save folder's newest checkpoint that reads back whole: a damaged or foreign file numbered higher is
         # skipped with a warning.

@@ -1,6 +1,6 @@
 """A fine-tuned checkpoint's task head: checked against the task it is used as, then built with every weight
 loaded. export.py writes it out as a file; `src.predict` also runs it in its own process from the .ckpt."""
-from typing import Dict
+from typing import Dict, Tuple
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
@@ -49,6 +49,27 @@ def fitting_task(values: Dict[str, object], prefix: str) -> str:
     if int(values["classifier.weight"].shape[0]) == 1:
         return "--task race (or --task classifier --num_class 1 for a regression head)"
     return "--task classifier"
+
+
+def detected_task(values: Dict[str, object], checkpoint: str) -> Tuple[str, str]:
+    """(task, the weights that tell it) of a checkpoint given without a task yaml or --task: its head's prefix
+    (HEAD_OWNERS), or the pretraining heads. A one-output classifier (RACE's, or a regression's) cannot be told."""
+    from src.convert_checkpoint import HF_HEADS
+
+    found = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
+    if not found:
+        if any(name.startswith(HF_HEADS) for name in values):
+            return "pretrain", f"the pretraining heads {', '.join(prefix + '*' for prefix in HF_HEADS)}"
+        raise UserError(f"{checkpoint} holds no head (no {', '.join(p + '*' for p in HEAD_OWNERS)} or pretraining "
+                        f"weights): pass --task")
+    if found[0] != "classifier.":
+        task = next(name for name, task in TASKS.items() if task.head_prefix == found[0])
+        return task, f"{found[0]}* weights"
+    outputs = int(values["classifier.weight"].shape[0])
+    if outputs == 1:
+        raise UserError(f"{checkpoint} holds a one-output classifier head (classifier.*), which is RACE's or a "
+                        f"regression's: pass {fitting_task(values, found[0])}")
+    return "classifier", f"classifier.* weights of {outputs} classes"
 
 
 def head_network(values: Dict[str, object], task: str, task_config: Config, checkpoint: str, source: str,

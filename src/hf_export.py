@@ -7,12 +7,13 @@ exported out comes back tensor for tensor. Nothing is dropped silently: a weight
 no place for, or one the class needs that the checkpoint lacks, stops the export; the one weight left out by design
 (the pooler of the SQuAD v1.1 head, which its outputs never read) is named in the printed summary.
 safetensors is written with the `safetensors` package, already a dependency of this package (HF checkpoints are
-read with it); nothing else beyond the package's own requirements is needed.
+read with it); nothing else beyond the package's own requirements is needed. README.md is the model card
+(src/model_card.py), so that the folder can be uploaded to the Hugging Face Hub as it is.
 """
 import json
 import os
 from dataclasses import dataclass, fields
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -22,6 +23,8 @@ from src.atomic_files import check_folder_output, claimed_folder_of, publish_fol
 from src.convert_checkpoint import HF_HEADS, name_in_hf
 from src.finetuned import HEAD_OWNERS, check_head, fitting_task
 from src.hf_tokenizer import TOKENIZER_FILES, tokenizer_files
+from src.model_card import CardFacts, EvalResults, checkpoint_progress, find_eval_results, model_card
+from src.tasks import TASKS
 from src.tokenization import FullTokenizer
 
 
@@ -31,16 +34,18 @@ class HfClass:
 
     architecture: str
     auto_class: str  # the transformers Auto class that builds it from the folder
+    pipeline: str  # the Hub's pipeline tag (what transformers.pipeline runs it as)
     unread: str = ""  # prefix of our parameters that the head's outputs never read and the HF class lacks
     why_unread: str = ""
 
 
 HF_CLASSES: Dict[str, HfClass] = {
-    "pretrain": HfClass("AlbertForPreTraining", "AutoModelForPreTraining"),
-    "classifier": HfClass("AlbertForSequenceClassification", "AutoModelForSequenceClassification"),
-    "race": HfClass("AlbertForMultipleChoice", "AutoModelForMultipleChoice"),
-    "squad_v1": HfClass("AlbertForQuestionAnswering", "AutoModelForQuestionAnswering", "albert.pooler.",
-                        "the question-answering head never reads the pooled output, and HF's "
+    "pretrain": HfClass("AlbertForPreTraining", "AutoModelForPreTraining", "fill-mask"),
+    "classifier": HfClass("AlbertForSequenceClassification", "AutoModelForSequenceClassification",
+                          "text-classification"),
+    "race": HfClass("AlbertForMultipleChoice", "AutoModelForMultipleChoice", "multiple-choice"),
+    "squad_v1": HfClass("AlbertForQuestionAnswering", "AutoModelForQuestionAnswering", "question-answering",
+                        "albert.pooler.", "the question-answering head never reads the pooled output, and HF's "
                         "AlbertForQuestionAnswering has no pooler"),
 }
 SQUAD_V2_REFUSAL = ("--file_format HF cannot export the squad_v2 head: its start_logits.*, end_logits.* (the end "
@@ -50,7 +55,8 @@ SQUAD_V2_REFUSAL = ("--file_format HF cannot export the squad_v2 head: its start
 OURS_ONLY = ("hidden_act", "share_type", "ln_type", "compute_type")  # AlbertConfig keys HF spells otherwise or lacks
 ALBERT_SPECIAL_IDS = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}  # HF AlbertConfig's defaults
 WEIGHT_PREFIXES = ("albert.",) + HF_HEADS + tuple(HEAD_OWNERS)  # checkpoint names that are network weights
-OUTPUT_FILES = frozenset({"config.json", "model.safetensors", *TOKENIZER_FILES})  # all an export may write
+OUTPUT_FILES = frozenset({"config.json", "model.safetensors", "README.md", *TOKENIZER_FILES})  # all an export writes
+TRANSFORMERS_FORMAT = "4.57.6"  # config.json's transformers_version: the release whose format the export follows
 
 
 @dataclass
@@ -75,18 +81,25 @@ def check_hf_request(args: Config, task: str, folder: str) -> None:
     if os.path.lexists(folder) and not os.path.isdir(folder):
         raise UserError(f"export_file_name must name a folder for --file_format HF (a model folder), not a file: "
                         f"{folder}")
+    if args.eval_results and not os.path.isfile(args.eval_results):
+        raise UserError(f"eval_results not found: {args.eval_results}")
     check_folder_output(folder, args.overwrite, OUTPUT_FILES.__contains__,
                         {"--export_ckpt_file": args.export_ckpt_file, "--spm_model_file": args.spm_model_file,
-                         "--vocab_file": args.vocab_file})
+                         "--vocab_file": args.vocab_file, "--eval_results": args.eval_results})
 
 
-def export_hf(args: Config, task: str, task_config: Config, source: str, folder: str) -> HfExport:
-    """Check the checkpoint against the task and the vocabulary, then write the model folder `folder`."""
+def export_hf(args: Config, task: str, task_config: Config, source: str, folder: str,
+              settings_file: str = "") -> HfExport:
+    """Check the checkpoint against the task and the vocabulary, then write the model folder `folder`, its model card
+    telling the settings of `settings_file` (the task yaml given as the run's, if any)."""
     from src.run_config import config_beside, network_config
     from src.utils import read_checkpoint
 
     checkpoint = args.export_ckpt_file
     tokenizer = read_tokenizer(args)
+    # a fine-tuning run's evaluation (pretraining runs write pretrain_eval.json: --eval_results takes it)
+    prefix = TASKS[task].checkpoint_prefix if task in TASKS else ""
+    evaluation = find_eval_results(args.eval_results, checkpoint, prefix)
     values = read_checkpoint(checkpoint)
     check_task(values, task, task_config, checkpoint, source, by_flag=bool(args.task))
     net = network_config(task_config, None, config_beside(checkpoint))
@@ -94,16 +107,36 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
     check_vocabulary(tokenizer, values, checkpoint)
     hf_class = HF_CLASSES[task]
     tensors = hf_tensors(values, task, task_config, net, checkpoint)
-    config = hf_config(net, hf_class, task_config, tokenizer, task_labels(tensors, args.task_name, task))
-    files = {"config.json": (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8")}
+    labels = task_labels(tensors, args.task_name, task)
+    config = hf_config(net, hf_class, task_config, tokenizer, labels)
+    card = card_facts(args, task, hf_class, net, values, tensors, labels, tokenizer is not None, evaluation, folder,
+                      (os.path.basename(settings_file), task_config) if settings_file else None)
+    files = {"config.json": (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+             "README.md": model_card(card).encode("utf-8")}
     if tokenizer is not None:
         files.update(tokenizer_files(tokenizer, net.max_position_embeddings))
     write_model_folder(folder, tensors, files, args.overwrite)
     notes = [f"{hf_class.unread}* left out: {hf_class.why_unread}"] if hf_class.unread else []
+    notes.append("model card README.md: " + (f"the metrics of {card.evaluation.source}" if card.evaluation.values
+                                             else f"no evaluation results ({card.evaluation.source})"))
     if tokenizer is None:
         notes.append("no tokenizer files: pass the vocabulary the model was trained with (--spm_model_file or "
                      "--vocab_file) to write them beside the model")
     return HfExport(folder, hf_class, net, sorted(["model.safetensors", *files]), notes)
+
+
+def card_facts(args: Config, task: str, hf_class: HfClass, net, values: Dict[str, object],
+               tensors: Dict[str, np.ndarray], labels: Dict[str, object], tokenizer: bool, evaluation: EvalResults,
+               folder: str, settings: Optional[Tuple[str, Config]]) -> CardFacts:
+    """What the model card of this export says (src/model_card.py)."""
+    from src.step_plan import PLAN_KEYS
+
+    checkpoint = args.export_ckpt_file
+    task_name = (args.task_name or str((evaluation.values or {}).get("task", ""))) if task == "classifier" else ""
+    return CardFacts(os.path.basename(os.path.abspath(folder)), task, hf_class.architecture, hf_class.pipeline, net,
+                     sum(int(value.size) for value in tensors.values()), labels, task_name, checkpoint,
+                     checkpoint_progress(values, ("micro_step", *PLAN_KEYS)), tokenizer, evaluation, settings,
+                     args.license, args.base_model)
 
 
 def read_tokenizer(args: Config) -> Optional[FullTokenizer]:
@@ -213,7 +246,8 @@ def hf_config(net, hf_class: HfClass, task_config: Config, tokenizer: Optional[F
     config = {"architectures": [hf_class.architecture], "model_type": "albert", **shared,
               "hidden_act": next(hf for hf, mapped in HF_ACTIVATIONS.items() if mapped == ours),
               "classifier_dropout_prob": task_config.get("classifier_dropout_prob", 0.1),
-              "position_embedding_type": "absolute", **special, **labels}
+              "position_embedding_type": "absolute", **special, **labels,
+              "transformers_version": TRANSFORMERS_FORMAT}
     if tokenizer is not None and tokenizer.kind == "wordpiece":
         config["tokenizer_class"] = "BertTokenizer"
     return config

@@ -23,8 +23,11 @@ The file's suffix picks the engine:
   length, --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16).
 
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
-text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id. The
-answers are JSON lines in the input's order, each with the request's id (else its line number), written to
+text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id;
+classifier and race requests may carry their gold answer as `label` or `gold` (a label name or index; RACE: A-D or
+0-3), which the model never sees: it is echoed as `gold` in the answer, and the accuracy over such requests is printed
+on stderr at the end. The answers are JSON lines in the input's order, each with the request's id (else its line
+number), written to
 --output_file (whole, or not at all; an existing one only with --overwrite, never the requests or the model, and one
 that appears while it runs is kept) or stdout. Requests are answered
 --batch_size rows at a time. The file is
@@ -63,6 +66,8 @@ EXPORT_NAMES = {"input_ids": "input_ids", "segment_ids": "token_type_ids", "inpu
 # The keys of a request in --input_file, per task, besides an optional `id`; the classifier's `text_b` is optional.
 REQUEST_KEYS = {"classifier": ("text_a", "text_b"), "race": ("article", "question", "options"),
                 "squad_v1": ("question", "context"), "squad_v2": ("question", "context")}
+GOLD_KEYS = ("label", "gold")  # a request's known answer, for the accuracy line (classifier and race)
+SCORED_TASKS = ("classifier", "race")
 SHOWN_ANSWERS = 5
 SUFFIXES = (".mindir", ".onnx", ".ckpt")
 DEFAULT_BATCH = 32
@@ -89,7 +94,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--do_lower_case", type=boolean, default=True, help="true or false")
     parser.add_argument("--input_file", default="", help="JSON lines, a request per line (instead of the text flags)")
     parser.add_argument("--output_file", default="", help="with --input_file: the answers' JSON lines (else stdout)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output_file")
+    parser.add_argument("--overwrite", type=boolean, nargs="?", const=True, default=False,
+                        help="replace an existing --output_file (true or false; alone: true)")
     parser.add_argument("--batch_size", type=integer, default=0,
                         help=f"rows per model call (0: the exported batch; dynamic batch and .ckpt: {DEFAULT_BATCH})")
     parser.add_argument("--config_path", default="", help=".ckpt: the task yaml it was fine-tuned with")
@@ -124,6 +130,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace) -> None:
     """Everything decidable from the flags alone, before a model is read."""
+    if Path(args.model).is_dir():
+        raise UserError(folder_refusal(args.model, args.task))
     if not Path(args.model).is_file():
         raise UserError(f"model not found: {args.model}")
     if not args.model.endswith(SUFFIXES):
@@ -162,6 +170,17 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError("--output_file goes with --input_file; one request is printed on stdout")
 
 
+def folder_refusal(path: str, task: str) -> str:
+    """What to do with a folder given as --model: an HF transformers folder (config.json beside the weights) is
+    served by transformers, or converted for this package; any other folder is no model."""
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        return f"--model must be a model file (.mindir, .onnx or a fine-tuned .ckpt), not a folder: {path}"
+    return (f"{path} is an HF transformers model folder (config.json + model.safetensors), which src.predict does not "
+            f"run: serve it with transformers (its pipeline or Auto classes), or convert its weights with python -m "
+            f"src.convert_checkpoint --src hf --input {path} --output model.ckpt and fine-tune that with run_{task}.py "
+            f"(the conversion keeps the backbone and the pretraining heads, not a task head)")
+
+
 # ---------------------------------------------------------------------------------------------------- the model
 
 @dataclass
@@ -173,9 +192,10 @@ class ModelShape:
     vocab: Optional[int]  # the model's vocabulary size, where the file says it
 
 
-def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[int]]:
-    """(input name, shape) of each graph input (batch -1 when exported with a dynamic batch) and the model's
-    vocabulary size, read from the MINDIR or ONNX file so features can be made at the exported sequence length."""
+def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
+    """(input name, shape) of each graph input (batch -1 when exported with a dynamic batch), the number of outputs
+    and the model's vocabulary size, read from the MINDIR or ONNX file so features can be made at the exported
+    sequence length."""
     if path.endswith(".onnx"):
         return _onnx_signature(path)
     from mindspore.train.mind_ir_pb2 import ModelProto
@@ -186,11 +206,13 @@ def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[in
     except Exception as err:  # protobuf's DecodeError: not a MINDIR, or an encrypted one
         raise UserError(f"{path} is not a readable MINDIR model ({type(err).__name__})") from err
     inputs = [(item.name.split(":")[-1], list(item.tensor[0].dims)) for item in proto.graph.input if item.tensor]
+    # several outputs are one tuple output, its parts listed in attr_info
+    outputs = sum(len(item.attr_info.values) if item.HasField("attr_info") else 1 for item in proto.graph.output)
     vocab = [p.dims[0] for p in proto.graph.parameter if p.name.endswith("word_embeddings.embedding_table")]
-    return inputs, (int(vocab[0]) if vocab else None)
+    return inputs, outputs, (int(vocab[0]) if vocab else None)
 
 
-def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[int]]:
+def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
     import onnx
 
     try:
@@ -200,7 +222,7 @@ def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], Optional[in
     check_external_data(path, graph)
     inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
     vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
-    return inputs, (int(vocab[0]) if vocab else None)
+    return inputs, len(graph.output), (int(vocab[0]) if vocab else None)
 
 
 def _graph_tensors(graph) -> Iterator[object]:
@@ -229,15 +251,35 @@ def check_external_data(path: str, graph) -> None:
                             f"model's folder; refused (a model's external data must lie beside it)")
 
 
-def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]]) -> None:
-    wanted = [EXPORT_NAMES[column] for column in TASKS[task].head_inputs]
-    rank = 3 if TASKS[task].choices else 2
+def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]], outputs: int) -> None:
+    """The exported model must be `task`'s (its inputs' names and rank, its number of outputs); else the tasks it
+    fits are named, as for a checkpoint of another head."""
+    fitting = fitting_tasks(inputs, outputs)
+    if task in fitting:
+        return
+    found = ", ".join(f"{name} {shape}" for name, shape in inputs)
+    wanted = ", ".join(EXPORT_NAMES[column] for column in TASKS[task].head_inputs)
+    layout = "[batch, choices, seq]" if TASKS[task].choices else "[batch, seq]"
+    hint = f": it is a {' or '.join(fitting)} model, use --task {' or --task '.join(fitting)}" if fitting else \
+        " (nor those of another task)"
+    raise UserError(f"{path} takes ({found}) and returns {outputs} output(s), not the {layout} inputs ({wanted}) and "
+                    f"{len(task_outputs(task))} output(s) of a {task} model exported by export.py{hint}")
+
+
+def task_outputs(task: str) -> List[Tuple[str, str, List[object]]]:
+    """The outputs of `task`'s export, as the shipped yaml shapes them."""
+    from model_utils.config import parse_cli
+
+    return TASKS[task].outputs(parse_cli(TASKS[task].config_file, []), None, 0)
+
+
+def fitting_tasks(inputs: List[Tuple[str, List[int]]], outputs: int) -> List[str]:
+    """The tasks whose export takes inputs of these names and rank and returns `outputs` outputs."""
     names = [name for name, _ in inputs]
-    if names != wanted or any(len(shape) != rank for _, shape in inputs):
-        found = ", ".join(f"{name} {shape}" for name, shape in inputs)
-        layout = "[batch, choices, seq]" if rank == 3 else "[batch, seq]"
-        raise UserError(f"{path} takes ({found}), not the {layout} inputs ({', '.join(wanted)}) of a {task} "
-                        f"model exported by export.py")
+    ranks = {len(shape) for _, shape in inputs}
+    return [name for name, task in TASKS.items()
+            if names == [EXPORT_NAMES[column] for column in task.head_inputs]
+            and ranks == {3 if task.choices else 2} and len(task_outputs(name)) == outputs]
 
 
 def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Config:
@@ -253,8 +295,8 @@ def model_shape(args: argparse.Namespace) -> ModelShape:
     if args.model.endswith(".ckpt"):
         choices = task_config(args).num_class if TASKS[args.task].choices else 1
         return ModelShape(None, args.seq_length or DEFAULT_SEQ, choices, None)
-    inputs, vocab = model_signature(args.model)
-    check_model(args.model, args.task, inputs)
+    inputs, outputs, vocab = model_signature(args.model)
+    check_model(args.model, args.task, inputs, outputs)
     shape = inputs[0][1]
     return ModelShape(shape[0] if shape[0] > 0 else None, shape[-1], shape[1] if len(shape) == 3 else 1, vocab)
 
@@ -409,7 +451,7 @@ def check_request(request: object, task: str, choices: int, where: str) -> None:
     """A request of --input_file: a JSON object with the task's keys, strings where text goes."""
     if not isinstance(request, dict):
         raise UserError(f"{where}: a request is a JSON object, got {type(request).__name__}")
-    known = REQUEST_KEYS[task] + ("id",)
+    known = REQUEST_KEYS[task] + ("id",) + (GOLD_KEYS if task in SCORED_TASKS else ())
     for key in request:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
@@ -418,15 +460,17 @@ def check_request(request: object, task: str, choices: int, where: str) -> None:
     missing = [key for key in REQUEST_KEYS[task] if key != "text_b" and not request.get(key)]
     if missing:
         raise UserError(f"{where}: a {task} request needs {', '.join(missing)}")
+    if all(key in request for key in GOLD_KEYS):
+        raise UserError(f"{where}: give the gold answer once, as label or as gold")
     for key, value in request.items():
         if key == "options":
             if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
                 raise UserError(f"{where}: options must be a list of non-empty strings")
             if len(value) != choices:
                 raise UserError(f"{where}: the model chooses among {choices} options but {len(value)} were given")
-        elif key == "id":
+        elif key == "id" or key in GOLD_KEYS:
             if not isinstance(value, (str, int)) or isinstance(value, bool):
-                raise UserError(f"{where}: id must be a string or an integer")
+                raise UserError(f"{where}: {key} must be a string or an integer")
         elif not isinstance(value, str) and not (key == "text_b" and value is None):
             raise UserError(f"{where}: {key} must be a string")
 
@@ -585,16 +629,55 @@ def check_windows(args: argparse.Namespace, tokenizer, options, request: Dict[st
 ANSWERS = {"classifier": classify, "race": choose, "squad_v1": answer, "squad_v2": answer}
 
 
+@dataclass
+class Accuracy:
+    """The answers to requests that carry their gold answer (GOLD_KEYS: a label name or index; RACE: a letter or
+    index), scored as they are written."""
+    correct: int = 0
+    scored: int = 0
+    foreign: int = 0  # gold answers that are none of the model's labels (scored as wrong)
+    example: str = ""  # the first of them, with the model's labels
+    unscored: int = 0  # gold values given to a regression model: echoed, not scored
+
+    def add(self, gold: object, result: Dict[str, object]) -> None:
+        predicted = result.get("label", result.get("answer"))
+        if predicted is None:  # a regression's value
+            self.unscored += 1
+            return
+        names = list(result["probabilities"])
+        wanted = names[gold] if isinstance(gold, int) and 0 <= gold < len(names) else str(gold)
+        if wanted not in names:
+            self.foreign += 1
+            self.example = self.example or f"{gold!r}; the model's: {', '.join(names)}"
+        self.scored += 1
+        self.correct += wanted == predicted
+
+    def lines(self, path: str) -> List[str]:
+        found = [f"accuracy {self.correct / self.scored:.4f}: {self.correct} of the {self.scored} requests of {path} "
+                 f"with a gold answer"] if self.scored else []
+        if self.foreign:
+            found.append(f"warning: {self.foreign} gold answer(s) are none of the model's labels (first: "
+                         f"{self.example}): scored as wrong; --labels names the labels in label-id order")
+        if self.unscored:
+            found.append(f"note: {self.unscored} gold value(s) given to a regression model: echoed, not scored")
+        return found
+
+
 def write_answers(answer_requests: Callable[[List[Dict[str, object]]], List[Dict[str, object]]],
-                  requests: Iterable[Dict[str, object]], out: TextIO) -> None:
-    """One JSON line per request, with its id, CHUNK_REQUESTS requests read and made into features at a time."""
+                  requests: Iterable[Dict[str, object]], out: TextIO, accuracy: Accuracy) -> None:
+    """One JSON line per request, with its id (and its gold answer, scored into `accuracy`), CHUNK_REQUESTS requests
+    read and made into features at a time."""
     requests = iter(requests)
     while True:
         chunk = list(itertools.islice(requests, CHUNK_REQUESTS))
         if not chunk:
             return
         for request, result in zip(chunk, answer_requests(chunk)):
-            out.write(json.dumps({"id": request["id"], **result}, ensure_ascii=False, default=float) + "\n")
+            gold = next((request[key] for key in GOLD_KEYS if key in request), None)
+            if gold is not None:
+                accuracy.add(gold, result)
+            echoed = {} if gold is None else {"gold": gold}
+            out.write(json.dumps({"id": request["id"], **result, **echoed}, ensure_ascii=False, default=float) + "\n")
 
 
 def main(argv: List[str]) -> int:
@@ -617,16 +700,19 @@ def main(argv: List[str]) -> int:
     def answer_requests(chunk: List[Dict[str, object]]) -> List[Dict[str, object]]:
         return ANSWERS[args.task](args, tokenizer, run, shape, chunk)
 
+    accuracy = Accuracy()
     if not args.input_file:
         print(json.dumps(answer_requests([request])[0], ensure_ascii=False, default=float))
     elif not args.output_file:
-        write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), sys.stdout)
+        write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), sys.stdout, accuracy)
     else:
         with claimed_folder_of(args.output_file, "--output_file"), \
                 atomic_path(args.output_file, ".jsonl", replace=args.overwrite) as tmp, \
                 open(tmp, "w", encoding="utf-8") as out:
-            write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), out)
+            write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), out, accuracy)
         print(f"answered {total} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
+    for line in accuracy.lines(args.input_file):
+        print(line, file=sys.stderr)
     return 0
 
 

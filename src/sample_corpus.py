@@ -42,7 +42,8 @@ def write_corpus(output_file: str, overwrite: bool = False) -> Dict[str, int]:
     path = Path(output_file)
     check_outputs([str(path)], overwrite)
     documents = [topic_sentences(topics[name]) for name in sorted(topics)]
-    documents = [d for d in documents if len(d) >= 2]
+    # once each: two topics may hold the same text (the "if" statement's is also under "else")
+    documents = [list(d) for d in dict.fromkeys(tuple(d) for d in documents if len(d) >= 2)]
     text = "\n\n".join("\n".join(sentences) for sentences in documents) + "\n"
     save_text_atomic(text, str(path), replace=overwrite)
     return {"documents": len(documents), "sentences": sum(map(len, documents)), "bytes": len(text.encode())}

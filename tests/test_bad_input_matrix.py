@@ -121,6 +121,30 @@ def onnx_reading(location: str) -> Maker:
     return make
 
 
+def onnx_model(inputs: Sequence[str], outputs: int) -> Maker:
+    """{bad}: an ONNX model taking int32 [1, 8] `inputs` and returning `outputs` outputs (as export.py writes a head:
+    three inputs and one output for a classifier, four and two for SQuAD v1.1, four and five for v2.0)."""
+    def make(bad: Path, fx: Path) -> None:
+        import onnx
+        from onnx import TensorProto, helper
+
+        graph = helper.make_graph([helper.make_node("Identity", [inputs[0]], [f"out{i}"]) for i in range(outputs)], "g",
+                                  [helper.make_tensor_value_info(name, TensorProto.INT32, [1, 8]) for name in inputs],
+                                  [helper.make_tensor_value_info(f"out{i}", TensorProto.INT32, [1, 8])
+                                   for i in range(outputs)])
+        onnx.save(helper.make_model(graph), str(bad))
+    return make
+
+
+def hf_folder() -> Maker:
+    """{bad}: an HF transformers model folder (config.json, model.safetensors), as save_pretrained writes one."""
+    def make(bad: Path, fx: Path) -> None:
+        bad.mkdir()
+        (bad / "config.json").write_text('{"model_type": "albert", "architectures": ["AlbertForMaskedLM"]}')
+        (bad / "model.safetensors").write_bytes(b"weights")
+    return make
+
+
 def _torch_bytes(value: object) -> bytes:
     """What torch.save writes for `value`."""
     import io
@@ -154,6 +178,19 @@ def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
         items += [{"name": add, "data": ms.Tensor(np.zeros(8, np.float32))}] if add else []
         ms.save_checkpoint(items, str(bad))
         shutil.copy(fx / f"{source}.json", f"{bad}.json")
+    return make
+
+
+def classifier_checkpoint(classes: int) -> Maker:
+    """{bad}: a tiny classifier of `classes` outputs (one: RACE's head, or a regression's) with its config beside."""
+    def make(bad: Path, fx: Path) -> None:
+        from src.albert_model import AlbertConfig
+        from src.finetune_eval_model import AlbertForSequenceClassification
+        from src.utils import save_checkpoint_atomic
+
+        config = AlbertConfig.from_json_file(str(fx / "cls.ckpt.json"))
+        save_checkpoint_atomic(AlbertForSequenceClassification(config, classes), str(bad))
+        shutil.copy(fx / "cls.ckpt.json", f"{bad}.json")
     return make
 
 
@@ -243,6 +280,10 @@ MATRIX: List[Row] = [
     row(PRE, "unknown yaml key", "--config_path {bad}", ["{bad}: unknown key 'bach_size'; did you mean 'batch_size'?"],
         text("bach_size: 8\n"), bad="bad.yaml"),
     row(PRE, "unknown flag", "--save_checkpoint_step 5", ["did you mean '--save_checkpoint_steps'?"]),
+    row(PRE, "last part of a nested key as a flag (was: did you mean '--train_steps')", "--warmup_steps 100",
+        ["unknown option '--warmup_steps'; did you mean '--optimizer_cfg.AdamWeightDecay.warmup_steps'?"]),
+    row(PRE, "--lr, within the optimizer the run selects (was: no suggestion)", "--optimizer Lamb --lr 1e-4",
+        ["unknown option '--lr'; did you mean '--optimizer_cfg.Lamb.learning_rate'?"]),
     row(PRE, "optimizer section misspelled in yaml", "--config_path {bad}",
         ["{bad}: unknown key 'optimizer_cfg.AdamW.learning_rate'; "
          "did you mean 'optimizer_cfg.AdamWeightDecay.learning_rate'?"],
@@ -321,8 +362,15 @@ MATRIX: List[Row] = [
     row(CLS, "unknown yaml key", "--config_path {bad}",
         ["{bad}: unknown key 'train_batch_sise'; did you mean 'train_batch_size'?"], text("train_batch_sise: 4\n"),
         bad="bad.yaml"),
-    row(CLS, "wrong type in yaml", "--config_path {bad}", ["{bad}: key 'do_train' expects bool, got 'sure'"],
+    row(CLS, "wrong type in yaml", "--config_path {bad}", ["{bad}: key 'do_train' expects true or false, got 'sure'"],
         text("do_train: sure\n"), bad="bad.yaml"),
+    row(CLS, "yaml not a mapping (was: no line)", "--config_path {bad}",
+        ["{bad} line 2: every yaml document must be a mapping of keys to values, got a list"],
+        text("# my settings\n- do_train: true\n- train_batch_size: 4\n"), bad="bad.yaml"),
+    row(CLS, "--learning_rate (was: no suggestion)", "--learning_rate 2e-5",
+        ["unknown option '--learning_rate'; did you mean '--optimizer_cfg.AdamWeightDecay.learning_rate'?"]),
+    row(CLS, "pretraining's --batch_size (was: did you mean '--eval_batch_size')", "--batch_size 16",
+        ["unknown option '--batch_size'; did you mean '--train_batch_size' or '--eval_batch_size'?"]),
     row(CLS, "train_batch_size 0", "--train_batch_size 0", ["key 'train_batch_size' must be in [1, 65536], got 0"]),
     row(CLS, "yaml integer of 5000 digits (was a traceback)", "--config_path {bad}",
         ["{bad} line 2: an integer of 5000 digits is refused (at most 100)"],
@@ -423,8 +471,9 @@ MATRIX: List[Row] = [
     row(MAKE_PT, "JSON lines declared as text", "--input_file {bad} --input_format text",
         ["{bad} line 1: the file starts with a JSON object (JSON lines) but --input_format is text",
          "use --input_format auto (or jsonl)"], text('{"text": "One. Two."}\n'), bad="wiki_00"),
-    row(MAKE_PT, "WikiExtractor <doc> line in a text file", "--input_file {bad}",
-        ["{bad} line 3: a WikiExtractor <doc ...> line in a file read as text"],
+    row(MAKE_PT, "WikiExtractor <doc> line in a text file (was: use --input_format auto)", "--input_file {bad}",
+        ["{bad} line 3: a WikiExtractor <doc ...> line in a file read as text",
+         "WikiExtractor output is read with --input_format wikiextractor"],
         text('One sentence.\nAnother one.\n<doc id="1" url="u" title="T">\n'), bad="bad.txt"),
     row(MAKE_PT, "text outside a <doc> block", "--input_file {bad}",
         ["{bad} line 4: text outside a <doc ...> block in a WikiExtractor file"],
@@ -531,7 +580,7 @@ MATRIX: List[Row] = [
         bad="bad.json"),
     row(MAKE_SQ, "max_query_length too long", "--max_query_length 100",
         ["max_query_length 100 leaves no room for context in max_seq_length 64"]),
-    row(MAKE_SQ, "wrong type", "--is_training maybe", ["key 'is_training' expects bool, got 'maybe'"]),
+    row(MAKE_SQ, "wrong type", "--is_training maybe", ["key 'is_training' expects true or false, got 'maybe'"]),
     # ---------------------------------------------------------------------------------------------- export.py
     row(EXPORT, "missing checkpoint", "--export_ckpt_file {tmp}/missing.ckpt",
         ["export_ckpt_file not found: {tmp}/missing.ckpt"]),
@@ -564,6 +613,11 @@ MATRIX: List[Row] = [
     row(EXPORT, "--overwrite of a folder where the export file goes", "--overwrite true",
         ["{bad} is a folder: --overwrite replaces only the files this command writes"], folder(),
         bad="out/model.mindir"),
+    row(EXPORT, "--overwrite alone (was: --overwrite needs a value)", "--overwrite --device_target CPU",
+        ["{bad} is a folder: --overwrite replaces only the files this command writes"], folder(),
+        bad="out/model.mindir"),
+    row(EXPORT, "--overwrite of another word", "--overwrite maybe",
+        ["command line: key 'overwrite' expects true or false, got 'maybe'"]),
     row(EXPORT, "missing task yaml", "--config_path {tmp}/task_classifier_mine.yaml",
         ["config_path not found: {tmp}/task_classifier_mine.yaml"]),
     row(EXPORT, "malformed task yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("num_class: [\n"),
@@ -576,8 +630,16 @@ MATRIX: List[Row] = [
         bad="task_classifier_mine.yaml"),
     row(EXPORT, "unknown flag", "--file_fromat ONNX", ["unknown option '--file_fromat'; did you mean '--file_format'?"]),
     row(EXPORT, "AIR off Ascend", "--file_format AIR", ["AIR export needs an Ascend device"], process=True),
+    row(EXPORT, "neither task yaml nor --task: the head is detected (was: say which head to export)",
+        "--config_path '' --export_ckpt_file {fx}/pre.ckpt",
+        ["--task pretrain exports the pretraining network as an HF transformers folder only: add --file_format HF"]),
+    row(EXPORT, "neither task yaml nor --task: a one-output head", "--config_path '' --export_ckpt_file {bad}",
+        ["{bad} holds a one-output classifier head (classifier.*), which is RACE's or a regression's: pass --task race "
+         "(or --task classifier --num_class 1 for a regression head)"], classifier_checkpoint(1), bad="one.ckpt"),
+    row(EXPORT, "neither task yaml nor --task nor checkpoint", "--config_path '' --export_ckpt_file ''",
+        ["set --export_ckpt_file (the checkpoint to export)"]),
     row(EXPORT, "vocabulary flag without --file_format HF", "--spm_model_file {spm}",
-        ["--spm_model_file, --vocab_file and --task_name go with --file_format HF"]),
+        ["--spm_model_file, --vocab_file, --task_name, --eval_results and --base_model go with --file_format HF"]),
     row(EXPORT, "--task pretrain without --file_format HF", "--config_path '' --task pretrain",
         ["--task pretrain exports the pretraining network as an HF transformers folder only: add --file_format HF"]),
     row(EXPORT, "HF: squad_v2 head", "--file_format HF --config_path '' --task squad_v2",
@@ -615,6 +677,15 @@ MATRIX: List[Row] = [
     row(EXPORT, "HF: vocabulary of another size",
         "--file_format HF --vocab_file {assets}/tokenizer/albert_zh_vocab.txt", ["{assets}/tokenizer/albert_zh_vocab.txt holds 21128 tokens but the word embeddings of {fx}/cls.ckpt have "
          "30000 rows"]),
+    row(EXPORT, "HF: missing --eval_results", "--file_format HF --eval_results {tmp}/missing.json",
+        ["eval_results not found: {tmp}/missing.json"]),
+    row(EXPORT, "HF: malformed --eval_results", "--file_format HF --eval_results {bad}",
+        ["{bad} line 1: malformed json"], text('{"accuracy": 0.9,'), bad="eval_results.json"),
+    row(EXPORT, "HF: --eval_results not an object", "--file_format HF --eval_results {bad}",
+        ["{bad}: not an eval_results.json (a JSON object of metrics), got list"], text("[0.9]"),
+        bad="eval_results.json"),
+    row(EXPORT, "model card flag without --file_format HF", "--eval_results {bad}",
+        ["--eval_results and --base_model go with --file_format HF"], text("{}"), bad="eval_results.json"),
     row(EXPORT, "HF: two vocabularies", "--file_format HF --spm_model_file {spm} --vocab_file {tmp}/vocab.txt",
         ["pass one vocabulary: --spm_model_file (SentencePiece) or --vocab_file (WordPiece vocab.txt)"]),
     row(EXPORT, "HF: label names of another count", "--file_format HF --task_name mnli",
@@ -670,10 +741,30 @@ MATRIX: List[Row] = [
     row(CONVERT, "--overwrite of its own --config", "--input {fx}/hf_vocab100.safetensors --config {bad} --overwrite",
         ["{bad} is --config ({bad}): an output never replaces what the run reads"],
         lambda bad, fx: shutil.copy(fx / "pre.ckpt.json", bad), bad="out/c.ckpt.json"),
+    row(CONVERT, "--overwrite true (was: unrecognized argument)", "--input {fx}/hf_vocab100.safetensors --config {bad} "
+        "--overwrite true", ["{bad} is --config ({bad}): an output never replaces what the run reads"],
+        lambda bad, fx: shutil.copy(fx / "pre.ckpt.json", bad), bad="out/c.ckpt.json"),
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
         text("weights"), bad="model.pb"),
+    row(PREDICT, "HF transformers folder as model (was: model not found)", "--model {bad} --text_a hi",
+        ["{bad} is an HF transformers model folder (config.json + model.safetensors), which src.predict does not run: "
+         "serve it with transformers", "python -m src.convert_checkpoint --src hf --input {bad} --output model.ckpt "
+         "and fine-tune that with run_classifier.py"], hf_folder(), bad="albert-mlm"),
+    row(PREDICT, "a folder as model", "--model {tmp} --text_a hi",
+        ["--model must be a model file (.mindir, .onnx or a fine-tuned .ckpt), not a folder: {tmp}"]),
+    row(PREDICT, "ONNX SQuAD v1.1 model as classifier (was: no task named)", "--model {bad} --text_a hi",
+        ["{bad} takes (input_ids [1, 8], token_type_ids [1, 8], input_mask [1, 8], p_mask [1, 8]) and returns 2 "
+         "output(s), not the [batch, seq] inputs (input_ids, token_type_ids, input_mask) and 1 output(s) of a "
+         "classifier model exported by export.py: it is a squad_v1 model, use --task squad_v1"],
+        onnx_model(["input_ids", "token_type_ids", "input_mask", "p_mask"], 2), bad="model.onnx"),
+    row(PREDICT, "ONNX SQuAD v2.0 model as v1.1", "--model {bad} --task squad_v1 --question q --context c",
+        ["returns 5 output(s)", "and 2 output(s) of a squad_v1 model", "it is a squad_v2 model, use --task squad_v2"],
+        onnx_model(["input_ids", "token_type_ids", "input_mask", "p_mask"], 5), bad="model.onnx"),
+    row(PREDICT, "ONNX model of no task", "--model {bad} --text_a hi",
+        ["{bad} takes (input_ids [1, 8]) and returns 1 output(s)", "(nor those of another task)"],
+        onnx_model(["input_ids"], 1), bad="model.onnx"),
     row(PREDICT, "pretraining checkpoint", "--model {fx}/pre.ckpt --text_a hi",
         ["{fx}/pre.ckpt has no task head", "a pretraining checkpoint?"]),
     row(PREDICT, "classifier checkpoint as RACE", "--task race --article a --question q --option a --option b "
@@ -724,6 +815,18 @@ MATRIX: List[Row] = [
         text('{"text_a": 5}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "request id not a string or integer", "", ["{bad} line 1: id must be a string or an integer"],
         text('{"text_a": "a", "id": [1]}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "requests with gold labels (were refused: unknown key 'label')", "",
+        ["{bad} line 3: text_a must be a string"],
+        text('{"text_a": "a", "label": "1"}\n{"text_a": "b", "gold": 0}\n{"text_a": 5, "label": "0"}\n'),
+        bad="requests.jsonl"),
+    row(PREDICT_FILE, "request with both label and gold", "",
+        ["{bad} line 1: give the gold answer once, as label or as gold"],
+        text('{"text_a": "a", "label": "1", "gold": "1"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "gold label not a string or integer", "", ["{bad} line 1: label must be a string or an integer"],
+        text('{"text_a": "a", "label": [1]}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "gold label for SQuAD", "--task squad_v1",
+        ["{bad} line 1: unknown key 'label' for squad_v1 (keys: question, context, id)"],
+        text('{"question": "q", "context": "c", "label": "x"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "race request with too few options", "--task race",
         ["{bad} line 1: the model chooses among 4 options but 2 were given"],
         text('{"article": "A text.", "question": "Why?", "options": ["a", "b"]}\n'), bad="requests.jsonl"),
@@ -736,6 +839,11 @@ MATRIX: List[Row] = [
     row(PREDICT_FILE, "--overwrite of the requests file", "--output_file {bad} --overwrite",
         ["{bad} is --input_file ({bad}): an output never replaces what the run reads"],
         text('{"text_a": "a"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "--overwrite true of the requests file (was: unrecognized argument)",
+        "--output_file {bad} --overwrite true", ["{bad} is --input_file ({bad}): an output never replaces"],
+        text('{"text_a": "a"}\n'), bad="requests.jsonl"),
+    row(PREDICT_FILE, "--overwrite of another word", "--overwrite maybe",
+        ["argument --overwrite: expected true or false, got 'maybe'"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "output file is a folder", "--output_file {tmp}",
         ["--output_file must name a file, not a folder: {tmp}"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     # ---------------------------------------------------------------------------------------------- squad_postprocess

@@ -59,6 +59,8 @@ def test_nested_overrides_and_real_booleans(schema):
     assert isinstance(config.ratio, float) and config.ratio == 1.0
     for word, value in (("True", True), ("no", False), ("1", True), ("off", False)):
         assert parse_cli(schema, ["--enable_lossscale", word]).enable_lossscale is value
+    for argv in (["--enable_lossscale"], ["--enable_lossscale", "--batch_size", "8"]):  # alone: true
+        assert parse_cli(schema, ["--enable_lossscale", "false"] + argv).enable_lossscale
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -67,7 +69,7 @@ def test_nested_overrides_and_real_booleans(schema):
     (["--batch_size", "eight"], "key 'batch_size' expects int"),
     (["--batch_size", "2.5"], "key 'batch_size' expects int"),
     (["--ratio", "half"], "key 'ratio' expects float"),
-    (["--enable_lossscale", "maybe"], "key 'enable_lossscale' expects bool"),
+    (["--enable_lossscale", "maybe"], "key 'enable_lossscale' expects true or false"),
     (["--optimizer", "SGD"], "key 'optimizer' must be one of ['Lamb', 'AdamWeightDecay']"),
     (["--batch_size", "0"], "command line: key 'batch_size' must be in [1, inf), got 0"),
     (["--ratio", "0"], "key 'ratio' must be in (0, 1], got 0.0"),
@@ -135,7 +137,7 @@ def test_help_shows_help_strings_choices_and_defaults(schema):
         in out
     assert "which optimizer to use (choices: Lamb, AdamWeightDecay)" in out
     assert "samples per step (range: [1, inf)) [default: 32]" in out
-    assert "--enable_lossscale BOOL" in out
+    assert "--enable_lossscale [BOOL]" in out  # alone: true
 
 
 def test_nothing_is_parsed_at_import():

@@ -14,7 +14,7 @@ from hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_b
 from model_utils.errors import UserError
 from src.albert_for_pre_training import AlbertPreTraining
 from src.albert_model import AlbertConfig
-from src.convert_checkpoint import convert
+from src.convert_checkpoint import convert, hf_name
 from src.utils import load_weights
 from test_model_parity import assert_close, our_outputs
 
@@ -209,3 +209,55 @@ def test_torch_versions_with_the_fix_read_the_bin(version):
     above; 2.6 itself, its local builds and later versions (pre-releases of later versions too) are let through."""
     from src.convert_checkpoint import check_torch_version
     check_torch_version(version, "pytorch_model.bin")
+
+
+def test_an_hf_masked_lm_converts_with_the_pooler_and_sop_head_transformers_would_initialise(tmp_path, capsys):
+    """An HF AlbertForMaskedLM (no pooler, no sentence-order head: what an MLM training of one's own saves) was
+    refused ("lacks 2 backbone weights"). It converts: every weight it has comes over unchanged and our masked-LM
+    logits equal transformers' within 1e-5; the weights it lacks are exactly those transformers reports missing
+    when it loads the folder as AlbertForPreTraining, initialised as transformers does (normal(0,
+    initializer_range) weights, zero biases), and the summary line names them."""
+    from safetensors.numpy import load_file
+    from transformers import AlbertConfig as HfConfig, AlbertForMaskedLM, AlbertForPreTraining
+
+    kwargs = dict(TINY_CONFIGS["groups2_inner2_gelu_new"], initializer_range=0.3)
+    torch.manual_seed(2)
+    hf = AlbertForMaskedLM(HfConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                    attn_implementation="eager", **kwargs)).eval()
+    with torch.no_grad():
+        for param in hf.parameters():
+            param.add_(torch.randn_like(param) * 0.05)
+    save_hf(hf, tmp_path / "mlm", safetensors=True)
+    from model_utils.errors import run_cli
+    from src.convert_checkpoint import main
+    assert run_cli(main, ["--src", "hf", "--input", str(tmp_path / "mlm"), "--output", str(tmp_path / "out.ckpt")]) == 0
+    printed = capsys.readouterr().out
+    _, info = AlbertForPreTraining.from_pretrained(str(tmp_path / "mlm"), output_loading_info=True)
+    added = sorted(info["missing_keys"])
+    assert added == ["albert.pooler.bias", "albert.pooler.weight", "sop_classifier.classifier.bias",
+                     "sop_classifier.classifier.weight"]
+    assert f"note: {', '.join(added)} not in the input" in printed
+    assert "initialised as transformers does (weights normal(0, 0.3), biases 0)" in printed
+
+    from src.utils import read_checkpoint
+    ours = {name: value.asnumpy() for name, value in read_checkpoint(str(tmp_path / "out.ckpt")).items()}
+    for name, value in load_file(str(tmp_path / "mlm" / "model.safetensors")).items():
+        mine = hf_name(name)
+        if mine is not None:
+            assert np.array_equal(ours[mine], value), name
+    for name in added:  # zero biases; weights of std 0.3 (4 standard errors: 1024 and 64 draws)
+        value = ours[name]
+        error = 4 * 0.3 / np.sqrt(value.size)
+        assert not value.any() if name.endswith(".bias") else \
+            abs(value.std() - 0.3) < error / np.sqrt(2) and abs(value.mean()) < error, name
+    net = AlbertPreTraining(AlbertConfig.from_json_file(str(tmp_path / "out.ckpt.json")), is_training=False)
+    net.set_train(False)
+    assert load_weights(net, str(tmp_path / "out.ckpt")).missing == []
+    batch = random_batch(kwargs["vocab_size"], 2)
+    with torch.no_grad():
+        theirs = hf(input_ids=torch.tensor(batch[0], dtype=torch.long),
+                    token_type_ids=torch.tensor(batch[1], dtype=torch.long),
+                    attention_mask=torch.tensor(batch[2], dtype=torch.long)).logits.numpy()
+    mlm = our_outputs(net, *batch)[2]
+    expected = np.take_along_axis(theirs, batch[3][:, :, None].astype(np.int64), axis=1)
+    assert np.abs(expected).max() > 1e-2 and np.abs(mlm - expected).max() <= 1e-5

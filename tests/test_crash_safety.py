@@ -217,6 +217,8 @@ def test_finetuning_killed_mid_run_resumes_to_the_uninterrupted_trajectory(tmp_p
     killed_at("checkpoint_rename", 1, finetune(out))
     resumed = ok(run(finetune(out)))
     assert "resumed from" in resumed.stdout
+    random_start = "no load_pretrain_checkpoint_path: the whole network starts from random weights"
+    assert random_start in reference.stdout and random_start not in resumed.stdout  # was printed before "resumed"
     assert_same_trajectory(metrics_by_step(out / "metrics.jsonl"), expected)
     assert digest(resumed.stdout) == digest(reference.stdout)
 

@@ -568,9 +568,12 @@ def test_predict_refuses_a_context_of_more_windows_than_the_cap(mindirs, assets,
 
 
 def test_predict_rejects_a_model_of_another_task(mindirs, spm_path):
-    result = run(["-m", "src.predict", "--model", str(mindirs["classifier"]), "--task", "squad_v1",
-                  "--spm_model_file", spm_path, "--question", "q", "--context", "c"])
-    assert result.returncode == 2 and "not the [batch, seq] inputs" in result.stderr
+    """...naming the task whose inputs and outputs the model has (a MINDIR's several outputs are one tuple)."""
+    for model, fits in (("classifier", "classifier"), ("squad_v2", "squad_v2")):
+        result = run(["-m", "src.predict", "--model", str(mindirs[model]), "--task", "squad_v1",
+                      "--spm_model_file", spm_path, "--question", "q", "--context", "c"])
+        assert result.returncode == 2 and "not the [batch, seq] inputs" in result.stderr
+        assert f"of a squad_v1 model exported by export.py: it is a {fits} model, use --task {fits}" in result.stderr
 
 
 def test_onnx_external_data_is_read_only_from_the_models_folder(tmp_path):
@@ -634,13 +637,11 @@ def test_predict_keeps_an_output_file_that_appears_while_it_runs(spm_path, tmp_p
     import src.device_setup
     import src.predict
     from model_utils.errors import run_cli
-    from src.utils import save_checkpoint_atomic
 
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
     # a MindSpore runtime another test of this process started cannot be set up again (nor needs to be)
     monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
-    save_checkpoint_atomic(build_head("classifier"), str(tmp_path / "albert_classifier-1.ckpt"))
-    tiny_config().to_json_file(str(tmp_path / "albert_config.json"))
+    saved_classifier(tmp_path)
     requests = requests_file(tmp_path / "requests.jsonl", [{"text_a": "A short request."}])
     output = tmp_path / "answers.jsonl"
     real_write = src.predict.write_answers
@@ -661,3 +662,41 @@ def test_predict_keeps_an_output_file_that_appears_while_it_runs(spm_path, tmp_p
                                                           "answers.jsonl", "requests.jsonl"]
     assert run_cli(src.predict.main, argv + ["--overwrite"]) == 0
     assert json.loads(output.read_text())["label"] in ("0", "1", "2")
+
+
+def test_predict_scores_requests_that_carry_their_gold_label(spm_path, tmp_path, monkeypatch, capsys):
+    """Requests with a `label` or `gold` (a label name or index) were refused as unknown keys: they are answered as
+    without it (the same logits), the gold label is echoed, and the accuracy over them is printed at the end; a gold
+    label the model does not have is scored as wrong, with a warning."""
+    import src.device_setup
+    import src.predict
+    from model_utils.errors import run_cli
+
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
+    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    saved_classifier(tmp_path)
+    texts = ["The cat sat.", "A dog barked twice.", "Rain fell all day.", "Nobody came.", "It was late."]
+    golds = [{"label": "0"}, {"gold": 1}, {"label": "2"}, {"gold": "2"}, {"label": "positive"}]
+    argv = ["--model", str(tmp_path / "albert_classifier-1.ckpt"), "--task", "classifier", "--spm_model_file",
+            spm_path, "--seq_length", str(SEQ), "--device_target", "CPU"]
+    answers = {}
+    for name, extra in (("plain", [{}] * 5), ("gold", golds)):
+        requests = requests_file(tmp_path / f"{name}.jsonl", [dict(text_a=t, **g) for t, g in zip(texts, extra)])
+        assert run_cli(src.predict.main, argv + ["--input_file", str(requests)]) == 0
+        out = capsys.readouterr()
+        answers[name] = [json.loads(line) for line in out.out.strip().splitlines()]
+    assert [{k: v for k, v in a.items() if k != "gold"} for a in answers["gold"]] == answers["plain"]
+    assert [a["gold"] for a in answers["gold"]] == ["0", 1, "2", "2", "positive"]
+    correct = sum(a["label"] == str(a["gold"]) for a in answers["gold"])
+    assert f"accuracy {correct / 5:.4f}: {correct} of the 5 requests of {tmp_path / 'gold.jsonl'} with a gold answer" \
+        in out.err
+    assert "warning: 1 gold answer(s) are none of the model's labels (first: 'positive'; the model's: 0, 1, 2)" \
+        in out.err
+
+
+def saved_classifier(folder: Path) -> None:
+    """A random 3-class classifier checkpoint with its albert_config.json, as run_classifier.py saves one."""
+    from src.utils import save_checkpoint_atomic
+
+    save_checkpoint_atomic(build_head("classifier"), str(folder / "albert_classifier-1.ckpt"))
+    tiny_config().to_json_file(str(folder / "albert_config.json"))

@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 import numpy as np
 import pytest
@@ -65,7 +65,7 @@ def test_an_hf_model_converted_and_exported_comes_back_bit_identical(name, tmp_p
     assert hf_keys <= set(ours) and ours["model_type"] == "albert"
     assert {key: ours[key] for key in hf_keys | {"architectures"}} == {key: theirs[key] for key in
                                                                       hf_keys | {"architectures"}}
-    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "back").iterdir()) == ["README.md", "config.json", "model.safetensors"]
 
 
 # ----------------------------------------------------------------------------- networks trained here, exported
@@ -110,7 +110,7 @@ def exported(runs, tmp_path_factory) -> Dict[str, Path]:
     done = ok(run(["export.py", "--file_format", "HF", "--task", "pretrain", "--export_ckpt_file",
                    str(runs["pretrain"]), "--export_file_name", str(folder / "pretrain"), "--spm_model_file",
                    str(runs["spm_small"])]))
-    assert f"as AlbertForPreTraining: {folder / 'pretrain'} (config.json, model.safetensors" in done.stdout
+    assert f"as AlbertForPreTraining: {folder / 'pretrain'} (README.md, config.json, model.safetensors" in done.stdout
     assert "AutoModelForPreTraining.from_pretrained(" in done.stdout
     flags = {"classifier": ["--task_name", "mrpc"], "race": [], "squad_v1": []}
     for task, extra in flags.items():
@@ -280,7 +280,7 @@ def test_sentencepiece_tokenizer_files_encode_as_ours(tokenizer, spm_path, tmp_p
                       str(random_classifier(tmp_path, 30000)), "--export_file_name", str(tmp_path / "model"),
                       "--spm_model_file", spm_path)
     assert sorted(p.name for p in (tmp_path / "model").iterdir()) == [
-        "config.json", "model.safetensors", "special_tokens_map.json", "spiece.model", "tokenizer.json",
+        "README.md", "config.json", "model.safetensors", "special_tokens_map.json", "spiece.model", "tokenizer.json",
         "tokenizer_config.json"]
     assert_encodes_as_ours(tmp_path / "model", tokenizer, "AlbertTokenizer", "AlbertTokenizerFast", sample_texts())
     settings = json.loads((tmp_path / "model" / "tokenizer_config.json").read_text())
@@ -371,8 +371,9 @@ def test_a_failed_export_leaves_nothing_and_overwrite_replaces_an_earlier_export
         (tmp_path / "out" / "model" / name).write_bytes(b"an earlier export")
     export_in_process(*args, "--export_file_name", str(tmp_path / "out" / "model"), "--overwrite", "true")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model"]
-    assert sorted(p.name for p in (tmp_path / "out" / "model").iterdir()) == ["config.json", "model.safetensors"]
-    for name in ("config.json", "model.safetensors"):
+    assert sorted(p.name for p in (tmp_path / "out" / "model").iterdir()) == ["README.md", "config.json",
+                                                                              "model.safetensors"]
+    for name in ("config.json", "model.safetensors"):  # README.md names its folder
         assert (tmp_path / "out" / "model" / name).read_bytes() == (tmp_path / "first" / name).read_bytes()
 
 
@@ -446,3 +447,83 @@ def test_a_killed_exports_staging_folders_go_with_the_next_export(tmp_path):
                       "--export_file_name", str(tmp_path / "model"))
     assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-export-notours", "cls.ckpt", "cls.ckpt.json", "mine",
                                                           "model"]
+
+
+# ------------------------------------------------------------------------------------------------ model card
+def run_folder(root: Path, steps: Sequence[int]) -> Path:
+    """A fine-tuning run's OUTPUT_DIR as run_classifier.py leaves it: checkpoints/albert_classifier-<step>.ckpt (a
+    random 2-class head carrying the progress a run records) with albert_config.json, and eval/eval_results.json of
+    the run's final weights on MRPC."""
+    from src.albert_model import AlbertConfig
+    from src.finetune import RUN_WEIGHTS
+    from src.finetune_eval_model import AlbertForSequenceClassification
+    from src.utils import save_checkpoint_atomic
+
+    config = AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    (root / "checkpoints").mkdir(parents=True)
+    (root / "eval").mkdir()
+    head = AlbertForSequenceClassification(config, 2)
+    for step in steps:
+        progress = {"micro_step": 2 * step, "rows": 3668, "batch_size": 16, "group_size": 2, "accumulation_steps": 2,
+                    "seed": 12345, "shuffle": 1, "overflow_count": 0}
+        save_checkpoint_atomic(head, str(root / "checkpoints" / f"albert_classifier-{step}.ckpt"), append_dict=progress)
+    config.to_json_file(str(root / "checkpoints" / "albert_config.json"))
+    results = {"task": "mrpc", "assessment_method": "f1", "score": 0.8912, "accuracy": 0.8480392156862745,
+               "f1": 0.8912, "macro_f1": 0.8261, "mcc": 0.6302, "examples": 408, "rows": 408, "devices": 1,
+               "checkpoint": RUN_WEIGHTS, "data": str(root / "mrpc_dev.mindrecord")}
+    (root / "eval" / "eval_results.json").write_text(json.dumps(results))
+    return root
+
+
+def test_the_folder_carries_a_model_card_the_hub_reads(spm_path, tmp_path):
+    """README.md is a model card that huggingface_hub parses: library, license, tags, pipeline, data set, base model
+    and, from the run's eval_results.json (found beside the checkpoint when it is of that checkpoint, or given with
+    --eval_results), every metric with its value; the text says how the checkpoint was trained and names no path of
+    this machine; its usage example runs; config.json records the transformers format. An export without --task or
+    --config_path names the head it detected."""
+    from huggingface_hub import ModelCard
+
+    run = run_folder(tmp_path / "out" / "mrpc", [300, 500])
+    results = json.loads((run / "eval" / "eval_results.json").read_text())
+    metrics = {key: results[key] for key in ("accuracy", "f1", "macro_f1", "mcc")}
+    folder = tmp_path / "hf" / "albert-mrpc"
+    printed = export_in_process("--file_format", "HF", "--export_ckpt_file", str(run / "checkpoints" /
+                                "albert_classifier-500.ckpt"), "--export_file_name", str(folder), "--spm_model_file",
+                                spm_path, "--base_model", "albert/albert-base-v2")
+    assert "task: classifier, detected from the weights of" in printed
+    assert "(classifier.* weights of 2 classes)" in printed
+    assert "note: model card README.md: the metrics of eval_results.json" in printed
+    assert json.loads((folder / "config.json").read_text())["transformers_version"] == "4.57.6"
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    card = ModelCard.load(folder / "README.md").data
+    assert (card.library_name, card.license, card.pipeline_tag) == ("transformers", "apache-2.0", "text-classification")
+    assert card.tags == ["albert", "mindspore", "text-classification", "mrpc"]
+    assert (card.datasets, card.base_model, card.model_name) == (["nyu-mll/glue"], "albert/albert-base-v2",
+                                                                 "albert-mrpc")
+    assert card.metrics == ["accuracy", "f1", "matthews_correlation"]
+    assert {result.metric_name: result.metric_value for result in card.eval_results} == metrics
+    assert {(r.task_type, r.dataset_type, r.dataset_config) for r in card.eval_results} == {
+        ("text-classification", "nyu-mll/glue", "mrpc")}
+    assert "optimizer step 500, global batch 64 (16 x 2 device(s) x 2 accumulation step(s)), 3668 training rows " \
+           "(8.72 epochs), data seed 12345" in text
+    assert "were not given to the export" in text and "| f1 | 0.8912 |" in text and str(tmp_path) not in text
+    usage = text.split("```python\n")[1].split("```")[0].replace('"user/model"', repr(str(folder)))
+    exec(usage, {})  # the pipeline of the card's example loads the folder and classifies a pair
+
+    # an earlier checkpoint of the run: the run's evaluation is not its own, unless given with --eval_results
+    earlier = ["--file_format", "HF", "--task", "classifier", "--config_path", "task_classifier_config.yaml",
+               "--export_ckpt_file", str(run / "checkpoints" / "albert_classifier-300.ckpt"), "--export_file_name",
+               str(folder), "--overwrite", "true", "--license", ""]
+    export_in_process(*earlier)
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    card = ModelCard.load(folder / "README.md").data
+    assert card.license is None and card.eval_results is None and card.metrics is None
+    assert "No evaluation results: the run's eval_results.json is of albert_classifier-500.ckpt, not of " \
+           "albert_classifier-300.ckpt" in text
+    assert "Settings of `task_classifier_config.yaml`" in text and "| `optimizer_cfg.AdamWeightDecay.learning_rate` |" \
+        in text
+    assert "no tokenizer files" in text  # this time exported without a vocabulary
+    export_in_process(*earlier, "--eval_results", str(run / "eval" / "eval_results.json"))
+    card = ModelCard.load(folder / "README.md").data
+    assert {result.metric_name: result.metric_value for result in card.eval_results} == metrics

@@ -126,6 +126,51 @@ def test_wikiextractor_folders_make_the_same_records_in_both_formats(wiki, tmp_p
     assert meta["input"]["formats"] == {"wikiextractor": 12, "empty": 1}
 
 
+def test_the_same_dump_twice_in_one_folder_is_warned_about(wiki, tmp_path, spm_path, capsys):
+    """Both WikiExtractor formats of one dump in one folder (as `wikiextractor` run twice into the same place leaves
+    them): 24 documents, 12 of them repeats of the first 12, named in a warning with the first repeat; the data is
+    written all the same. A file copied beside itself is the same case."""
+    import shutil
+
+    for name, tree in wiki.items():
+        shutil.copytree(tree, tmp_path / "both" / name)
+    stats = _create(spm_path, tmp_path / "both", tmp_path / "both.mindrecord")
+    assert (stats["documents"], stats["documents_duplicate"]) == (24, 12)
+    first = resolve_input_files(str(tmp_path / "both" / "json"))[1]  # wiki_00 is empty (-b 0)
+    assert f"warning: 12 document(s) repeat an earlier document word for word (first: {first} line 1: " in \
+        capsys.readouterr().err
+    (tmp_path / "copy").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "copy" / name).write_text("".join(t + "\n\n" for t in _documents_text(5)), encoding="utf-8")
+    reader = Corpus(resolve_input_files(str(tmp_path / "copy")), "lines")
+    assert len(list(reader.documents())) == 10 and reader.counts.duplicates == 5
+    assert reader.counts.duplicate_example.startswith(f"{tmp_path / 'copy' / 'b.txt'} line 1: 'Sentence 0 of")
+
+
+def test_duplicates_are_found_in_bounded_memory(tmp_path, monkeypatch):
+    """DigestSet answers as a set does across its merges; past MAX_HASHED_DOCUMENTS distinct documents, later ones
+    are checked against those but not kept (the warning says so)."""
+    monkeypatch.setattr(corpus_module, "MERGED_DIGESTS", 8)
+    rng = random.Random(3)
+    digests = [rng.getrandbits(64) for _ in range(300)]
+    digests += rng.sample(digests, 200) + [0, 0, 2 ** 64 - 1, 2 ** 64 - 1]
+    rng.shuffle(digests)
+    seen, reference = corpus_module.DigestSet(), set()
+    for digest in digests:
+        assert (digest in seen) == (digest in reference), digest
+        if digest not in reference:
+            seen.add(digest)
+            reference.add(digest)
+    assert len(seen) == len(reference) and len(seen.recent) < 64  # most are in the array
+    monkeypatch.setattr(corpus_module, "MAX_HASHED_DOCUMENTS", 2)
+    (tmp_path / "a.txt").write_text("Same.\n\nSame.\n\nOther.\n\nThird.\n\nSame.\n\nThird.\n", encoding="utf-8")
+    reader = Corpus([tmp_path / "a.txt"])
+    assert len(list(reader.documents())) == 6
+    assert (reader.counts.duplicates, reader.counts.unhashed) == (2, 2)
+    assert reader.counts.warnings()[0].endswith("; 2 documents after the first 2 distinct ones were checked against "
+                                                "those only")
+
+
 def test_spm_train_reads_the_sentences_of_the_same_documents(wiki):
     from src.spm_train import _sentences
     from src.tokenization import preprocess_text
