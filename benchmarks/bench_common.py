@@ -57,6 +57,7 @@ HF_KEYS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "
 # What each --compare choice needs installed.
 COMPARE_MODULES = {"torch": ("torch", "transformers"),
                    "onnxruntime": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime"),
+                   "openvino": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "openvino"),
                    "kernels": ("torch", "transformers"),  # HF's model makes the weights every side shares
                    "bf16": ("torch", "transformers"), "torch_bf16": ("torch", "transformers")}
 STAT_KEYS = ("median_ms", "min_ms", "samples_per_s", "tokens_per_s", "model_tflops", "fraction_of_peak",

@@ -640,6 +640,8 @@ MATRIX: List[Row] = [
         "{fx}/pre.ckpt.json", ["{bad} exists; pass --overwrite to replace it"], text("{}"), bad="out/c.ckpt.json"),
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
+    row(PREDICT, "OpenVINO for a checkpoint", "--engine openvino --text_a hi",
+        ["--engine openvino serves an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
         text("weights"), bad="model.pb"),
     row(PREDICT, "pretraining checkpoint", "--model {fx}/pre.ckpt --text_a hi",
