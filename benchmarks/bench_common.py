@@ -59,7 +59,8 @@ COMPARE_MODULES = {"torch": ("torch", "transformers"),
                    "onnxruntime": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime"),
                    "openvino": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "openvino"),
                    "kernels": ("torch", "transformers"),  # HF's model makes the weights every side shares
-                   "bf16": ("torch", "transformers"), "torch_bf16": ("torch", "transformers")}
+                   "bf16": ("torch", "transformers"), "torch_bf16": ("torch", "transformers"),
+                   "torch_compile": ("torch", "transformers"), "torch_compile_bf16": ("torch", "transformers")}
 STAT_KEYS = ("median_ms", "min_ms", "samples_per_s", "tokens_per_s", "model_tflops", "fraction_of_peak",
              "matmul_gflops", "build_s", "first_s", "peak_rss_mb")
 

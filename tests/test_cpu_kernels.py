@@ -163,6 +163,31 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, threads,
 
 
 @needs_kernels
+def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(threads, bf16_products):
+    """The query, key and value layers under set_bf16(True): their input gradient is three primitive products, the
+    second and third added to the first by the primitive's sum post-op (at 1024 x 256 x 256: bfloat16 math)."""
+    rng = np.random.default_rng(11)
+    m, k, n = 1024, 256, 256
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
+    biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    sens = [rng.standard_normal((m, n)).astype(np.float32) for _ in range(3)]
+    cell = Call(cpu_kernels.dense_qkv())
+    tensors = [Tensor(value) for value in (x, *weights, *biases)]
+    outputs = cell(*tensors)
+    grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, tuple(Tensor(d) for d in sens))
+    xb, wb, dyb = (bf16_rounded(x).astype(np.float64), [bf16_rounded(w).astype(np.float64) for w in weights],
+                   [bf16_rounded(d).astype(np.float64) for d in sens])
+    x64, w64, dy64 = x.astype(np.float64), [w.astype(np.float64) for w in weights], [d.astype(np.float64)
+                                                                                      for d in sens]
+    kinds = [assert_bf16_or_float32(output.asnumpy(), xb @ w.T + b, x64 @ w_.T + b)
+             for output, w, w_, b in zip(outputs, wb, w64, biases)]
+    kinds.append(assert_bf16_or_float32(grads[0].asnumpy(), sum(d @ w for d, w in zip(dyb, wb)),
+                                        sum(d @ w for d, w in zip(dy64, w64))))
+    assert kinds == ["bfloat16"] * 4
+
+
+@needs_kernels
 def test_bf16_attention_products_stay_float32_and_so_does_softmax(bf16_products):
     """Attention's per-head products are float32 sgemm even with bfloat16 products on (faster at head sizes, see
     src/kernels/dnnl_matmul.cc); the softmax runs on the float32 scores (rows sum to 1)."""
