@@ -57,8 +57,10 @@ HF_KEYS = ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "
 # What each --compare choice needs installed.
 COMPARE_MODULES = {"torch": ("torch", "transformers"),
                    "onnxruntime": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime"),
+                   "openvino": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "openvino"),
                    "kernels": ("torch", "transformers"),  # HF's model makes the weights every side shares
-                   "bf16": ("torch", "transformers"), "torch_bf16": ("torch", "transformers")}
+                   "bf16": ("torch", "transformers"), "torch_bf16": ("torch", "transformers"),
+                   "torch_compile": ("torch", "transformers"), "torch_compile_bf16": ("torch", "transformers")}
 STAT_KEYS = ("median_ms", "min_ms", "samples_per_s", "tokens_per_s", "model_tflops", "fraction_of_peak",
              "matmul_gflops", "build_s", "first_s", "peak_rss_mb")
 
@@ -312,8 +314,12 @@ class MindSporeSide(Side):
 
         from src.device_setup import setup_device
 
+        from src import cpu_kernels
+
         self.device = setup_device("CPU", cpu_threads=threads, seed=int(self.spec["seed"]))
-        self.framework = f"mindspore {ms.__version__} (GRAPH mode)"
+        # oneDNN's version and the implementations (ISA) it picks on this CPU, as the kernels' status line says.
+        self.framework = (f"mindspore {ms.__version__} (GRAPH mode), "
+                          f"{cpu_kernels.onednn() or 'MindSpore operations: ' + cpu_kernels.status()}")
 
     def matmul_gflops(self, size: int) -> float:
         """MindSpore's MatMul in float32; in bfloat16, which MindSpore's CPU operations lack, the compiled kernels'
@@ -343,17 +349,28 @@ class MindSporeSide(Side):
 
         from mindspore import Profiler
 
+        from src import cpu_kernels
+
         folder = Path(self.spec["workdir"]) / "ms_profile"
+        kernels = cpu_kernels.available()
         profiler = Profiler(output_path=str(folder))
+        if kernels:
+            cpu_kernels.start_profile()
         self.run(steps)
+        inside = cpu_kernels.stop_profile() if kernels else {}
         profiler.analyse()
         rows = []
         for path in folder.glob("**/FRAMEWORK/cpu_op_type_info_*.csv"):
             with open(path, newline="", encoding="utf-8") as handle:
                 rows += [{"op": row["op_type"], "ms_per_step": float(row["total_compute_time"]) / steps,
                           "calls_per_step": float(row["execution_frequency(per-step)"])}
-                         for row in csv.DictReader(handle)]
-        return sorted(rows, key=lambda row: -row["ms_per_step"])
+                         for row in csv.DictReader(handle) if not (inside and row["op_type"] == "Custom")]
+        # The compiled kernels (all "Custom" to MindSpore's profiler) by name, from their own counters: kernels in
+        # wall time; "thread: ..." parts inside them in CPU time summed over threads (not added to the total).
+        rows += [{"op": f"kernel {name}" if not name.startswith("thread: ") else name, "ms_per_step": ms / steps,
+                  "calls_per_step": calls / steps, "cpu_time": name.startswith("thread: ")}
+                 for name, (calls, ms) in inside.items()]
+        return sorted(rows, key=lambda row: (row.get("cpu_time", False), -row["ms_per_step"]))
 
 
 class TorchSide(Side):
@@ -764,7 +781,8 @@ def print_profiles(results: List[Dict[str, Any]], top: int = 12) -> None:
         for name, side in result["sides"].items():
             if "op_profile" not in side:
                 continue
-            rows = side["op_profile"]
+            parts = [row for row in side["op_profile"] if row.get("cpu_time")]
+            rows = [row for row in side["op_profile"] if not row.get("cpu_time")]
             total = sum(row["ms_per_step"] for row in rows)
             print(f"\n[{result['variant']} b{result['batch_size']} s{result['seq_length']}] {name}: time per operation "
                   f"type, ms per step (sum {total:.1f} of a {side['median_ms']:.1f} ms median step)")
@@ -774,6 +792,10 @@ def print_profiles(results: List[Dict[str, Any]], top: int = 12) -> None:
             rest = sum(row["ms_per_step"] for row in rows[top:])
             print(f"  {'(' + str(max(len(rows) - top, 0)) + ' other types)':40s} {rest:9.1f}  "
                   f"{100 * rest / max(total, 1e-9):5.1f}%")
+            if parts:
+                print("  inside the kernels, CPU time of all threads, ms per step:")
+                for row in parts:
+                    print(f"    {row['op'][:38]:38s} {row['ms_per_step']:9.1f}         {row['calls_per_step']:6.0f} calls")
 
 
 def write_json(path: str, report: Dict[str, Any]) -> None:

@@ -3,7 +3,7 @@ transformers' AlbertForSequenceClassification on PyTorch eager and of ONNX Runti
 
     python benchmarks/bench_infer.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 1,32] [--seq_length 128 | --sweep] [--variant KEY=VALUE ...] [--export static|dynamic]
-        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime,kernels,bf16] [--profile N]
+        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime,openvino,kernels,bf16] [--profile N]
         [--output results.json]
 
 Ours is what a deployment runs: AlbertForSequenceClassification of the config (random weights) exported with
@@ -21,6 +21,10 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   activations quantized per call; without the pre-processing its weights, behind Transpose nodes, stay
                   float);
                   ort_ours_int8: our ONNX file made int8 as `export.py --quantize int8` makes it (src/quantize.py)
+    openvino      the same ONNX files compiled by OpenVINO for its CPU plugin (needs `pip install openvino`):
+                  ov_hf: HF's file with OpenVINO's CPU defaults (on CPUs with AMX or AVX512_BF16 that means bfloat16
+                  math: INFERENCE_PRECISION_HINT bf16); ov_hf_f32: the same with the hint f32; ov_ours: our file
+                  with the defaults
     kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
                   (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
     bf16          torch_bf16: HF's model under torch.autocast("cpu", bfloat16); ours_kernels_bf16: ours_kernels with
@@ -103,7 +107,7 @@ class Exporter(common.MindSporeSide):
         batch = self.spec["batch_size"]
         mindir, seconds = self._export("MINDIR", None if self.spec["export"] == "dynamic" else batch)
         facts = {"mindir": mindir, "export_s": {"ours": seconds}}
-        if "ort_ours" in self.spec["sides"]:
+        if {"ort_ours", "ov_ours"} & set(self.spec["sides"]):
             facts["onnx"] = {"ort_ours": None}
             facts["onnx"]["ort_ours"], facts["export_s"]["ort_ours"] = self._export("ONNX", batch)
             start = time.perf_counter()
@@ -150,7 +154,7 @@ class HfExporter(common.TorchSide):
             common.save_hf_state(AlbertForSequenceClassification(AlbertConfig(
                 attn_implementation="eager", num_labels=spec["num_labels"], **spec["hf_config"])),
                 spec["weights"], spec["seed"])
-        if not any(side.startswith("ort_hf") for side in spec["sides"]):
+        if not any(side.startswith(("ort_hf", "ov_hf")) for side in spec["sides"]):
             return {}
         plain, fused, int8 = (str(Path(spec["workdir"]) / name) for name in ("hf.onnx", "hf_fused.onnx",
                                                                              "hf_int8.onnx"))
@@ -281,12 +285,72 @@ class OrtInfer(common.OrtSide):
         return {"check": self.ort.run(None, self.feed)[0].tolist()}
 
 
+class OpenVinoInfer(common.Side):
+    """An ONNX file of the export step (ov_hf, ov_hf_f32: HF's; ov_ours: ours) compiled by OpenVINO for its CPU
+    plugin with INFERENCE_NUM_THREADS threads and, for ov_hf_f32, INFERENCE_PRECISION_HINT f32 (else OpenVINO's
+    default, bf16 where the CPU has AMX or AVX512_BF16)."""
+
+    ONNX = {"ov_hf": "ort_hf", "ov_hf_f32": "ort_hf", "ov_ours": "ort_ours"}
+
+    def set_threads(self, threads: int) -> None:
+        import openvino
+
+        self.core = openvino.Core()
+        self.properties = {"INFERENCE_NUM_THREADS": threads} if threads > 0 else {}
+        if self.spec["side"] == "ov_hf_f32":
+            self.properties["INFERENCE_PRECISION_HINT"] = "f32"
+        hint = self.properties.get("INFERENCE_PRECISION_HINT") or str(
+            self.core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
+        self.framework = f"openvino {openvino.__version__} (CPU plugin, precision hint {hint})"
+
+    def precision(self) -> str:
+        hint = str(self.properties.get("INFERENCE_PRECISION_HINT") or
+                   self.core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
+        return "bfloat16" if "bf16" in hint or "bfloat16" in hint else "float32"
+
+    def matmul_gflops(self, size: int) -> float:
+        """OpenVINO's rate for a size^3 MatMul model in this side's precision hint."""
+        import numpy as np
+        import openvino.opset13 as ops
+        from openvino import Model
+
+        a, b = (ops.parameter([size, size], np.float32, name=name) for name in "ab")
+        compiled = self.core.compile_model(Model([ops.matmul(a, b, False, False)], [a, b]), "CPU", self.properties)
+        rng = np.random.default_rng(0)
+        feed = [rng.standard_normal((size, size), dtype=np.float32) for _ in range(2)]
+        request = compiled.create_infer_request()
+        return common._best_rate(lambda: request.infer(feed), 2.0 * size ** 3)
+
+    def build(self) -> Dict[str, Any]:
+        import numpy as np
+
+        side = self.spec["side"]
+        onnx_side = self.ONNX[side]
+        self.compiled = self.core.compile_model(self.spec["onnx"][onnx_side], "CPU", self.properties)
+        self.request = self.compiled.create_infer_request()
+        ids, types, mask = classifier_inputs(self.spec["config"], self.spec["batch_size"], self.spec["seq_length"],
+                                             self.spec["seed"])
+        columns = {"input_ids": ids, "token_type_ids": types, "input_mask": mask, "attention_mask": mask}
+        self.feed = {port.get_any_name(): columns[port.get_any_name()].astype(
+            np.int64 if port.get_element_type().get_type_name() == "i64" else np.int32)
+            for port in self.compiled.inputs}
+        return {"export_s": self.spec["export_s"][onnx_side]}
+
+    def first(self) -> Dict[str, Any]:
+        return {"check": self.request.infer(self.feed)[0].tolist()}
+
+    def step(self) -> None:
+        self.request.infer(self.feed)
+
+
 SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fused": OrtInfer, "ort_ours": OrtInfer,
          "ort_hf_int8": OrtInfer, "ort_ours_int8": OrtInfer, "ours_kernels": KernelsInfer,
-         "ours_kernels_bf16": KernelsInfer, "torch_bf16": TorchInfer, "export": Exporter, "hf_export": HfExporter}
+         "ours_kernels_bf16": KernelsInfer, "torch_bf16": TorchInfer, "ov_hf": OpenVinoInfer, "ov_hf_f32": OpenVinoInfer,
+         "ov_ours": OpenVinoInfer, "export": Exporter, "hf_export": HfExporter}
 COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours", "ort_hf_int8",
                                                        "ort_ours_int8"),
-                  "kernels": ("ours_kernels",), "bf16": ("torch_bf16", "ours_kernels_bf16")}
+                  "openvino": ("ov_hf", "ov_hf_f32", "ov_ours"), "kernels": ("ours_kernels",),
+                  "bf16": ("torch_bf16", "ours_kernels_bf16")}
 
 
 def export_worker(spec: Dict[str, Any], side: str) -> Dict[str, Any]:
@@ -338,6 +402,7 @@ def main(argv: List[str]) -> int:
     parser = common.make_parser(__doc__, batch_default="1,32", steps_default=10, rounds_default=3,
                                 compare={"torch": "HF transformers on PyTorch eager",
                                          "onnxruntime": "ONNX Runtime on HF's and our ONNX exports",
+                                         "openvino": "OpenVINO's CPU plugin on HF's and our ONNX exports",
                                          "kernels": "our network in-process with the compiled CPU kernels",
                                          "bf16": "PyTorch's bfloat16 autocast and our kernels' bfloat16 products"})
     parser.add_argument("--export", choices=("static", "dynamic"), default="static",

@@ -3,7 +3,8 @@ on PyTorch eager doing the same work, in one run.
 
     python benchmarks/bench_train.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 8[,16]] [--seq_length 128[,256,512] | --sweep] [--variant share_type=none ...]
-        [--compute_type float32|bfloat16] [--steps 5] [--rounds 3] [--threads N] [--compare torch,torch_bf16]
+        [--compute_type float32|bfloat16] [--steps 5] [--rounds 3] [--threads N]
+        [--compare torch,torch_bf16,torch_compile,torch_compile_bf16]
         [--profile N] [--output results.json]
 
 One step is everything a pretraining step does. Ours: AlbertTrainOneStepCell around AlbertNetworkWithLoss (forward,
@@ -18,6 +19,9 @@ config, the same random weights (HF's, perturbed and converted), so their first 
 products in bfloat16 with float32 accumulation, everything else float32 (needs AVX512_BF16 or AMX-BF16).
 --compare torch_bf16 runs HF's step under torch.autocast("cpu", dtype=torch.bfloat16) (PyTorch's bfloat16 training
 recipe: float32 weights, optimizer and gradients, products in bfloat16), beside or instead of --compare torch.
+--compare torch_compile / torch_compile_bf16 run the same steps with the model under torch.compile (inductor, which
+fuses the element-wise work around the products), float32 / under the same autocast: PyTorch's best on a CPU is the
+faster of eager and compiled.
 
 Each side runs in its own worker process (bench_common.py): it builds its model once, measures its framework's
 fp32 sgemm (--peak_size^3) at the same thread count, runs the first step (MindSpore: graph compilation), then
@@ -136,11 +140,12 @@ class OursTrain(common.MindSporeSide):
 
 
 class TorchTrain(common.TorchSide):
-    """HF AlbertForPreTraining (eager attention) + AdamW + clip_grad_norm_(1.0); torch_bf16: forward and loss under
-    torch.autocast("cpu", bfloat16)."""
+    """HF AlbertForPreTraining (eager attention) + AdamW + clip_grad_norm_(1.0); *_bf16: forward and loss under
+    torch.autocast("cpu", bfloat16); torch_compile*: the model wrapped in torch.compile (inductor, its default mode;
+    the first step compiles forward and backward)."""
 
     def precision(self) -> str:
-        return "bfloat16" if self.spec["side"] == "torch_bf16" else "float32"
+        return "bfloat16" if self.spec["side"].endswith("_bf16") else "float32"
 
     def build(self) -> Dict[str, Any]:
         import torch
@@ -169,13 +174,14 @@ class TorchTrain(common.TorchSide):
                        "attention_mask": torch.from_numpy(columns["input_mask"]).long(),
                        "token_type_ids": torch.from_numpy(columns["segment_ids"]).long(), "labels": labels,
                        "sentence_order_label": torch.from_numpy(columns["next_sentence_labels"]).long().reshape(-1)}
+        self.forward = torch.compile(self.model) if self.spec["side"].startswith("torch_compile") else self.model
         return {"parameters": sum(p.numel() for p in self.model.parameters())}
 
     def _call(self) -> float:
         import torch
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision() == "bfloat16"):
-            loss = self.model(**self.inputs).loss
+            loss = self.forward(**self.inputs).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
@@ -204,9 +210,12 @@ def _lr_factor(adam: Dict[str, Any], total_steps: int):
     return factor
 
 
-SIDES = {"ours": OursTrain, "torch": TorchTrain, "torch_bf16": TorchTrain}
+SIDES = {"ours": OursTrain, "torch": TorchTrain, "torch_bf16": TorchTrain, "torch_compile": TorchTrain,
+         "torch_compile_bf16": TorchTrain}
 COMPARE = {"torch": "HF transformers on PyTorch eager, float32",
-           "torch_bf16": "HF transformers on PyTorch eager under torch.autocast(cpu, bfloat16)"}
+           "torch_bf16": "HF transformers on PyTorch eager under torch.autocast(cpu, bfloat16)",
+           "torch_compile": "HF transformers under torch.compile (inductor), float32",
+           "torch_compile_bf16": "HF transformers under torch.compile (inductor) and torch.autocast(cpu, bfloat16)"}
 
 
 def train_settings(args: Any) -> Dict[str, Any]:

@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import mindspore as ms
 from mindspore import Tensor, nn, ops
@@ -42,7 +42,7 @@ from src.atomic_files import atomic_path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = (KERNELS / "dnnl_matmul.cc", KERNELS / "row_ops.cc")
-HEADERS = (KERNELS / "parallel.h", KERNELS / "vector_math.h")
+HEADERS = (KERNELS / "parallel.h", KERNELS / "profile.h", KERNELS / "vector_math.h")
 # -march=native: the library is built on, and for, the machine that runs it (the CPU is part of the cache key).
 # Reassociating float sums lets GCC vectorise the row reductions; NaN and inf still propagate (no -ffinite-math).
 FLAGS = ("-O3", "-march=native", "-std=c++14", "-shared", "-fPIC", "-pthread", "-fno-math-errno",
@@ -209,7 +209,7 @@ def _compile(compiler: str, dnnl: Path, target: Path) -> str:
     try:
         with atomic_path(str(target), ".so", plain_mode=False) as partial:  # a failed build leaves nothing behind
             command = [compiler, *FLAGS, "-o", partial, *map(str, SOURCES), f"-L{dnnl.parent}", f"-l:{dnnl.name}",
-                       f"-Wl,-rpath,{dnnl.parent}"]
+                       f"-Wl,-rpath,{dnnl.parent}", "-ldl"]
             result = subprocess.run(command, capture_output=True, text=True, timeout=300)
             if result.returncode != 0:
                 lines = (result.stderr or result.stdout).strip().splitlines()
@@ -221,12 +221,26 @@ def _compile(compiler: str, dnnl: Path, target: Path) -> str:
 
 
 def status() -> str:
-    """One line for logs: whether float32 networks on CPU use the compiled kernels (and where, when not from the
-    cache), and if not, why."""
+    """One line for logs: whether networks on CPU use the compiled kernels (and where, when not from the cache),
+    with oneDNN's version and the implementations it picks on this CPU (onednn()), and if not, why."""
     path, why = _build()
     if path is None:
         return f"MindSpore operations ({why})"
-    return f"compiled CPU kernels, oneDNN sgemm ({path}{'; ' + why if why else ''})"
+    return f"compiled CPU kernels, {onednn()} ({path}{'; ' + why if why else ''})"
+
+
+@lru_cache(maxsize=None)
+def onednn() -> str:
+    """oneDNN's version and the matmul implementation it picks here for float32 and for bfloat16 math (which names
+    the ISA, e.g. brg_matmul:avx10_1_512_amx), or why the bfloat16 products use the BLAS-style call; "" without the
+    kernels. Respects ONEDNN_MAX_CPU_ISA, as the products do."""
+    path = _build()[0]
+    if path is None:
+        return ""
+    library = _library(path)
+    text = ctypes.create_string_buffer(library.DnnlDescribe(None, 0) + 1)
+    library.DnnlDescribe(text, len(text))
+    return text.value.decode()
 
 
 def available() -> bool:
@@ -288,6 +302,29 @@ def set_threads(threads: int) -> None:
     path = _build()[0] if _build.cache_info().currsize else None
     if path:
         _library(path).SetThreads(_requested_threads[0])
+
+
+def start_profile() -> None:
+    """Count the kernels' time from now on (src/kernels/profile.h): per kernel (wall time) and per part inside the
+    threads (CPU time of the conversions to bfloat16, the products, the attention softmax)."""
+    path = _build()[0]
+    if path is None:
+        raise RuntimeError(f"the compiled CPU kernels are not available here ({_build()[1]})")
+    _library(path).SetProfile(1)
+
+
+def stop_profile() -> Dict[str, Tuple[int, float]]:
+    """The counts since start_profile, {name: (calls, milliseconds)}; profiling off again."""
+    library = _library(_build()[0])
+    size = library.ProfileReport(None, 0) + 1
+    report = ctypes.create_string_buffer(size)
+    library.ProfileReport(report, size)
+    library.SetProfile(0)
+    counts = {}
+    for line in report.value.decode().splitlines():
+        name, calls, nanos = line.rsplit(" ", 2)
+        counts[name] = (int(calls), int(nanos) / 1e6)
+    return counts
 
 
 def _kernel(name: str, out_shape, out_dtype=None, bprop=None) -> ops.Custom:

@@ -121,9 +121,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
                         help=".ckpt on CPU: bfloat16 runs the compiled kernels' products in bfloat16 with float32 "
                              "accumulation (needs AVX512_BF16 or AMX-BF16); softmax, LayerNorm and the rest stay "
-                             "float32")
+                             "float32. .onnx with --engine openvino: OpenVINO's precision hint")
+    parser.add_argument("--engine", default="onnxruntime", choices=("onnxruntime", "openvino"),
+                        help=".onnx: ONNX Runtime, or OpenVINO's CPU plugin (pip install openvino)")
     parser.add_argument("--threads", type=integer, default=0,
-                        help="ONNX: intra-op threads (0: ONNX Runtime's default); .ckpt on CPU: kernel threads "
+                        help="ONNX: intra-op threads (0: the engine's default); .ckpt on CPU: kernel threads "
                              "(0: all usable CPUs)")
     return parser.parse_args(list(argv))
 
@@ -141,15 +143,19 @@ def check_args(args: argparse.Namespace) -> None:
         if not low <= getattr(args, flag) <= high:
             raise UserError(f"--{flag} must be in [{low}, {high}], got {getattr(args, flag)}")
     if args.model.endswith(".onnx"):
-        missing = [name for name in ("onnxruntime", "onnx") if importlib.util.find_spec(name) is None]
+        engine = {"onnxruntime": ("ONNX Runtime", "onnxruntime"), "openvino": ("OpenVINO", "openvino")}[args.engine]
+        missing = [name for name in (engine[1], "onnx") if importlib.util.find_spec(name) is None]
         if missing:
-            raise UserError(f"an ONNX model runs on ONNX Runtime: pip install {' '.join(missing)}")
+            raise UserError(f"--engine {args.engine}: an ONNX model runs on {engine[0]} here: pip install "
+                            f"{' '.join(missing)}")
+    elif args.engine != "onnxruntime":
+        raise UserError(f"--engine {args.engine} serves an .onnx model (export.py --file_format ONNX): {args.model}")
     if not args.model.endswith(".ckpt"):
         used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]
-        used += ["precision"] if args.precision != "float32" else []
+        used += ["precision"] if args.precision != "float32" and args.engine != "openvino" else []
         if used:
             raise UserError(f"--{used[0]} is for a .ckpt model; an exported model has its own")
-    elif args.precision == "bfloat16":
+    if args.precision == "bfloat16":
         from src.cpu_kernels import bf16_support
 
         supported, why = bf16_support()
@@ -396,7 +402,28 @@ def check_bf16_products(target: str) -> None:
                         f"runs on {target} with {kernels_status(target)}")
 
 
+def openvino_runner(path: str, threads: int, precision: str) -> Runner:
+    """The ONNX file compiled by OpenVINO for its CPU plugin, with `threads` threads (0: its default) and the
+    precision hint `precision` (bfloat16: OpenVINO's own default on CPUs with AMX or AVX512_BF16; measured the
+    fastest way to serve on a Xeon with AMX, benchmarks/results/README.md); inputs in the graph's order."""
+    import openvino
+
+    properties = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bfloat16" else "f32"}
+    if threads:
+        properties["INFERENCE_NUM_THREADS"] = threads
+    request = openvino.Core().compile_model(path, "CPU", properties).create_infer_request()
+    print(f"{path}: OpenVINO {openvino.__version__} CPU plugin, precision hint {properties['INFERENCE_PRECISION_HINT']}",
+          file=sys.stderr)
+
+    def run(arrays: List[np.ndarray]) -> List[np.ndarray]:
+        outputs = request.infer(list(arrays))
+        return [outputs[port] for port in request.model_outputs]
+    return run
+
+
 def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
+    if args.model.endswith(".onnx") and args.engine == "openvino":
+        return openvino_runner(args.model, args.threads, args.precision)
     if args.model.endswith(".onnx"):
         return onnxruntime_runner(args.model, args.threads)
     if args.model.endswith(".ckpt"):

@@ -746,6 +746,8 @@ MATRIX: List[Row] = [
         lambda bad, fx: shutil.copy(fx / "pre.ckpt.json", bad), bad="out/c.ckpt.json"),
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
+    row(PREDICT, "OpenVINO for a checkpoint", "--engine openvino --text_a hi",
+        ["--engine openvino serves an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
         text("weights"), bad="model.pb"),
     row(PREDICT, "HF transformers folder as model (was: model not found)", "--model {bad} --text_a hi",

@@ -385,6 +385,34 @@ def test_predict_warns_once_about_requests_without_text_b(onnx_files, spm_path, 
     assert [json.loads(line)["id"] for line in result.stdout.splitlines()] == ["q1", 2, 3]
 
 
+def test_predict_serves_onnx_through_openvino_as_through_onnxruntime(onnx_files, spm_path, tmp_path, capsys):
+    """--engine openvino: the same answers as ONNX Runtime's (float32 hint: to float32 rounding; bfloat16, on CPUs
+    with native bfloat16: close, same labels), and the engine named on stderr."""
+    from model_utils.errors import run_cli
+    from src import cpu_kernels, predict
+
+    pytest.importorskip("openvino", reason="OpenVINO not installed (requirements-dev.txt installs it)")
+    requests = requests_file(tmp_path / "requests.jsonl", [{"text_a": "A cat sat.", "text_b": "A dog ran."},
+                                                           {"text_a": "Rain fell all day.", "text_b": "It was dry."}])
+    base = ["--model", str(onnx_files["classifier"]), "--task", "classifier", "--spm_model_file", spm_path,
+            "--input_file", str(requests), "--threads", "1"]
+    answers = {}
+    precisions = ["float32"] + (["bfloat16"] if cpu_kernels.bf16_support()[0] else [])
+    for engine, precision in [("onnxruntime", "float32")] + [("openvino", p) for p in precisions]:
+        assert run_cli(predict.main, base + ["--engine", engine, "--precision", precision]) == 0
+        out, err = capsys.readouterr()
+        assert ("OpenVINO" in err) == (engine == "openvino"), err
+        answers[engine, precision] = [json.loads(line) for line in out.splitlines()]
+    probabilities = {key: np.array([[a["probabilities"][k] for k in "012"] for a in found])
+                     for key, found in answers.items()}
+    reference = probabilities["onnxruntime", "float32"]
+    np.testing.assert_allclose(probabilities["openvino", "float32"], reference, atol=1e-5)
+    if ("openvino", "bfloat16") in answers:
+        assert np.abs(probabilities["openvino", "bfloat16"] - reference).max() < 0.05
+        assert [a["label"] for a in answers["openvino", "bfloat16"]] == [a["label"] for a in answers["onnxruntime",
+                                                                                                     "float32"]]
+
+
 def expected_squad(task: str, head, tokenizer, question: str, context: str) -> Tuple[str, List[dict], int]:
     """(answer, n-best, windows) of evaluation's postprocessing on the in-process head's outputs for the windows the
     data tool makes (stride 24, query 16, as the predict tests ask for)."""

@@ -1,20 +1,23 @@
-// Matrix products for MindSpore's Custom op (func_type "aot") on CPU, computed by oneDNN's sgemm from the libdnnl
-// that ships inside the MindSpore wheel, and attention's masked softmax, run on each head's scores while they are in
-// cache. That library is built for a caller-supplied thread pool and runs single-threaded here, so each product is
-// split by rows of the result (or by attention head) over albert::Threads() threads.
-// With SetBf16(1) every product runs in bfloat16 with float32 accumulation (oneDNN's gemm_bf16bf16f32, about twice
-// sgemm's rate on CPUs with AVX512_BF16): each call rounds the operand parts it reads to bfloat16 in a buffer of its
-// thread, and writes float32 as before, so softmax, LayerNorm and everything else stay float32.
+// Matrix products for MindSpore's Custom op (func_type "aot") on CPU, computed by oneDNN from the libdnnl that ships
+// inside the MindSpore wheel, and attention's masked softmax, run on each head's scores while they are in cache.
+// That library is built for a caller-supplied thread pool and runs single-threaded here, so each product is split by
+// rows (or columns) of the result, or by attention head, over albert::Threads() threads.
+// Float32 products run as dnnl_sgemm. With SetBf16(1) the dense layers' products run in bfloat16 with float32
+// accumulation through oneDNN matmul primitives (dnnl_primitives.h: float32 tensors read as they are, converted while
+// packed for AMX / AVX512-BF16), or, where the primitive API is missing, as dnnl_gemm_bf16bf16f32 on operands this
+// file rounds to bfloat16; attention's per-head products stay float32 sgemm (at 128 x 128 x 64 a bfloat16 product
+// measured 0.55-0.85x sgemm's rate on a Xeon with AMX: packing costs more than it saves). Softmax, LayerNorm and
+// everything else stay float32.
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <immintrin.h>
 
 #include <initializer_list>
 
+#include "dnnl_primitives.h"
 #include "parallel.h"
+#include "profile.h"
 #include "vector_math.h"
 
-extern "C" int dnnl_sgemm(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-                          int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 extern "C" int dnnl_gemm_bf16bf16f32(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
                                      const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
                                      float *c, int64_t ldc);
@@ -56,12 +59,27 @@ const uint16_t *PackBf16(const float *from, int64_t rows, int64_t cols, int64_t 
 // with float32 accumulation: op(a) is m x k (stored k x m when ta), op(b) k x n (stored n x k when tb).
 int Product(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
             const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  if (!Bf16()) return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if (!Bf16()) {
+    ALBERT_PROFILE("thread: sgemm");
+    return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
   thread_local std::vector<uint16_t> a_buffer, b_buffer;
   const bool at = ta == 'T', bt = tb == 'T';
-  const uint16_t *a16 = PackBf16(a, at ? k : m, at ? m : k, lda, &a_buffer);
-  const uint16_t *b16 = PackBf16(b, bt ? n : k, bt ? k : n, ldb, &b_buffer);
+  const uint16_t *a16, *b16;
+  {
+    ALBERT_PROFILE("thread: operands to bf16");
+    a16 = PackBf16(a, at ? k : m, at ? m : k, lda, &a_buffer);
+    b16 = PackBf16(b, bt ? n : k, bt ? k : n, ldb, &b_buffer);
+  }
+  ALBERT_PROFILE("thread: gemm_bf16bf16f32");
   return dnnl_gemm_bf16bf16f32(ta, tb, m, n, k, alpha, a16, at ? m : k, b16, bt ? k : n, beta, c, ldc);
+}
+
+// One attention head's product, always float32 (see the top of the file).
+int HeadProduct(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                const float *b, int64_t ldb, float *c, int64_t ldc) {
+  ALBERT_PROFILE("thread: attention sgemm");
+  return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 const int64_t kMinSlicePerThread = 64;  // rows or columns of a product per thread
@@ -74,8 +92,20 @@ struct Block {
   int64_t r0, r1, c0, c1;
 };
 
+// GemmBlock's product through a cached oneDNN matmul primitive in bfloat16 math, bias and accumulation (beta 1)
+// done by the primitive; false when there is none (dnnl_primitives.h), nothing written.
+bool Primitive(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const float *a, int64_t lda,
+               const float *b, int64_t ldb, const float *bias, float beta, float *c) {
+  const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, true, block.r1 - block.r0,
+                                  block.c1 - block.c0, k, lda, ldb, n};
+  ALBERT_PROFILE("thread: matmul primitive bf16");
+  return albert::dnnl::Run(shape, ta ? a + block.r0 : a + block.r0 * lda, tb ? b + block.c0 * ldb : b + block.c0,
+                           bias ? bias + block.c0 : nullptr, c + block.r0 * n + block.c0);
+}
+
 int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const float *a, int64_t lda,
               const float *b, int64_t ldb, const float *bias, float beta, float *c) {
+  if (Bf16() && Primitive(ta, tb, block, n, k, a, lda, b, ldb, bias, beta, c)) return 0;
   if (bias) {
     for (int64_t row = block.r0; row < block.r1; ++row) {
       std::memcpy(c + row * n + block.c0, bias + block.c0, (block.c1 - block.c0) * sizeof(float));
@@ -234,8 +264,9 @@ int AttentionProbs(void **params, int *ndims, int64_t **shapes, const char **dty
   return ForEachPair(heads, 0, [&](int64_t pair, float *) {
     const int64_t columns = heads.Columns(pair);
     float *square = probs + heads.Square(pair);
-    const int status = Product('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
-                               heads.hidden, 0.0f, square, seq);
+    const int status = HeadProduct('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
+                                   heads.hidden, square, seq);
+    ALBERT_PROFILE("thread: attention softmax");
     for (int64_t row = 0; row < seq; ++row) {
       const float *bias_row = full_bias ? bias + heads.Square(pair) + row * seq : bias + pair / heads.count * seq;
       albert::SoftmaxRow(square + row * seq, bias_row, square + row * seq, seq);
@@ -262,13 +293,16 @@ int AttentionProbsGrad(void **params, int *ndims, int64_t **shapes, const char *
   const int64_t seq = heads.seq, ld = heads.hidden;
   return ForEachPair(heads, seq * seq, [&](int64_t pair, float *ds) {
     const int64_t columns = heads.Columns(pair), square = heads.Square(pair);
-    for (int64_t row = 0; row < seq; ++row) {
-      albert::SoftmaxGradRow(probs + square + row * seq, dprobs + square + row * seq, ds + row * seq, seq);
+    {
+      ALBERT_PROFILE("thread: attention softmax grad");
+      for (int64_t row = 0; row < seq; ++row) {
+        albert::SoftmaxGradRow(probs + square + row * seq, dprobs + square + row * seq, ds + row * seq, seq);
+      }
     }
-    const int status = Product('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, 0.0f,
-                               dq + columns, ld);
-    return status != 0 ? status : Product('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld, 0.0f,
-                                          dk + columns, ld);
+    const int status = HeadProduct('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, dq + columns,
+                                   ld);
+    return status != 0 ? status : HeadProduct('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld,
+                                              dk + columns, ld);
   });
 }
 
@@ -276,10 +310,10 @@ int AttentionProbsGrad(void **params, int *ndims, int64_t **shapes, const char *
 //   kScores:   x, y [B, S, H]               -> [B, N, S, S]  x_bn y_bn^T   (dprobs = dcontext v^T)
 //   kContext:  x [B, N, S, S], y [B, S, H] -> [B, S, H]     x_bn y_bn      (context = probs v)
 //   kContextT: x [B, N, S, S], y [B, S, H] -> [B, S, H]     x_bn^T y_bn    (dv = probs^T dcontext)
-enum class HeadProduct { kScores, kContext, kContextT };
+enum class HeadProductKind { kScores, kContext, kContextT };
 
-int HeadGemm(HeadProduct kind, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  const bool scores = kind == HeadProduct::kScores;
+int HeadGemm(HeadProductKind kind, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const bool scores = kind == HeadProductKind::kScores;
   Heads heads;
   if (!albert::AllFloat32(4, dtypes) ||
       !ReadHeads(ndims, shapes, scores ? 3 : 0, scores ? std::initializer_list<int>{0, 1}
@@ -294,11 +328,10 @@ int HeadGemm(HeadProduct kind, void **params, int *ndims, int64_t **shapes, cons
   return ForEachPair(heads, 0, [&](int64_t pair, float *) {
     const int64_t columns = heads.Columns(pair), square = heads.Square(pair);
     if (scores) {
-      return Product('N', 'T', seq, seq, heads.size, scale, x + columns, ld, y + columns, ld, 0.0f,
-                     out + square, seq);
+      return HeadProduct('N', 'T', seq, seq, heads.size, scale, x + columns, ld, y + columns, ld, out + square, seq);
     }
-    return Product(kind == HeadProduct::kContextT ? 'T' : 'N', 'N', seq, heads.size, seq, scale, x + square, seq,
-                   y + columns, ld, 0.0f, out + columns, ld);
+    return HeadProduct(kind == HeadProductKind::kContextT ? 'T' : 'N', 'N', seq, heads.size, seq, scale,
+                       x + square, seq, y + columns, ld, out + columns, ld);
   });
 }
 
@@ -307,36 +340,83 @@ int HeadGemm(HeadProduct kind, void **params, int *ndims, int64_t **shapes, cons
 extern "C" {
 void SetThreads(int threads) { albert::Threads() = std::max(1, threads); }
 void SetBf16(int on) { Bf16() = on != 0; }
+void SetProfile(int on) { albert::SetProfiling(on); }
+// "oneDNN X.Y.Z; ..." naming the implementation oneDNN picks for a float32 and a bfloat16-math matmul primitive on
+// this CPU (its ISA: e.g. brg_matmul:avx10_1_512_amx), or why the primitives are not used; into out (at most size
+// bytes, NUL-terminated). Returns the length needed.
+int DnnlDescribe(char *out, int size) {
+  const albert::dnnl::Api &api = albert::dnnl::GetApi();
+  std::string text;
+  if (api.version) {
+    const albert::dnnl::Version *v = api.version();
+    text = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  } else {
+    text = "oneDNN (version unknown)";
+  }
+  if (!api.missing.empty()) {
+    text += "; bfloat16 products: dnnl_gemm_bf16bf16f32 (no matmul primitives: " + api.missing + ")";
+  } else {
+    std::string names[2];
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      albert::dnnl::Matmul probe;
+      const albert::dnnl::Shape shape{false, true, false, false, bf16 == 1, 256, 256, 256, 256, 256, 256};
+      names[bf16] = albert::dnnl::Create(api, shape, &probe) ? probe.implementation : "none";
+      albert::dnnl::Release(api, &probe);
+    }
+    text += "; matmul primitives: float32 " + names[0] + ", bfloat16 math " + names[1];
+  }
+  if (out && size > 0) {
+    std::strncpy(out, text.c_str(), size - 1);
+    out[size - 1] = '\0';
+  }
+  return static_cast<int>(text.size());
+}
+// Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
+int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
+int ProfileReport(char *out, int size) { return albert::ProfileReport(out, size); }
 int MatMulNN(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNN");
   return Gemm(false, false, false, p, d, s, t);
 }
 int MatMulNT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNT");
   return Gemm(false, true, false, p, d, s, t);
 }
 int MatMulTN(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulTN");
   return Gemm(true, false, false, p, d, s, t);
 }
 // x [m, k], w [n, k], bias [n] -> x w^T + bias: nn.Dense in one call.
 int MatMulNTBias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNTBias");
   return Gemm(false, true, true, p, d, s, t);
 }
 int HeadScores(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  return HeadGemm(HeadProduct::kScores, p, d, s, t);
+  ALBERT_PROFILE("HeadScores");
+  return HeadGemm(HeadProductKind::kScores, p, d, s, t);
 }
 int HeadContext(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  return HeadGemm(HeadProduct::kContext, p, d, s, t);
+  ALBERT_PROFILE("HeadContext");
+  return HeadGemm(HeadProductKind::kContext, p, d, s, t);
 }
 int HeadContextT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  return HeadGemm(HeadProduct::kContextT, p, d, s, t);
+  ALBERT_PROFILE("HeadContextT");
+  return HeadGemm(HeadProductKind::kContextT, p, d, s, t);
 }
-int DenseQKV(int, void **p, int *d, int64_t **s, const char **t, void *, void *) { return DenseThree(p, d, s, t); }
+int DenseQKV(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKV");
+  return DenseThree(p, d, s, t);
+}
 int DenseQKVInputGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKVInputGrad");
   return DenseThreeInputGrad(p, d, s, t);
 }
 int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("HeadProbs");
   return AttentionProbs(p, d, s, t);
 }
 int HeadProbsGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("HeadProbsGrad");
   return AttentionProbsGrad(p, d, s, t);
 }
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "parallel.h"
+#include "profile.h"
 #include "vector_math.h"
 
 namespace {
@@ -28,6 +29,7 @@ extern "C" {
 
 // x -> gelu(x), any shape.
 int GeluTanh(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("GeluTanh");
   if (!albert::AllFloat32(2, dtypes)) return 2;
   const float *x = static_cast<const float *>(params[0]);
   float *y = static_cast<float *>(params[1]);
@@ -43,6 +45,7 @@ int GeluTanh(int, void **params, int *ndims, int64_t **shapes, const char **dtyp
 
 // (x, dy) -> dx = dy * gelu'(x); gelu'(x) = s + x s (1 - s) k (1 + 3 c x^2), s = sigmoid(k (x + c x^3)).
 int GeluTanhGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("GeluTanhGrad");
   if (!albert::AllFloat32(3, dtypes)) return 2;
   const float *x = static_cast<const float *>(params[0]);
   const float *dy = static_cast<const float *>(params[1]);
@@ -61,6 +64,7 @@ int GeluTanhGrad(int, void **params, int *ndims, int64_t **shapes, const char **
 // (x [M, C], gamma [C], beta [C], eps [1]) -> (y [M, C], mean [M], rstd [M]):
 // y = (x - mean) * rstd * gamma + beta per row, rstd = 1 / sqrt(var + eps); mean and rstd are kept for the backward.
 int LayerNorm(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("LayerNorm");
   if (ndims[0] != 2 || !albert::AllFloat32(7, dtypes)) return 2;
   const float *x = static_cast<const float *>(params[0]);
   const float *gamma = static_cast<const float *>(params[1]);
@@ -92,6 +96,7 @@ int LayerNorm(int, void **params, int *ndims, int64_t **shapes, const char **dty
 // with xhat = (x - mean) rstd and g = dy gamma, dx = rstd (g - mean(g) - xhat mean(g xhat)) per row;
 // dgamma = sum over rows of dy xhat, dbeta = sum over rows of dy (per-thread partial sums, added at the end).
 int LayerNormGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("LayerNormGrad");
   if (ndims[0] != 2 || !albert::AllFloat32(8, dtypes)) return 2;
   const float *x = static_cast<const float *>(params[0]);
   const float *dy = static_cast<const float *>(params[1]);
@@ -144,6 +149,7 @@ int LayerNormGrad(int, void **params, int *ndims, int64_t **shapes, const char *
 
 // dy [M, N] -> sum over rows [N]: the bias gradient of a dense layer. Columns are split over the threads.
 int ColumnSum(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("ColumnSum");
   if (ndims[0] != 2 || !albert::AllFloat32(2, dtypes)) return 2;
   const float *dy = static_cast<const float *>(params[0]);
   float *sums = static_cast<float *>(params[1]);
@@ -162,6 +168,7 @@ int ColumnSum(int, void **params, int *ndims, int64_t **shapes, const char **dty
 // (x [any shape], divisor [] or [1]) -> x / divisor (a true division: 1/divisor may be subnormal). MindSpore's CPU
 // Div by a one-element tensor keeps about four times its output's size allocated for the whole run.
 int DivideByScalar(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("DivideByScalar");
   if (!albert::AllFloat32(3, dtypes)) return 2;
   const float *x = static_cast<const float *>(params[0]);
   const float divisor = *static_cast<const float *>(params[1]);
@@ -176,6 +183,7 @@ int DivideByScalar(int, void **params, int *ndims, int64_t **shapes, const char 
 // (x [any shape], scale [] or [1]) -> [1]: the sum of (x / scale)^2, accumulated in double (no overflow or
 // underflow on the way; inf/nan in x, or a total beyond float32's range, gives a non-finite result).
 int ScaledSquaredNorm(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("ScaledSquaredNorm");
   if (!albert::AllFloat32(3, dtypes)) return 2;
   const float *x = static_cast<const float *>(params[0]);
   const double inverse = 1.0 / *static_cast<const float *>(params[1]);
@@ -200,6 +208,7 @@ int ScaledSquaredNorm(int, void **params, int *ndims, int64_t **shapes, const ch
 // cross entropy of each row, in one read of the row (plus one while it is in cache). A label outside [0, V) gives
 // nll 0 and no gradient, as the one-hot product of the portable path does.
 int CrossEntropy(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("CrossEntropy");
   if (ndims[0] != 2 || std::strcmp(dtypes[0], "float32") != 0 || std::strcmp(dtypes[1], "int32") != 0) return 2;
   const float *logits = static_cast<const float *>(params[0]);
   const int32_t *labels = static_cast<const int32_t *>(params[1]);
@@ -223,6 +232,7 @@ int CrossEntropy(int, void **params, int *ndims, int64_t **shapes, const char **
 
 // (logits [M, V], labels [M], logsumexp [M], dnll [M]) -> dlogits = (softmax(row) - onehot(label)) * dnll per row.
 int CrossEntropyGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("CrossEntropyGrad");
   if (ndims[0] != 2 || std::strcmp(dtypes[1], "int32") != 0) return 2;
   const float *logits = static_cast<const float *>(params[0]);
   const int32_t *labels = static_cast<const int32_t *>(params[1]);

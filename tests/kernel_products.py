@@ -1,0 +1,46 @@
+"""Run by tests/test_cpu_kernels.py::test_products_on_a_lower_isa_forced in a process whose ONEDNN_MAX_CPU_ISA caps
+what oneDNN may use: the dense products (forward and both gradients) against float64 numpy, in float32 and with
+bfloat16 math, on 1 and 2 threads; the last line printed is the kernels' oneDNN description."""
+import ctypes
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+from src import cpu_kernels  # noqa: E402
+from tests.test_cpu_kernels import (assert_bf16_or_float32, assert_close, bf16_rounded,  # noqa: E402
+                                    forward_and_input_grads)
+
+
+def main() -> None:
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    rng = np.random.default_rng(3)
+    m, k, n = 1024, 96, 160
+    x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
+    x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
+    xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
+    for threads in (1, 2):
+        cpu_kernels.set_threads(threads)
+        for bf16 in (False, True):
+            cpu_kernels.set_bf16(bf16)
+            y, (dx, dw, _) = forward_and_input_grads(cpu_kernels.matmul_nt_bias(), (x, w, b), dy)
+            if bf16:
+                assert_bf16_or_float32(y.asnumpy(), xb @ wb.T + b, x64 @ w64.T + b)
+                assert_bf16_or_float32(dx, dyb @ wb, dy64 @ w64)
+                assert_bf16_or_float32(dw, dyb.T @ xb, dy64.T @ x64)
+            else:
+                assert_close(y.asnumpy(), x64 @ w64.T + b)
+                assert_close(dx, dy64 @ w64)
+                assert_close(dw, dy64.T @ x64)
+    library = cpu_kernels._library(cpu_kernels._build()[0])
+    text = ctypes.create_string_buffer(400)
+    library.DnnlDescribe(text, 400)
+    print(text.value.decode())
+
+
+if __name__ == "__main__":
+    main()
