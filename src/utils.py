@@ -146,8 +146,9 @@ def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path:
 
 
 def _by_name(items: Union[nn.Cell, List[Dict[str, Tensor]]]) -> Dict[str, Tensor]:
-    """What is written, by name: a cell's parameters (each once) or a list of {"name", "data"}; MindSpore writes
-    exactly this mapping, so the digest is computed over what lands in the file."""
+    """What is written, by name: a cell's parameters (each once) or a list of {"name", "data"} (as Parameters:
+    MindSpore 2.10's save_checkpoint takes no plain Tensor in a mapping); MindSpore writes exactly this mapping, so
+    the digest is computed over what lands in the file."""
     if isinstance(items, nn.Cell):
         return {param.name: param for _, param in items.parameters_and_names()}
-    return {item["name"]: item["data"] for item in items}
+    return {item["name"]: _as_parameter(item["name"], item["data"]) for item in items}
