@@ -21,7 +21,8 @@ FOLDER = "tensorboard"
 
 
 class Summaries:
-    """One event file in `folder` (created when absent; never a symbolic link)."""
+    """One event file in `folder` (created when absent; never a symbolic link). tensorboardX is imported by the
+    methods: its import takes seconds, which `--help` and the input checks of the entry points do not wait for."""
 
     def __init__(self, folder: str, purge_step: Optional[int] = None):
         from tensorboardX.event_file_writer import EventsWriter

@@ -78,8 +78,9 @@ def test_mindspore_plugin_warnings_show_only_with_verbose(data, tmp_path):
         result = subprocess.run(args + extra, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert result.returncode == 2 and "device: " in result.stdout, result.stdout + result.stderr
         printed[bool(extra)] = result.stdout + result.stderr
-    assert "[WARNING]" not in printed[False] and "error: checkpoint not found" in printed[False]
-    assert "[WARNING] ME(" in printed[True] and "is not available" in printed[True]
+    assert "error: checkpoint not found" in printed[False]
+    for line in ("[WARNING]", "Load dynamic library"):  # the records and their continuation lines
+        assert line not in printed[False] and line in printed[True], line
 
 
 def test_epochs_come_from_the_dataset_size(data, tmp_path):
