@@ -4,14 +4,15 @@ and the run's settings as text. `enable_tensorboard: false` turns them off; rank
 
 Written with tensorboardX's event-file format (MindSpore's SummaryRecord writes MindInsight's, which TensorBoard cannot
 read), synchronously: every event is on disk when `scalars` returns, so a killed run loses none it logged. Each writer
-gets a file of its own (tensorboardX's names differ only by the second). A resumed run's writer starts with
+gets a file of its own, named in the order they were made. A resumed run's writer starts with
 `purge_step`, TensorBoard's restart marker: what the interrupted run logged after its checkpoint is dropped and the
 re-logged steps replace it, so the curves continue without a doubled stretch.
 """
 import math
 import os
+import sys
 import time
-import uuid
+from types import SimpleNamespace
 from typing import Mapping, Optional
 
 from model_utils.config import Config
@@ -20,36 +21,50 @@ from model_utils.errors import UserError
 FOLDER = "tensorboard"
 
 
-class Summaries:
-    """One event file in `folder` (created when absent; never a symbolic link). tensorboardX is imported by the
-    methods: its import takes seconds, which `--help` and the input checks of the entry points do not wait for."""
-
-    def __init__(self, folder: str, purge_step: Optional[int] = None):
+def _tensorboardx() -> SimpleNamespace:
+    """The parts of tensorboardX these summaries use, imported when a run first writes (not for `--help`). Its package
+    imports torch where torch is installed (2 s), only to accept torch tensors, which are never passed here: unless
+    torch is loaded already, that import is made to fail (tensorboardX goes on without it) and then allowed again."""
+    blocked = "torch" not in sys.modules
+    if blocked:
+        sys.modules["torch"] = None  # `import torch` raises ImportError
+    try:
         from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.proto.summary_pb2 import Summary
+        from tensorboardX.summary import text
+    finally:
+        if blocked:
+            del sys.modules["torch"]
+    return SimpleNamespace(EventsWriter=EventsWriter, Event=Event, SessionLog=SessionLog, Summary=Summary, text=text)
 
+
+class Summaries:
+    """One event file in `folder` (created when absent; never a symbolic link)."""
+
+    def __init__(self, folder: str, purge_step: Optional[int] = None):
         if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
             raise UserError(f"{folder} is a symbolic link or not a folder: TensorBoard summaries are never written "
                             f"through one; remove it (or set enable_tensorboard false)")
+        self._tb = _tensorboardx()
         os.makedirs(folder, exist_ok=True)
-        self._event = Event
-        self._events = EventsWriter(os.path.join(folder, "events"), f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        # TensorBoard reads a folder's files in name order, which must be the order they were written in (a resumed
+        # run's purge marker comes after what it replaces): tensorboardX names them by the second only.
+        self._events = self._tb.EventsWriter(os.path.join(folder, "events"), f".{time.time_ns():020d}.{os.getpid()}")
         if purge_step is not None:
-            self._write(Event(step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+            start = self._tb.SessionLog(status=self._tb.SessionLog.START)
+            self._write(self._tb.Event(step=purge_step, session_log=start))
 
     def scalars(self, prefix: str, values: Mapping[str, object], step: int) -> None:
         """`values`' finite numbers as `prefix/name` at `step` (nan, text and flags are left out)."""
-        from tensorboardX.proto.summary_pb2 import Summary
-
-        numbers = [Summary.Value(tag=f"{prefix}/{name}", simple_value=float(value)) for name, value in values.items()
+        summary = self._tb.Summary
+        numbers = [summary.Value(tag=f"{prefix}/{name}", simple_value=float(value)) for name, value in values.items()
                    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)]
         if numbers:
-            self._write(self._event(step=step, summary=Summary(value=numbers)))
+            self._write(self._tb.Event(step=step, summary=summary(value=numbers)))
 
     def text(self, tag: str, text: str, step: int) -> None:
-        from tensorboardX.summary import text as text_summary
-
-        self._write(self._event(step=step, summary=text_summary(tag, text)))
+        self._write(self._tb.Event(step=step, summary=self._tb.text(tag, text)))
 
     def close(self) -> None:
         self._events.close()
