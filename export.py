@@ -303,8 +303,10 @@ def _describe(signature: Signature) -> str:
 def export_hf_folder(args: Config, task: str, task_config: Config, source: str, config_path: str) -> int:
     """--file_format HF: weights, tokenizer files and model card, no device involved."""
     from src.hf_export import export_hf, summary_lines
+    from src.run_log import log_to
 
     done = export_hf(args, task, task_config, source, output_name(args), config_path)
+    log_to(os.path.dirname(os.path.abspath(output_name(args))))
     print("\n".join(summary_lines(task, args.export_ckpt_file, done)))
     return 0
 
@@ -333,6 +335,9 @@ def main(argv: List[str]) -> int:
     else:
         inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
     written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize, args.overwrite)
+    from src.run_log import log_to
+
+    log_to(os.path.dirname(os.path.abspath(output_name(args))))
     shown_batch = "batch" if batch is None else batch
     shown_shape = [shown_batch] + shape[1:]
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "

@@ -4,7 +4,9 @@
 
 The network comes from --albert_config_file, else from the albert_config.json that run_pretrain.py wrote beside
 the checkpoint, else from albert_network + net_cfg as in run_pretrain.py. Every row is evaluated exactly once;
-under `distribute` the ranks split the rows and add up their sums. Prints the metrics and writes them as JSON.
+under `distribute` the ranks split the rows and add up their sums. Prints the metrics and writes them as JSON, and
+(enable_tensorboard) as TensorBoard scalars pretrain_eval/<metric> in OUTPUT_DIR/tensorboard at the checkpoint's
+step; the log goes to the folder of that JSON.
 """
 import json
 import os
@@ -31,9 +33,10 @@ def metrics_from_sums(sums: np.ndarray) -> Dict[str, float]:
 
 
 def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -> np.ndarray:
-    """This rank's metric sums over rows rank, rank + group_size, ... of the data."""
+    """This rank's metric sums over rows rank, rank + group_size, ... of the data (rank 0 shows the progress)."""
     from src.dataset import count_rows, create_pretraining_dataset
     from src.inference import cell_runner, run_padded
+    from src.progress import progress
 
     rows = np.arange(count_rows(data_dir))[rank::group_size]
     sums = np.zeros(6, np.float64)
@@ -41,8 +44,9 @@ def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -
         return sums
     dataset = create_pretraining_dataset(data_dir, batch_size, drop_remainder=False, indices=rows)
     batches = (list(batch) for batch in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1))
-    for (batch_sums,), _ in run_padded(cell_runner(cell), batches, batch_size, weights=True):
-        sums += batch_sums.astype(np.float64)
+    with progress("eval", len(rows), " rows", enabled=rank == 0) as bar:
+        for (batch_sums,), _ in run_padded(cell_runner(cell), batches, batch_size, weights=True, bar=bar):
+            sums += batch_sums.astype(np.float64)
     return sums
 
 
@@ -62,9 +66,12 @@ def main(argv: List[str]) -> int:
 
     from src.albert_for_pre_training import AlbertPretrainEvalCell
     from src.atomic_files import save_json_atomic
+    from src.checkpoints import checkpoint_step
     from src.dataset import check_schema
     from src.device_setup import all_ranks_sum, model_runtime, setup_device
     from src.run_config import check_data_fits, data_meta
+    from src.run_log import log_to
+    from src.summaries import write_metrics
     from src.utils import load_weights
 
     seq_shape = check_schema(config.eval_data_dir, config.schema_dir)
@@ -75,16 +82,19 @@ def main(argv: List[str]) -> int:
     cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))
     cell.set_train(False)
     load_weights(cell, config.eval_ckpt)
+    output = os.path.abspath(config.eval_output_file or os.path.join(config.output_dir, "pretrain_eval.json"))
+    if device.is_main:
+        log_to(os.path.dirname(output))
     sums = evaluate(cell, config.eval_data_dir, config.eval_batch_size, device.rank, device.group_size)
     if device.group_size > 1:
         sums = all_ranks_sum(sums).astype(np.float64)
     metrics = metrics_from_sums(sums)
     if device.is_main:
-        output = os.path.abspath(config.eval_output_file or os.path.join(config.output_dir, "pretrain_eval.json"))
         save_json_atomic({**metrics, "checkpoint": os.path.abspath(config.eval_ckpt),
                           "data": os.path.abspath(config.eval_data_dir), "network": source}, output)
         print(json.dumps(metrics, indent=2))
         print(f"wrote {output}")
+        write_metrics(config, config.output_dir, "pretrain_eval", metrics, checkpoint_step(config.eval_ckpt))
     return 0
 
 

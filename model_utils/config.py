@@ -396,7 +396,8 @@ def build_parser(values: Dict[str, Any], helps: Dict[str, str], choices: Dict[st
                  description: str = "", config_path: Optional[str] = None) -> argparse.ArgumentParser:
     parser = ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument("--config_path", default=config_path, help="yaml file with the values to use")
-    parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show tracebacks on errors, and MindSpore's own warnings (hidden unless GLOG_v is set)")
     for key, value in flatten(values).items():
         metavar = _type_name(value).upper() if value is not None else "VALUE"
         alone = {"nargs": "?", "const": "true"} if isinstance(value, bool) else {}  # `--overwrite` = `--overwrite true`

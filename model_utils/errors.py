@@ -1,16 +1,20 @@
 """One way for every entry point to report a user's mistake: one line on stderr, a non-zero exit.
 
 A traceback tells a user nothing about which file or key was wrong, so entry points raise `UserError`
-with a message naming the culprit and `run_cli` prints just that line. `--verbose` shows the traceback.
+with a message naming the culprit and `run_cli` prints just that line. `--verbose` shows the traceback, and
+MindSpore's own warnings (its plugin loader's lines about absent Ascend/GPU libraries on every start), which are
+hidden otherwise unless GLOG_v is set. `run_cli` also tees the command's output into its log (src/run_log.py).
 The model's config and cells refuse a value with ValueError, in their own terms; entry points wrap the calls that
 load a config or build a network from the user's values in `as_user_error()`.
 """
+import os
 import sys
 import traceback
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, Optional, Sequence
 
 EXIT_USER_ERROR = 2
+QUIET_GLOG_LEVEL = "3"  # MindSpore's GLOG_v: errors only (it reads the variable when it is imported)
 
 
 class UserError(Exception):
@@ -30,12 +34,22 @@ def as_user_error() -> Iterator[None]:
 def run_cli(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[str]] = None) -> int:
     """Run `main(argv)` and turn errors into a one-line message and an exit code.
 
-    `--verbose` anywhere in argv is removed before `main` sees it and makes errors show their traceback.
+    `--verbose` anywhere in argv is removed before `main` sees it and makes errors show their traceback and
+    MindSpore log its warnings. Entry points import MindSpore inside `main`, after this sets GLOG_v.
     Returns the exit code; callers do `sys.exit(run_cli(main))`.
     """
+    from src.run_log import captured_output, command_name  # src imports this module: not at the top
+
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args
     args = [a for a in args if a != "--verbose"]
+    if not verbose:
+        os.environ.setdefault("GLOG_v", QUIET_GLOG_LEVEL)
+    with captured_output(command_name(main), args):
+        return _run(main, args, verbose)
+
+
+def _run(main: Callable[[List[str]], Optional[int]], args: List[str], verbose: bool) -> int:
     try:
         code = main(args)
         return int(code or 0)

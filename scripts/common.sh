@@ -9,7 +9,9 @@
 #       the whole of scripts/run_<TASK>_{single,distribute}.sh (TASK: classifier, race, squad_v1, squad_v2).
 #
 # Commands run in the caller's current directory (the python scripts are named by absolute path), so relative
-# paths in flags mean what they mean to the user.
+# paths in flags mean what they mean to the user. Their output is logged here (with MindSpore's C++ lines, which
+# Python cannot see): ALBERT_LOG_TEED=1 tells the python commands not to write their own log as well
+# (src/run_log.py).
 
 ALBERT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -20,7 +22,7 @@ Environment:
   DEVICE_TARGET  auto | CPU | GPU | Ascend (default auto)
   LAUNCHER       msrun | mpirun (default msrun, on every target). mpirun (Open MPI 4.x; GPU or Ascend only) is
                  started with --allow-run-as-root when root, -x for PATH, LD_LIBRARY_PATH, PYTHONPATH, CUDA_HOME,
-                 NCCL_SOCKET_IFNAME, NCCL_DEBUG and GLOG_v where set, and --bind-to none
+                 NCCL_SOCKET_IFNAME, NCCL_DEBUG, GLOG_v and ALBERT_LOG_TEED where set, and --bind-to none
   MPI_IF_INCLUDE interfaces or subnets mpirun's own traffic may use (eth1, 10.0.0.0/24; comma-separated): passed
                  as --mca oob_tcp_if_include and --mca btl_tcp_if_include (NCCL_SOCKET_IFNAME does it for NCCL)
   NNODES         machines in the job (default 1). With msrun, start this script once on each machine, each
@@ -85,7 +87,7 @@ albert_run_single() {
   mkdir -p "$(dirname "$log")"
   echo "logs: $log"
   echo "+ ${cmd[*]}" | tee -a "$log"
-  { "${cmd[@]}" 2>&1 | tee -a "$log"; status=${PIPESTATUS[0]}; } || true
+  { ALBERT_LOG_TEED=1 "${cmd[@]}" 2>&1 | tee -a "$log"; status=${PIPESTATUS[0]}; } || true
   return "$status"
 }
 
@@ -106,6 +108,7 @@ albert_run_distributed() {
     echo "error: NNODES must be a positive integer, got '$nnodes'" >&2; return 2
   fi
   [[ -n "$launcher" ]] || launcher=msrun
+  export ALBERT_LOG_TEED=1  # the workers' output is in the launcher's logs
   local workers=$((device_num * nnodes)) logs="$out/logs"
   local args=(--distribute true --device_num "$workers" --device_target "$target" "$@")
   local cmd env=() settings=()
@@ -135,7 +138,7 @@ albert_run_distributed() {
       # libraries); no core binding (each worker runs data-pipeline threads besides its device).
       if [[ "$(id -u)" == 0 ]]; then cmd+=(--allow-run-as-root); fi
       local name
-      for name in PATH LD_LIBRARY_PATH PYTHONPATH CUDA_HOME NCCL_SOCKET_IFNAME NCCL_DEBUG GLOG_v; do
+      for name in PATH LD_LIBRARY_PATH PYTHONPATH CUDA_HOME NCCL_SOCKET_IFNAME NCCL_DEBUG GLOG_v ALBERT_LOG_TEED; do
         if [[ -n "${!name:-}" ]]; then cmd+=(-x "$name"); fi
       done
       cmd+=(--bind-to none)

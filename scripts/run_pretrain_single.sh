@@ -32,7 +32,9 @@ PYTHON="${PYTHON:-python}"
 DEVICE_TARGET="${DEVICE_TARGET:-auto}"
 DEVICE_ID="${DEVICE_ID:-0}"
 
-# run LOG_FILE command...: echo the command, run it with its output also in LOG_FILE, return its exit code.
+# run LOG_FILE command...: echo the command, run it with its output also in LOG_FILE, return its exit code. The
+# python commands write no log of their own (src/run_log.py).
+export ALBERT_LOG_TEED=1
 run() {
   local log="$1"; shift
   echo "+ $*" | tee -a "$log"

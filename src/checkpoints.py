@@ -54,6 +54,12 @@ def list_checkpoints(directory: str, prefix: str) -> List[Tuple[int, str]]:
     return sorted(found)
 
 
+def checkpoint_step(path: str) -> int:
+    """The optimizer step a train checkpoint's name carries (0 for other checkpoints: converted, renamed)."""
+    match = CHECKPOINT_NAME.match(os.path.basename(path))
+    return int(match["step"]) if match else 0
+
+
 @dataclass
 class Lineage:
     """The run a save folder's checkpoints belong to: a random id written once into `LINEAGE_FILE` in the folder

@@ -23,6 +23,7 @@ from model_utils.config import ArgumentParser, boolean
 from model_utils.errors import UserError, as_user_error, run_cli
 from src.albert_model import AlbertConfig
 from src.atomic_files import check_outputs, claimed_folder_of, save_json_atomic
+from src.run_log import log_to
 
 Tensors = Dict[str, np.ndarray]
 
@@ -339,6 +340,7 @@ def main(argv: List[str]) -> int:
     check_outputs([args.output, args.output + ".json"], args.overwrite, {"--input": args.input, "--config": args.config},
                   flag="--overwrite")
     summary = convert(args.src, args.input, args.output, args.config, args.overwrite)
+    log_to(os.path.dirname(os.path.abspath(args.output)))
     print(f"wrote {summary['written']} ({summary['parameters']} parameters) and {summary['config']}")
     if summary["initialised"]:
         print(f"note: {', '.join(summary['initialised'])} not in the input (an HF AlbertForMaskedLM has neither pooler "

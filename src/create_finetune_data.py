@@ -27,6 +27,7 @@ RACE record schema (4 choices; each row of the [4, S] arrays is [CLS] article [S
 Beside the data: `<output>.meta.json` (task, label_list, counts, tokenizer) and `<output>.examples.jsonl`
 (guid and source file:line of each record, in write order).
 """
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ from model_utils.errors import UserError, run_cli
 from src.data_utils import (check_max_seq_length, load_json, pack_pair, parse_tool_config, read_tsv, require,
                             tokenizer_from_config, truncate_pair_from_end)
 from src.mindrecord_io import RecordWriter, check_output_free, jsonl_line
+from src.progress import progress
+from src.run_log import log_to
 from src.tokenization import FullTokenizer
 
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "label_ids", "is_real_example")
@@ -315,16 +318,19 @@ def create_finetune_data(config) -> Dict[str, object]:
             "max_seq_length": config.max_seq_length, "tokenizer": tokenizer.describe(), "inputs": inputs}
     with RecordWriter(config.output_file, schema, f"albert {config.task_name} {config.split}",
                       config.partition_number, config.overwrite, [".examples.jsonl"]) as out:
-        with open(out.sidecar(".examples.jsonl"), "w", encoding="utf-8") as sources:
+        with open(out.sidecar(".examples.jsonl"), "w", encoding="utf-8") as sources, \
+                progress("examples", None, " examples") as bar:
             for record, example in records:
                 out.write((record,))
                 sources.write(jsonl_line({"guid": example.guid, "source": example.source}))
+                bar.update(1)
         return out.publish(meta)
 
 
 def main(argv: List[str]) -> int:
     config = parse_tool_config(argv, "finetune", __doc__.splitlines()[0])
     meta = create_finetune_data(config)
+    log_to(os.path.dirname(os.path.abspath(config.output_file)))
     print(f"wrote {meta['num_records']} {config.task_name} {config.split} records to "
           f"{', '.join(meta['files'])} in {Path(config.output_file).parent}")
     return 0

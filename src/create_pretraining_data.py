@@ -51,6 +51,7 @@ import collections
 import hashlib
 import itertools
 import multiprocessing
+import os
 import random
 import re
 import sys
@@ -65,9 +66,11 @@ import numpy as np
 
 from model_utils.errors import UserError, run_cli
 from src.corpus import Corpus, Document
-from src.data_utils import (Progress, check_max_seq_length, full_disk_reported, parse_tool_config,
+from src.data_utils import (check_max_seq_length, full_disk_reported, parse_tool_config,
                             resolve_input_files, tokenizer_from_config)
 from src.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
+from src.progress import progress
+from src.run_log import log_to
 from src.tokenization import FullTokenizer
 
 COLUMNS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
@@ -506,16 +509,15 @@ def create_pretraining_data(config) -> Dict[str, object]:
     per_file = config.records_per_file or max(1, min(FILE_BYTES // row_bytes(options), MAX_RECORDS_PER_FILE))
     part = f" (part {config.shard_index} of {config.num_shards})" if config.num_shards > 1 else ""
     summary = Summary(options.max_seq_length - 3)
-    bar = Progress(corpus.total_bytes, "MB of input", enabled=config.progress, scale=1e6)
     tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor, per_file))
     needed = corpus.total_bytes * rows_per_byte(options, config.dupe_factor) * row_bytes(options)
     with full_disk_reported(output_file, int(needed)), \
             RecordWriter(output_file, schema(options), "albert pretraining", overwrite=config.overwrite) as out:
-        for done in write_tasks(tasks, out, tokenizer, options, config.dupe_factor, config.random_seed,
-                                config.num_workers):
-            summary.merge(done)
-            bar.update(corpus.bytes_read - bar.done)
-        bar.close()
+        with progress("input", corpus.total_bytes, "B", enabled=config.progress, unit_scale=True) as bar:
+            for done in write_tasks(tasks, out, tokenizer, options, config.dupe_factor, config.random_seed,
+                                    config.num_workers):
+                summary.merge(done)
+                bar.update(corpus.bytes_read - bar.n)
         summary.check(corpus, part)
         stats = dict(summary.as_dict(), **corpus.counts.as_dict(), input_files=len(paths),
                      input_bytes=corpus.total_bytes, warnings=summary.warnings() + corpus.counts.warnings())
@@ -558,7 +560,9 @@ def report(stats: Dict[str, object]) -> None:
 
 def main(argv: List[str]) -> int:
     config = parse_tool_config(argv, "pretraining", __doc__.splitlines()[0])
-    report(create_pretraining_data(config))
+    stats = create_pretraining_data(config)
+    log_to(os.path.dirname(os.path.abspath(config.output_file)))
+    report(stats)
     return 0
 
 

@@ -30,6 +30,7 @@ example_index, qas_id, doc_span_index, tokens, and lists indexed by feature posi
 token_is_max_context).
 """
 import contextlib
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ import numpy as np
 from model_utils.errors import UserError, run_cli
 from src.data_utils import check_max_seq_length, load_json, parse_tool_config, require, tokenizer_from_config
 from src.mindrecord_io import RecordWriter, check_output_free, jsonl_line
+from src.progress import progress
+from src.run_log import log_to
 from src.tokenization import FullTokenizer
 
 TRAIN_COLUMNS = ("input_ids", "input_mask", "segment_ids", "p_mask", "start_positions", "end_positions",
@@ -283,6 +286,12 @@ def _features(examples: Iterable[SquadExample], tokenizer: FullTokenizer, option
             yield record
 
 
+def _counted(examples: Iterable[SquadExample], bar) -> Iterator[SquadExample]:
+    for example in examples:
+        yield example
+        bar.update(1)
+
+
 def example_row(index: int, example: SquadExample) -> Dict[str, Any]:
     """An example as postprocessing reads it from .examples.jsonl."""
     return {"example_index": index, "qas_id": example.qas_id, "question_text": example.question_text,
@@ -309,7 +318,8 @@ def create_squad_data(config) -> Dict[str, Any]:
                       config.overwrite, suffixes) as out, contextlib.ExitStack() as stack:
         sidecars = {suffix: stack.enter_context(open(out.sidecar(suffix), "w", encoding="utf-8"))
                     for suffix in suffixes}
-        out.write(_features(examples, tokenizer, options, stats, sidecars))
+        with progress("questions", None, " questions") as bar:
+            out.write(_features(_counted(examples, bar), tokenizer, options, stats, sidecars))
         stack.close()
         return out.publish(meta)
 
@@ -317,6 +327,7 @@ def create_squad_data(config) -> Dict[str, Any]:
 def main(argv: List[str]) -> int:
     config = parse_tool_config(argv, "squad", __doc__.splitlines()[0])
     meta = create_squad_data(config)
+    log_to(os.path.dirname(os.path.abspath(config.output_file)))
     stats = meta["stats"]
     skipped = f" ({stats['skipped_examples']} answers skipped: text not at answer_start)" if config.is_training else ""
     print(f"wrote {meta['num_records']} features of {stats['examples']} questions to "

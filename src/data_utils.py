@@ -1,5 +1,5 @@
 """Helpers shared by the data creators: input files, strict tsv/json reading, tokenizer from flags, packing
-of `[CLS] a [SEP] b [SEP]` sequences, and a progress line.
+of `[CLS] a [SEP] b [SEP]` sequences.
 
 Reading is strict on purpose: a malformed row is reported with its file and line instead of being skipped,
 because a silently shorter data set is discovered only after a wasted fine-tuning run.
@@ -10,8 +10,6 @@ import glob
 import json
 import os
 import shutil
-import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
@@ -186,41 +184,3 @@ def check_max_seq_length(max_seq_length: int, max_position_embeddings: Optional[
         raise UserError(f"max_seq_length {max_seq_length} exceeds max_position_embeddings {max_position_embeddings} "
                         f"(the network's position table, 512 in every published ALBERT): lower max_seq_length, or "
                         f"set --max_position_embeddings for a network pretrained with a longer table")
-
-
-class Progress:
-    """A progress bar on stderr: redrawn in place every 0.5 s on a terminal; in a log file (not a terminal), one
-    line every 30 s so logs stay readable. Silent when disabled."""
-
-    def __init__(self, total: int, unit: str, enabled: bool = True, stream: Any = None, scale: float = 1.0):
-        self.total, self.unit, self.enabled, self.scale = total, unit, enabled, scale
-        self.stream = stream or sys.stderr
-        self.interactive = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.done = 0
-        self.start = self.last = time.time()
-
-    def update(self, count: int) -> None:
-        self.done += count
-        now = time.time()
-        if self.enabled and now - self.last >= (0.5 if self.interactive else 30.0):
-            self.last = now
-            self._draw(now)
-
-    def _draw(self, now: float) -> None:
-        elapsed = max(now - self.start, 1e-9)
-        fraction = self.done / self.total if self.total else 1.0
-        rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else 0.0
-        bar = "#" * int(30 * fraction)
-        digits = 0 if self.scale == 1 else 1
-        done, total = (f"{count / self.scale:.{digits}f}" for count in (self.done, self.total))
-        line = f"[{bar:<30}] {done}/{total} {self.unit} {rate / self.scale:.1f}/s eta {eta:.0f}s"
-        self.stream.write(f"\r{line}" if self.interactive else f"{line}\n")
-        self.stream.flush()
-
-    def close(self) -> None:
-        if self.enabled:
-            self._draw(time.time())
-            if self.interactive:
-                self.stream.write("\n")
-            self.stream.flush()

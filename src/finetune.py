@@ -8,8 +8,9 @@ outputs become predictions and metrics. `run` does the rest, the same way for ev
    checkpoints, metrics.jsonl, data parallel), initialised from `load_pretrain_checkpoint_path` where only the
    task head may be missing;
 3. `do_eval` / `do_predict`: the trained weights (or `load_finetune_checkpoint_path`) in the inference head; the
-   ranks split the rows, their outputs are summed into one table (each row exactly once, checked), and rank 0
-   writes predictions into OUTPUT_DIR/eval or OUTPUT_DIR/predict, plus eval_results.json with the metrics.
+   ranks split the rows (rank 0 shows the progress), their outputs are summed into one table (each row exactly
+   once, checked), and rank 0 writes predictions into OUTPUT_DIR/eval or OUTPUT_DIR/predict, plus
+   eval_results.json with the metrics, also as TensorBoard scalars eval/<metric> at the step of the weights.
 
 The modules that import MindSpore are imported inside the functions that need them, so that `--help` and the
 input checks of step 1 answer without MindSpore's import (seconds).
@@ -24,7 +25,10 @@ from model_utils.errors import UserError, as_user_error
 from src.atomic_files import save_json_atomic
 from src.dataset import check_schema, count_rows
 from src.inference import cell_runner, real_rows, run_padded
+from src.progress import progress
+from src.run_log import log_to
 from src.settings import finetune_settings
+from src.summaries import write_metrics
 from src.tasks import Task
 
 RUN_WEIGHTS = "the fine-tuned weights of this run"  # eval_results.json's checkpoint when the run trained them
@@ -48,11 +52,12 @@ def run(task: Task, argv: Sequence[str]) -> int:
     actions = ["train"] * bool(config.do_train) + [action for action, _ in jobs]
     log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}; "
         f"kernels: {kernels_status(device.target)}")
-    trained, net = None, None
+    trained, net, steps = None, None, 0
     if config.do_train:
-        trained, net = _train(task, settings, device, log)
+        trained, net, steps = _train(task, settings, device, log)
     for action, data_file in jobs:
-        _evaluate(task, config, device, net, trained, settings.save_dir, data_file, action, settings.output_dir, log)
+        _evaluate(task, config, device, net, trained, steps, settings.save_dir, data_file, action,
+                  settings.output_dir, log)
     return 0
 
 
@@ -99,7 +104,7 @@ def _network(config: Config, data_file: str, columns: Sequence[str], checkpoint:
 
 
 def _train(task: Task, settings, device, log):
-    """Fine-tune; returns (the trained head, its AlbertConfig)."""
+    """Fine-tune; returns (the trained head, its AlbertConfig, the run's optimizer steps)."""
     from src.train_loop import fit
 
     config = settings.config
@@ -115,13 +120,14 @@ def _train(task: Task, settings, device, log):
     def make_dataset(rows):
         return task.dataset(config, data, config.train_batch_size, True, rows)
 
-    fit(settings, make_network, net, device, shape[-1], make_dataset, log)
-    return heads[0], net
+    steps = fit(settings, make_network, net, device, shape[-1], make_dataset, log)
+    return heads[0], net, steps
 
 
-def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, data_file: str,
+def _evaluate(task: Task, config: Config, device, net, trained, step: int, save_dir: str, data_file: str,
               action: str, output_dir: str, log) -> None:
-    from src.checkpoints import newest_train_checkpoint
+    """With the head this run `trained` for `step` steps, else with a checkpoint."""
+    from src.checkpoints import checkpoint_step, newest_train_checkpoint
     from src.device_setup import model_runtime
     from src.utils import load_weights
 
@@ -136,7 +142,7 @@ def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, d
             raise UserError(f"do_{action} without do_train needs --load_finetune_checkpoint_path (no checkpoint of "
                             f"this task in {save_dir} either)")
         net, _, _ = _network(config, data_file, task.eval_columns, checkpoint)
-        source = checkpoint
+        source, step = checkpoint, checkpoint_step(checkpoint)
     runtime = model_runtime(device.target, net.compute_type)
     with as_user_error():
         model = task.build_model(config, net, False, runtime)
@@ -146,26 +152,32 @@ def _evaluate(task: Task, config: Config, device, net, trained, save_dir: str, d
     if total < device.group_size:
         raise UserError(f"{data_file} has {total} rows, fewer than the {device.group_size} devices")
     rows = np.arange(total)[device.rank::device.group_size]
+    if device.is_main:
+        log_to(output_dir)
     log(f"{action}: {total} rows of {data_file} with {source}")
-    outputs = _gather_rows(_predict_rows(task, config, model, data_file, rows), rows, total, device.group_size)
+    outputs = _gather_rows(_predict_rows(task, config, model, data_file, rows, action, device.is_main), rows, total,
+                           device.group_size)
     if device.is_main:
         folder = os.path.join(output_dir, action)
         metrics = task.report(config, outputs, data_file, folder, action == "eval", log)
         if action == "eval":
-
             path = os.path.join(folder, "eval_results.json")
             save_json_atomic({**metrics, "rows": total, "devices": device.group_size, "checkpoint": source,
                               "data": os.path.abspath(data_file)}, path)
             log(f"wrote {path}")
+            write_metrics(config, output_dir, "eval", metrics, step)
 
 
-def _predict_rows(task: Task, config: Config, model, data_file: str, rows: np.ndarray) -> List[np.ndarray]:
-    """The head's outputs for `rows`, in that order (the last batch is padded to the compiled shape)."""
+def _predict_rows(task: Task, config: Config, model, data_file: str, rows: np.ndarray, action: str,
+                  shown: bool) -> List[np.ndarray]:
+    """The head's outputs for `rows`, in that order (the last batch is padded to the compiled shape); its progress
+    `shown` as `action`."""
     positions = [list(task.eval_columns).index(name) for name in task.head_inputs]
     dataset = task.dataset(config, data_file, config.eval_batch_size, False, rows)
     batches = ([batch[i] for i in positions] for batch in dataset.create_tuple_iterator(output_numpy=True,
                                                                                         num_epochs=1))
-    return real_rows(run_padded(cell_runner(model), batches, config.eval_batch_size))
+    with progress(action, len(rows), " rows", enabled=shown) as bar:
+        return real_rows(run_padded(cell_runner(model), batches, config.eval_batch_size, bar=bar))
 
 
 def _gather_rows(outputs: List[np.ndarray], rows: np.ndarray, total: int, group_size: int) -> List[np.ndarray]:

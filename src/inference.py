@@ -20,12 +20,16 @@ def pad_batch(columns: List[np.ndarray], batch_size: int) -> List[np.ndarray]:
 
 
 def run_padded(run: Runner, batches: Iterable[List[np.ndarray]], batch_size: int,
-               weights: bool = False) -> Iterator[Tuple[List[np.ndarray], int]]:
+               weights: bool = False, bar=None) -> Iterator[Tuple[List[np.ndarray], int]]:
     """(outputs, real rows) of each batch of input columns, run padded with zero rows to `batch_size`; with
-    `weights` the example-weight column of pad_batch is passed as the last input (networks that sum over rows)."""
+    `weights` the example-weight column of pad_batch is passed as the last input (networks that sum over rows).
+    `bar` (src/progress.py) counts the real rows done."""
     for columns in batches:
         padded = pad_batch(columns, batch_size)
-        yield [np.asarray(output) for output in run(padded if weights else padded[:-1])], len(columns[0])
+        outputs = [np.asarray(output) for output in run(padded if weights else padded[:-1])]
+        if bar is not None:
+            bar.update(len(columns[0]))
+        yield outputs, len(columns[0])
 
 
 def real_rows(results: Iterable[Tuple[List[np.ndarray], int]]) -> List[np.ndarray]:

@@ -5,7 +5,8 @@
   step 0 (so the warmup steps are part of the decay window, as in Google's code).
 - `Lamb`: Google ALBERT's `lamb_optimizer.py` written with primitive ops, because `nn.Lamb` has no CPU kernel.
 - `AdamWeightDecay`: MindSpore's own (it runs on CPU), with LayerNorm and bias parameters in a no-decay group.
-- `build_optimizer`: the one place a yaml optimizer section becomes an optimizer.
+- `build_optimizer`: the one place a yaml optimizer section becomes an optimizer; `schedule_warnings` says what its
+  schedule will not do in a run of a given length that its settings suggest.
 """
 from typing import Any, Callable, List, Mapping, Sequence
 
@@ -53,6 +54,24 @@ class PolynomialWarmupSchedule(LearningRateSchedule):
         decayed = (self.peak - self.end) * ops.pow(1.0 - progress, self.power) + self.end
         warmup = self.peak * step / self.warmup_divisor
         return ops.select(step < self.warmup_steps, warmup, decayed)
+
+
+def schedule_warnings(schedule: PolynomialWarmupSchedule, total_steps: int, where: str) -> List[str]:
+    """What a run of `total_steps` optimizer steps will not do that the schedule's settings (the yaml section
+    `where`) suggest, one message each: a warmup the run never leaves (with the learning rate it ends at), or a
+    decay window that ends with the warmup (Google's decay counts from step 0: the rate falls from its peak to
+    end_learning_rate at once)."""
+    warmup, decay = int(schedule.warmup_steps), int(schedule.decay_steps)
+    if warmup >= total_steps:
+        last = float(schedule(Tensor(total_steps - 1, ms.int32)).asnumpy())
+        return [f"the learning rate never leaves warmup: warmup is {warmup} optimizer steps ({where}) but the run "
+                f"has {total_steps}, so it rises only to {last:.3g} at the last step (peak learning_rate "
+                f"{schedule.peak:g}); lower warmup_steps (e.g. a tenth of the run) or train longer"]
+    if 0 < warmup and decay <= warmup:
+        return [f"{where}.decay_steps {decay} is not longer than the warmup ({warmup} steps): the decay counts from "
+                f"step 0, so the learning rate falls from its peak {schedule.peak:g} to end_learning_rate "
+                f"{schedule.end:g} right after warmup; set decay_steps above the warmup (or -1: the run's length)"]
+    return []
 
 
 def _lamb_update(beta1: float, beta2: float, eps: float, weight_decay: float, lr: Tensor, param: Parameter,

@@ -13,6 +13,7 @@ from typing import Dict, List
 
 from model_utils.errors import UserError, run_cli
 from src.atomic_files import atomic_path
+from src.run_log import log_to
 
 LOSS_KEYS = ("loss", "mlm_loss", "sop_loss")
 
@@ -70,6 +71,7 @@ def main(argv: List[str]) -> int:
     rows = read_metrics(args.metrics_file)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.metrics_file)), "curves.png")
     plot(rows, output, os.path.abspath(args.metrics_file))
+    log_to(os.path.dirname(os.path.abspath(output)))
     print(f"wrote {output} ({len(rows)} points, steps {rows[0]['step']}..{rows[-1]['step']})")
     return 0
 

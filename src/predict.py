@@ -727,16 +727,23 @@ def main(argv: List[str]) -> int:
     def answer_requests(chunk: List[Dict[str, object]]) -> List[Dict[str, object]]:
         return ANSWERS[args.task](args, tokenizer, run, shape, chunk)
 
+    from src.progress import counting, progress
+    from src.run_log import log_to
+
     accuracy = Accuracy()
     if not args.input_file:
         print(json.dumps(answer_requests([request])[0], ensure_ascii=False, default=float))
     elif not args.output_file:
-        write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), sys.stdout, accuracy)
+        with progress("requests", total, " requests") as bar:
+            write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
+                          sys.stdout, accuracy)
     else:
         with claimed_folder_of(args.output_file, "--output_file"), \
                 atomic_path(args.output_file, ".jsonl", replace=args.overwrite) as tmp, \
-                open(tmp, "w", encoding="utf-8") as out:
-            write_answers(answer_requests, read_requests(args.input_file, args.task, shape.choices), out, accuracy)
+                open(tmp, "w", encoding="utf-8") as out, progress("requests", total, " requests") as bar:
+            write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
+                          out, accuracy)
+        log_to(os.path.dirname(os.path.abspath(args.output_file)))
         print(f"answered {total} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
     for line in accuracy.lines(args.input_file):
         print(line, file=sys.stderr)

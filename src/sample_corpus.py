@@ -7,6 +7,7 @@ English prose. Each topic becomes one document, written one sentence per line wi
 documents: the input format of `src.spm_train` and `src.create_pretraining_data`. It is what the quick start
 trains its vocabulary and tiny model on.
 """
+import os
 import re
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Dict, List
 from model_utils.errors import UserError, run_cli
 from src.atomic_files import check_outputs, save_text_atomic
 from src.data_utils import parse_tool_config
+from src.run_log import log_to
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 _RULE = re.compile(r"^[*=\-~^]{3,}$")  # reST heading underlines
@@ -52,6 +54,7 @@ def write_corpus(output_file: str, overwrite: bool = False) -> Dict[str, int]:
 def main(argv: List[str]) -> int:
     config = parse_tool_config(argv, "sample_corpus", __doc__.splitlines()[0])
     stats = write_corpus(config.output_file, config.overwrite)
+    log_to(os.path.dirname(os.path.abspath(config.output_file)))
     print(f"wrote {config.output_file}: " + ", ".join(f"{k}={v}" for k, v in stats.items()))
     return 0
 

@@ -20,6 +20,7 @@ from model_utils.errors import UserError, run_cli
 from src.atomic_files import atomic_path, check_outputs
 from src.corpus import DEFAULT_TEXT_KEY, Corpus
 from src.data_utils import parse_tool_config, resolve_input_files
+from src.run_log import log_to
 from src.tokenization import preprocess_text
 
 SEED = 12345
@@ -91,6 +92,7 @@ def main(argv: List[str]) -> int:
                                 config.do_lower_case, config.model_type, config.character_coverage,
                                 config.input_sentence_size, config.control_symbols, config.user_defined_symbols,
                                 config.num_threads, config.overwrite, config.input_format, config.text_key)
+    log_to(str(model.parent))
     print(f"wrote {model} and {model.with_suffix('.vocab')}")
     return 0
 

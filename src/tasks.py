@@ -132,6 +132,10 @@ def classification_report(config: Config, outputs: List[np.ndarray], data_file: 
     result = {"task": meta.get("task_name", ""), "assessment_method": config.assessment_method,
               "score": metrics[config.assessment_method], **metrics, "examples": int(len(labels))}
     log(f"{config.assessment_method}: {result['score']:.4f} on {len(labels)} examples")
+    if not regression and len(set(predictions.tolist())) == 1 < len(set(labels.tolist())):
+        log(f"warning: all {len(predictions)} predictions are {names[predictions[0]]!r} while the labels hold "
+            f"{len(set(labels.tolist()))} classes: the classifier learned only one class (too few steps, a learning "
+            f"rate too low or too high, or imbalanced training data?)")
     return result
 
 

@@ -1,9 +1,9 @@
 """The training loop every run shares: `fit` (pretraining and fine-tuning alike, on `TrainSettings`), and under it
 one `Model.train` over one dataset of the plan's remaining rows (so a GPU/Ascend graph compiles once), with
 `StepCounter` (exact step totals kept on the device, also per data sink), `TrainMonitor` (log lines +
-metrics.jsonl), `NonFiniteGuard` (a run whose loss turns and stays inf/nan stops with its last good
-checkpoint) and `CheckpointSaver` (atomic checkpoints of weights, optimizer state, loss scale and progress, newest N
-kept).
+metrics.jsonl, and each row to its observers: TensorBoard, `FlatLoss`), `NonFiniteGuard` (a run whose loss turns
+and stays inf/nan stops with its last good checkpoint) and `CheckpointSaver` (atomic checkpoints of weights,
+optimizer state, loss scale and progress, newest N kept).
 """
 import json
 import math
@@ -25,11 +25,15 @@ from src.checkpoints import (RUN_ID_KEY, Lineage, check_checkpoint_space, check_
 from src.dataset import count_rows
 from src.device_checks import overflow_needs_float_status
 from src.device_setup import Device, model_runtime, precision_note
-from src.optimization import build_optimizer
+from src.optimization import build_optimizer, schedule_warnings
+from src.run_log import log_to
 from src.settings import TrainSettings
 from src.step_plan import Progress, StepPlan
 from src.atomic_files import claim_folder, move_aside, open_regular, save_text_atomic
+from src.summaries import Summaries, open_summaries, settings_text, summaries_folder
 from src.utils import save_checkpoint_atomic
+
+Record = Dict[str, float]  # one metrics.jsonl row
 
 class CountedSteps(nn.Cell):
     """The train cell plus running totals kept on the device: micro-steps, skipped updates, and the sums of the
@@ -78,7 +82,8 @@ class StepCounter(Callback):
 
 
 class TrainMonitor(Callback):
-    """Every `log_steps` optimizer steps (and at the last): one line on stdout and one JSON object in `jsonl_path`.
+    """Every `log_steps` optimizer steps (and at the last): one line on stdout, one JSON object in `jsonl_path`, and
+    the same record to each of `observers` (the one place every run's metrics pass).
 
     Loss values are means over every micro-batch since the previous line (from `progress.window_sums`, exact in
     data-sink mode too). Throughput counts all ranks; tokens are batch x seq_length (padding included). ETA
@@ -87,12 +92,14 @@ class TrainMonitor(Callback):
 
     def __init__(self, plan: StepPlan, progress: Progress, log_steps: int, seq_length: int,
                  lr_at: Callable[[int], float], jsonl_path: Optional[str], log: Callable[[str], None] = print,
-                 part_names: Sequence[str] = ("mlm_loss", "sop_loss")):
+                 part_names: Sequence[str] = ("mlm_loss", "sop_loss"),
+                 observers: Sequence[Callable[[Record], None]] = ()):
         super().__init__()
         if log_steps < 1:
             raise UserError(f"log_steps must be >= 1, got {log_steps}")
         self.plan, self.progress, self.log_steps, self.seq_length = plan, progress, log_steps, seq_length
         self.lr_at, self.jsonl_path, self.log, self.part_names = lr_at, jsonl_path, log, tuple(part_names)
+        self.observers = tuple(observers)
         self._sums: List[float] = []
         self._count = 0
         self._first_step_end: Optional[float] = None
@@ -133,6 +140,41 @@ class TrainMonitor(Callback):
         if self.jsonl_path:
             with open_regular(self.jsonl_path, "a") as handle:
                 handle.write(json.dumps(record) + "\n")
+        for observe in self.observers:
+            observe(record)
+
+
+# A fresh run whose loss moved less than FLAT_LOSS_TOLERANCE (relative) from its first log line to its first line
+# past FLAT_LOSS_FRACTION of the run is warned: batch-to-batch noise of a run that learns nothing stays below 1%
+# (a random network predicts uniformly), and a learning run has moved by far more than 2% by then.
+FLAT_LOSS_FRACTION = 0.25
+FLAT_LOSS_TOLERANCE = 0.02
+
+
+class FlatLoss:
+    """A TrainMonitor observer: warns once when the loss has not moved (FLAT_LOSS_*), with the learning rate, which
+    is the usual cause (too low, or still warming up), instead of leaving it to be found in the curves."""
+
+    def __init__(self, total_steps: int, log: Callable[[str], None]):
+        self.total_steps, self.log = total_steps, log
+        self.first: Optional[Record] = None
+        self.checked = False
+
+    def __call__(self, record: Record) -> None:
+        if self.checked:
+            return
+        if self.first is None:
+            self.first = record
+            return
+        if record["step"] < FLAT_LOSS_FRACTION * self.total_steps:
+            return
+        self.checked = True
+        start, now = self.first["loss"], record["loss"]
+        if math.isfinite(start) and math.isfinite(now) and abs(now - start) < FLAT_LOSS_TOLERANCE * abs(start):
+            self.log(f"warning: the loss has not moved in the first {record['step']} of {self.total_steps} steps: "
+                     f"{start:.4f} at step {self.first['step']}, {now:.4f} at step {record['step']} (less than "
+                     f"{FLAT_LOSS_TOLERANCE:.0%} apart) with a learning rate of {record['lr']:.3g}: too low, or "
+                     f"still in warmup? (expected only when continuing from weights that learned already)")
 
 
 def _clock(seconds: float) -> str:
@@ -359,21 +401,31 @@ def build_train_cell(config: Config, network: nn.Cell, total_steps: int, target:
 
 
 def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progress: Progress, device: Device,
-                   seq_length: int, settings: TrainSettings, lineage: Lineage,
-                   log: Callable[[str], None]) -> List[Callback]:
-    """The step totals, progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends), a
-    stop on an inf/nan loss, and checkpoints of `lineage` when the run saves them (checked to fit in the save folder
-    first); files are written by rank 0 only."""
+                   seq_length: int, settings: TrainSettings, lineage: Lineage, log: Callable[[str], None],
+                   summaries: Optional[Summaries] = None) -> List[Callback]:
+    """The step totals, progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends;
+    each row also to `summaries` under train/, and to a FlatLoss check in a fresh run), a stop on an inf/nan loss,
+    and checkpoints of `lineage` when the run saves them (checked to fit in the save folder first); files are
+    written by rank 0 only."""
     config = settings.config
     metrics = os.path.join(settings.output_dir, "metrics.jsonl")
     if device.is_main and progress.micro_step == 0 and os.path.lexists(metrics):
         log(f"{metrics} of an earlier run moved aside to {move_aside(metrics, 'previous')}")
     elif device.is_main:
         trim_metrics(metrics, progress.micro_step // plan.accumulation_steps)
+    observers: List[Callable[[Record], None]] = []
+    if summaries is not None:
+        curves = ("loss", *settings.part_names, "lr", "loss_scale", "overflow_count", "samples_per_s",
+                  "tokens_per_s", "epoch")
+        observers.append(lambda record: summaries.scalars("train", {key: record[key] for key in curves},
+                                                          record["step"]))
+    if progress.micro_step == 0:
+        observers.append(FlatLoss(plan.total_steps, log))
     callbacks: List[Callback] = [StepCounter(cell, progress, len(settings.part_names)),
                                  TrainMonitor(plan, progress, config.log_steps, seq_length,
                                               lr_function(optimizer.learning_rate),
-                                              metrics if device.is_main else None, log, settings.part_names)]
+                                              metrics if device.is_main else None, log, settings.part_names,
+                                              observers)]
     saver = None
     if settings.save_dir and device.is_main:
         check_checkpoint_space(settings.save_dir, cell, settings.flag("save_dir"))
@@ -388,12 +440,13 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
 
 
 def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net: AlbertConfig, device: Device,
-        seq_length: int, make_dataset: Callable[[np.ndarray], object], log: Callable[[str], None] = print) -> nn.Cell:
+        seq_length: int, make_dataset: Callable[[np.ndarray], object], log: Callable[[str], None] = print) -> int:
     """Pretraining and fine-tuning alike: the step plan (checked before any cell is built), the train cell around
-    `make_network(runtime)` (a network with loss, built for `device` and net's compute type), resume or initial
-    weights, the output folders (created only once all of that worked, so a run that cannot start leaves nothing
-    behind), the callbacks and the loop. Returns the train cell; every rank prints the digest of its final
-    weights."""
+    `make_network(runtime)` (a network with loss, built for `device` and net's compute type), warnings about a
+    learning-rate schedule that cannot do what its settings suggest, resume or initial weights, the output folders
+    (created only once all of that worked, so a run that cannot start leaves nothing behind) and the run's log in
+    them, the callbacks, TensorBoard summaries and the loop. Returns the run's optimizer steps (the step of its last
+    checkpoint); every rank prints the digest of its final weights."""
     config = settings.config
     plan = StepPlan.create(count_rows(settings.data), settings.batch_size, config.train_steps, settings.epochs,
                            device.group_size, device.rank, config.accumulation_steps, settings.shuffle, config.seed,
@@ -406,15 +459,25 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
     with as_user_error():
         network = make_network(runtime)
         optimizer, cell = build_train_cell(config, network, plan.total_steps, device.target, runtime.kernels)
+    for warning in schedule_warnings(optimizer.learning_rate, plan.total_steps, f"optimizer_cfg.{config.optimizer}"):
+        log(f"warning: {warning}")
     progress, lineage = resume_or_init(cell, network, plan, settings, log)
     check_same_start(progress, device, settings)
     if device.is_main:
         _create_outputs(settings, net, lineage)
+        log_to(settings.output_dir)
     if progress.micro_step >= plan.total_micro_steps:
         log(f"nothing to train: the checkpoint already completed all {plan.total_steps} steps")
     else:
-        callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_length, settings, lineage, log)
-        train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps, log)
+        summaries = _start_summaries(settings, device, progress, plan, log)
+        try:
+            callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_length, settings, lineage, log,
+                                       summaries)
+            train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps,
+                  log)
+        finally:
+            if summaries is not None:
+                summaries.close()
     bad = nonfinite_parameters(cell)
     if bad:
         raise UserError(f"training ended with inf/nan in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}: it "
@@ -422,7 +485,23 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
     print(f"rank {device.rank}: final weights sha256 {weights_digest(cell)}", flush=True)
     log(f"done: {plan.total_steps} steps; outputs in {settings.output_dir}"
         + (f", checkpoints in {settings.save_dir}" if settings.save_dir else ""))
-    return cell
+    return plan.total_steps
+
+
+def _start_summaries(settings: TrainSettings, device: Device, progress: Progress, plan: StepPlan,
+                     log: Callable[[str], None]) -> Optional[Summaries]:
+    """Rank 0's TensorBoard summaries, the settings first. A fresh run moves an earlier run's folder aside (as
+    metrics.jsonl); a resumed one continues it, dropping what was logged after its checkpoint (purge_step)."""
+    config = settings.config
+    if not (device.is_main and config.enable_tensorboard):
+        return None
+    folder = summaries_folder(settings.output_dir)
+    step = progress.micro_step // plan.accumulation_steps
+    if progress.micro_step == 0 and os.path.lexists(folder):
+        log(f"{folder} of an earlier run moved aside to {move_aside(folder, 'previous')}")
+    summaries = open_summaries(config, settings.output_dir, step + 1 if step else None)
+    summaries.text("settings", settings_text(config), step)
+    return summaries
 
 
 def _create_outputs(settings: TrainSettings, net: AlbertConfig, lineage: Lineage) -> None:

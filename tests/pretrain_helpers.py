@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -109,6 +110,28 @@ def metrics_by_step(path: Path) -> Dict[int, dict]:
         row = json.loads(line)
         rows[row["step"]] = row  # a resumed run re-logs steps after its checkpoint: the newest row wins
     return rows
+
+
+def tensorboard(folder: Path):
+    """The summaries in `folder` as TensorBoard reads them."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return events
+
+
+def check_curves(folder: Path, rows: Dict[int, dict], keys=("loss", "mlm_loss", "sop_loss", "lr", "loss_scale",
+                                                             "overflow_count", "samples_per_s", "tokens_per_s")):
+    """OUTPUT_DIR/tensorboard holds train/<key> once at every step of metrics.jsonl, with its (finite) value."""
+    events = tensorboard(folder / "tensorboard")
+    for key in keys:
+        finite = {step: row[key] for step, row in rows.items() if np.isfinite(row[key])}
+        logged = [(event.step, event.value) for event in events.Scalars(f"train/{key}")]
+        assert [step for step, _ in logged] == sorted(finite), key
+        for step, value in logged:
+            assert value == pytest.approx(finite[step], rel=1e-6), (key, step)
+    return events
 
 
 def digest(stdout: str) -> str:

@@ -122,6 +122,8 @@ def test_cli_converts_and_refuses_to_overwrite(converted, tmp_path):
     again = run_converter("--src", "hf", "--input", str(converted / "hf"), "--output", str(out))
     assert_one_line_error(again, f"output already exists: {out}.json", "--overwrite")
     assert (tmp_path / "cli.ckpt.json").read_text() == "{}" and not out.exists()
+    log = (tmp_path / "logs" / "convert_checkpoint.log").read_text()  # the conversion's; refused runs add nothing
+    assert log.count("--- ") == 1 and f"wrote {out} (" in log
 
 
 def test_cli_config_that_does_not_match_the_weights(converted, tmp_path):

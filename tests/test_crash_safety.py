@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from tests.finetune_helpers import ASSETS, TINY_FINETUNE, make_glue
-from tests.pretrain_helpers import (ENV, RESUME_RUN, ROOT, digest, metrics_by_step, ok, one_line_error, pretrain,
-                                    run)
+from tests.pretrain_helpers import (ENV, RESUME_RUN, ROOT, check_curves, digest, metrics_by_step, ok, one_line_error,
+                                    pretrain, run)
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +92,8 @@ def test_pretraining_killed_at_five_points_resumes_to_the_uninterrupted_trajecto
     assert_same_trajectory(metrics_by_step(metrics), expected, ("loss", "mlm_loss", "sop_loss", "lr", "loss_scale",
                                                                 "overflow_count"))
     assert len(metrics.read_text().splitlines()) == 300, "a resumed run re-logs the steps it redoes in place"
+    # TensorBoard's curves too: each resumed run replaced what its predecessor logged after the checkpoint.
+    check_curves(out, metrics_by_step(metrics), ("loss", "mlm_loss", "sop_loss", "lr", "loss_scale", "overflow_count"))
     assert digest(resumed.stdout) == digest(reference.stdout)
     again = ok(run(args))  # a finished run started again does nothing
     assert "nothing to train" in again.stdout and len(metrics.read_text().splitlines()) == 300
@@ -110,6 +112,7 @@ def test_a_damaged_newest_checkpoint_is_skipped_with_a_warning(data, tmp_path):
     assert damaged.stat().st_size > 64 * 1024  # steps 3-4 redone and step 4 saved again, whole
     aside = tmp_path / "checkpoints" / "albert_pretrain-4.ckpt.replaced"  # the damaged bytes are kept, not lost
     assert aside.stat().st_size == damaged.stat().st_size - 64 and f"moved aside to {aside}" in result.stdout
+    check_curves(tmp_path, metrics_by_step(tmp_path / "metrics.jsonl"))  # step 4 logged twice, shown once
 
 
 def test_retention_deletes_only_the_checkpoints_of_this_training(data, tmp_path):

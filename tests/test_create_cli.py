@@ -46,7 +46,11 @@ def test_quick_start_chain_from_the_command_line(tmp_path, project_root):
     done = _run(project_root, "src.create_pretraining_data", *args, "--output_file", records, "--num_workers", 2)
     assert done.returncode == 0, done.stderr
     assert "summary: documents=" in done.stdout and "instances=" in done.stdout
-    assert "MB of input" in done.stderr  # the progress bar
+    assert any(line.startswith("input: ") and "B in " in line for line in done.stderr.splitlines())  # progress
+    log = (tmp_path / "logs" / "create_pretraining_data.log").read_text()  # each tool's log beside its output
+    assert "summary: documents=" in log and "input: " in log
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["create_pretraining_data.log",
+                                                                     "sample_corpus.log", "spm_train.log"]
     import dataset
     from src import create_pretraining_data
     batch = next(dataset.create_pretraining_dataset(records, 8, seed=0).create_dict_iterator(output_numpy=True))

@@ -83,7 +83,10 @@ def mindirs(heads, tmp_path_factory) -> Dict[str, Path]:
         paths[task] = folder / f"{task}.mindir"
         assert f"as MINDIR: {paths[task]}" in result.stdout
         assert f"input_ids int32 [{BATCH}, " in result.stdout
-    assert sorted(p.name for p in folder.iterdir()) == sorted(p.name for p in paths.values())  # nothing else left
+    # Nothing else left but the exports' log (every run's lines, appended)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([p.name for p in paths.values()] + ["logs"])
+    log = (folder / "logs" / "export.log").read_text()
+    assert all(f"as MINDIR: {path}" in log for path in paths.values()) and log.count("--- ") == len(paths)
     return paths
 
 
@@ -114,7 +117,7 @@ def test_an_existing_export_is_replaced_only_with_overwrite(heads, tmp_path):
     ok(export("classifier", heads["classifier"][1], tmp_path / "model", "--overwrite", "true"))
     arrays = random_inputs("classifier", 1, seed=3)
     assert_same(outputs_of(heads["classifier"][0], arrays), outputs_of(graph_cell(planted), arrays))
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.mindir"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "model.mindir"]
 
 
 def random_inputs(task: str, batch: int, seed: int) -> List[np.ndarray]:
@@ -504,6 +507,7 @@ def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokeni
                                                         "options": e.choices, "id": e.guid} for e in examples])
     answers = ok(run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl")]))
     assert answers.stdout == "" and f"answered 3 requests of {requests}" in answers.stderr
+    assert "requests: 3 requests in " in answers.stderr  # the progress's last line
     in_file = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [line["id"] for line in in_file] == [e.guid for e in examples]
     for line, one in zip([printed] + in_file, [example] + examples):
@@ -519,6 +523,8 @@ def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokeni
     (tmp_path / "out.jsonl").write_text("stale\n")
     ok(run(common + ["--input_file", str(requests), "--output_file", str(tmp_path / "out.jsonl"), "--overwrite"]))
     assert [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()] == in_file
+    log = (tmp_path / "logs" / "predict.log").read_text()  # the two runs that answered; the refused one added nothing
+    assert log.count("--- ") == 2 and log.count(f"answered 3 requests of {requests}") == 2
     too_few = run(common + ["--article", example.article, "--question", example.question, "--option", "yes"])
     assert too_few.returncode == 2 and "chooses among 4 options but 1 --option were given" in too_few.stderr
     other_batch = run(common + ["--input_file", str(requests), "--batch_size", "4"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_glue_like, make_race, make_squad
-from pretrain_helpers import ok, run, tool
+from pretrain_helpers import check_curves, metrics_by_step, ok, run, tensorboard, tool
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
 NO_DROPOUT = ["--net_cfg.hidden_dropout_prob", "0", "--classifier_dropout_prob", "0"]
@@ -104,6 +104,19 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
     assert (tmp_path / "run" / "predict" / "predictions.tsv").read_text() == \
         (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
     assert "final weights sha256" in train.stdout
+    # What the run reports besides: progress of each evaluation (plain last lines: no terminal here), its log, and
+    # TensorBoard summaries equal to metrics.jsonl and eval_results.json at the step of the weights.
+    assert [line for line in train.stderr.splitlines() if line.startswith(("eval: ", "predict: "))] == \
+        [line for line in train.stderr.splitlines() if " 40 rows in " in line] and "\r" not in train.stderr
+    assert len([line for line in train.stderr.splitlines() if " 40 rows in " in line]) == 2
+    log = (tmp_path / "run" / "logs" / "classifier.log").read_text()
+    assert all(line in log for line in train.stdout.splitlines() + train.stderr.splitlines())
+    events = check_curves(tmp_path / "run", metrics_by_step(tmp_path / "run" / "metrics.jsonl"), ("loss", "lr"))
+    for name in ("f1", "accuracy", "mcc", "score"):
+        (event,) = events.Scalars(f"eval/{name}")
+        assert event.step == 6 and event.value == pytest.approx(results[name], rel=1e-6), name
+    settings = events.Tensors("settings/text_summary")[0].tensor_proto.string_val[0].decode()
+    assert "    train_steps: 6\n" in settings and "    assessment_method: 'f1'\n" in settings
 
     # The saved checkpoint (retention kept it and the stranger: save_checkpoint_num 1), evaluated alone from the save
     # folder, gives the predictions of the run that wrote it.
@@ -115,6 +128,31 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
     assert f"warning: skipping {stranger}" in again.stdout and f"with {checkpoint}" in again.stdout
     assert (tmp_path / "again" / "eval" / "predictions.tsv").read_text() == \
         (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
+    assert f"with {checkpoint}" in (tmp_path / "again" / "logs" / "classifier.log").read_text()
+    (event,) = tensorboard(tmp_path / "again" / "tensorboard").Scalars("eval/f1")  # the checkpoint's step
+    assert event.step == 6 and event.value == pytest.approx(results["f1"], rel=1e-6)
+
+
+def test_a_classifier_predicting_one_class_is_warned(data, tmp_path):
+    """Dev predictions all one class while the labels hold two: one warning line, after the metrics; none when the
+    predictions differ, or when the labels themselves are one class."""
+    from model_utils.config import Config
+    from src.dataset import read_column
+    from src.tasks import classification_report
+
+    dev = str(data["mrpc"]["dev"])
+    labels = read_column(dev, "label_ids")
+    assert set(labels.tolist()) == {0, 1}
+    config = Config({"num_class": 2, "assessment_method": "accuracy"})
+    for logits, warned in ((np.tile([[0.0, 1.0]], (len(labels), 1)), True),
+                           (np.eye(2)[labels] + 0.5 * np.eye(2)[1 - labels], False)):
+        lines = []
+        results = classification_report(config, [logits.astype(np.float32)], dev, str(tmp_path), True, lines.append)
+        warnings = [line for line in lines if line.startswith("warning: ")]
+        assert warnings == ([f"warning: all {len(labels)} predictions are '1' while the labels hold 2 classes: the "
+                             f"classifier learned only one class (too few steps, a learning rate too low or too "
+                             f"high, or imbalanced training data?)"] if warned else []), lines
+        assert results["accuracy"] == pytest.approx(np.mean(labels == 1) if warned else 1.0)
 
 
 def test_race_end_to_end(data, tmp_path):

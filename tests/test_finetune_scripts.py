@@ -87,8 +87,10 @@ def test_dry_run_prints_the_msrun_command(task, tmp_path):
     assert "--distribute true --device_num 8 --device_target auto" in multi.stdout
 
 
-# The variables scripts/common.sh forwards to mpirun's other machines, in its order, when they are set.
-MPIRUN_FORWARDS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_HOME", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "GLOG_v")
+# The variables scripts/common.sh forwards to mpirun's other machines, in its order, when they are set
+# (ALBERT_LOG_TEED always: the launcher's logs hold the workers' output, which then write no log of their own).
+MPIRUN_FORWARDS = ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_HOME", "NCCL_SOCKET_IFNAME", "NCCL_DEBUG", "GLOG_v",
+                   "ALBERT_LOG_TEED")
 
 
 def test_mpirun_commands_and_refusals(tmp_path):
@@ -99,7 +101,7 @@ def test_mpirun_commands_and_refusals(tmp_path):
     gpu = ok(bash([launch, 8, tmp_path, "--epoch_num", "2"], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1",
                                                               "LAUNCHER": "mpirun", "CUDA_HOME": "/usr/local/cuda"}))
     assert gpu.stdout.startswith(" ".join(["mpirun -n 8", *root, "-x PATH"]))
-    given = dict(ENV, PATH="set", CUDA_HOME="set")  # what bash() passes the script
+    given = dict(ENV, PATH="set", CUDA_HOME="set", ALBERT_LOG_TEED="1")  # what bash() passes, what the script sets
     assert re.findall(r" -x (\S+)", gpu.stdout) == [name for name in MPIRUN_FORWARDS if name in given]
     assert f" --bind-to none --output-filename {tmp_path}/logs/mpirun --merge-stderr-to-stdout " in gpu.stdout
     fenced = ok(bash([launch, 8, tmp_path], {"DEVICE_TARGET": "GPU", "DRY_RUN": "1", "LAUNCHER": "mpirun",
@@ -196,6 +198,7 @@ def check_data_parallel(task: str, work: Path, flags: List[str], head: Sequence[
     single = ok(bash([script(task, "single"), "single", *flags, "--train_batch_size", "8", "--do_eval", "false"],
                      cwd=work))
     assert "device: CPU (1 worker(s))" in single.stdout
+    assert (work / "single" / "logs" / f"{task}.log").read_text().count("device: ") == 1  # the script's log alone
     launched = bash([script(task, "distribute"), 2, "dp", *flags, "--train_batch_size", "4"],
                     {"DEVICE_TARGET": "CPU", "MASTER_PORT": str(free_port())}, cwd=work, timeout=300)
     logs = work / "dp" / "logs"

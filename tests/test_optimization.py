@@ -6,7 +6,7 @@ import pytest
 from mindspore import Parameter, Tensor
 
 from model_utils.errors import UserError
-from src.optimization import Lamb, PolynomialWarmupSchedule, build_optimizer, use_weight_decay
+from src.optimization import Lamb, PolynomialWarmupSchedule, build_optimizer, schedule_warnings, use_weight_decay
 
 SECTION = dict(learning_rate=0.01, end_learning_rate=0.001, power=2.0, warmup_steps=0, weight_decay=0.1, eps=1e-6)
 TOTAL_STEPS = 10
@@ -106,3 +106,24 @@ def test_bad_settings_are_user_errors():
         build_optimizer("Lamb", params, {k: v for k, v in SECTION.items() if k != "power"}, TOTAL_STEPS)
     with pytest.raises(UserError, match="decay_steps > 0"):
         build_optimizer("Lamb", params, SECTION, 0)
+
+
+def test_schedules_a_run_cannot_follow_are_named():
+    """The README's case: LAMB's default 3125 warmup steps in a 50-step run never leave warmup; the message gives the
+    learning rate the last step reaches (the formula's, step 49)."""
+    readme = PolynomialWarmupSchedule(learning_rate=0.00176, end_learning_rate=0.0, warmup_steps=3125,
+                                      decay_steps=50, power=1.0)
+    (message,) = schedule_warnings(readme, 50, "optimizer_cfg.Lamb")
+    reached = schedule_formula(49, 0.00176, 0.0, 3125, 50, 1.0)
+    assert message.startswith("the learning rate never leaves warmup: warmup is 3125 optimizer steps "
+                              "(optimizer_cfg.Lamb) but the run has 50")
+    assert f"rises only to {reached:.3g} at the last step (peak learning_rate 0.00176)" in message
+    cliff = PolynomialWarmupSchedule(learning_rate=1e-3, end_learning_rate=0.0, warmup_steps=100, decay_steps=80,
+                                     power=1.0)
+    (message,) = schedule_warnings(cliff, 1000, "optimizer_cfg.AdamWeightDecay")
+    assert message.startswith("optimizer_cfg.AdamWeightDecay.decay_steps 80 is not longer than the warmup (100 "
+                              "steps)")
+    for warmup, decay in ((100, 1000), (0, 1000), (0, 1)):  # warmup then decay, or no warmup at all: nothing to say
+        fine = PolynomialWarmupSchedule(learning_rate=1e-3, end_learning_rate=0.0, warmup_steps=warmup,
+                                        decay_steps=decay, power=1.0)
+        assert schedule_warnings(fine, 1000, "optimizer_cfg.Lamb") == []

@@ -1,7 +1,7 @@
 """run_pretrain.py, pretrain_eval.py and src.plot_metrics as users run them: real subprocesses, GRAPH mode, CPU.
 
-Evaluation is checked against HF transformers computing the same metrics; kill -9 and resume are in
-test_crash_safety.py.
+Evaluation is checked against HF transformers computing the same metrics, TensorBoard summaries against
+metrics.jsonl through TensorBoard's own reader; kill -9 and resume are in test_crash_safety.py.
 """
 import json
 import subprocess
@@ -12,12 +12,13 @@ from typing import Dict
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import ENV, ROOT, TINY, metrics_by_step, ok, one_line_error, pretrain, run
+from tests.pretrain_helpers import (ENV, ROOT, TINY, check_curves, metrics_by_step, ok, one_line_error, pretrain,
+                                    run, tensorboard)
 
 
 def test_absurd_loss_scale_overflows_then_falls_and_training_proceeds(data, tmp_path):
     # Weights drawn with stddev 1 give first gradients above 1.2, so that times 3e38 they exceed float32's range.
-    ok(run(pretrain(data, tmp_path, "--train_steps", "40", "--log_steps", "1", "--loss_scale_value", "3.0e38",
+    result = ok(run(pretrain(data, tmp_path, "--train_steps", "40", "--log_steps", "1", "--loss_scale_value", "3.0e38",
                     "--scale_factor", "2", "--scale_window", "1000", "--enable_save_ckpt", "false",
                     "--optimizer_cfg.AdamWeightDecay.learning_rate", "2e-3",
                     "--optimizer_cfg.AdamWeightDecay.warmup_steps", "0", "--net_cfg.initializer_range", "1.0")))
@@ -28,12 +29,16 @@ def test_absurd_loss_scale_overflows_then_falls_and_training_proceeds(data, tmp_
         assert row["loss_scale"] == pytest.approx(3.0e38 / 2 ** row["overflow_count"], rel=1e-6)
     assert rows[-1]["overflow_count"] == rows[-11]["overflow_count"] < 10  # then overflows stop
     assert np.mean([r["mlm_loss"] for r in rows[-5:]]) < rows[0]["mlm_loss"] - 0.3  # and training proceeds
+    assert "warning" not in result.stdout + result.stderr  # a run that learns: no flat-loss or warmup warning
 
 
 def test_train_steps_count_optimizer_steps_with_accumulation(data, tmp_path):
+    """Also what such a run reports: its log file, TensorBoard summaries, and the warnings of a run that cannot
+    learn (AdamWeightDecay's default 10000 warmup steps in a 6-step run: the learning rate stays near 0)."""
     result = ok(run(pretrain(data, tmp_path, "--train_steps", "6", "--accumulation_steps", "3", "--log_steps", "2",
                              "--save_checkpoint_steps", "4", "--save_checkpoint_num", "5")))
-    assert sorted(metrics_by_step(tmp_path / "metrics.jsonl")) == [2, 4, 6]
+    rows = metrics_by_step(tmp_path / "metrics.jsonl")
+    assert sorted(rows) == [2, 4, 6]
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.ckpt")) == \
         ["albert_pretrain-4.ckpt", "albert_pretrain-6.ckpt"]
     assert "6 optimizer steps x 3 micro-batch(es)" in result.stdout
@@ -43,16 +48,51 @@ def test_train_steps_count_optimizer_steps_with_accumulation(data, tmp_path):
     config = json.loads((tmp_path / "albert_config.json").read_text())
     assert config["hidden_size"] == 32 and config["vocab_size"] == 1000  # vocab from the data's tokenizer
 
+    warnings = [line for line in result.stdout.splitlines() if line.startswith("warning: ")]
+    assert warnings[0] == ("warning: the learning rate never leaves warmup: warmup is 10000 optimizer steps "
+                           f"(optimizer_cfg.AdamWeightDecay) but the run has 6, so it rises only to {1e-4 * 5 / 10000:.3g}"
+                           " at the last step (peak learning_rate 0.0001); lower warmup_steps (e.g. a tenth of the "
+                           "run) or train longer")
+    assert warnings[1].startswith(f"warning: the loss has not moved in the first 4 of 6 steps: {rows[2]['loss']:.4f} "
+                                  f"at step 2, {rows[4]['loss']:.4f} at step 4 (less than 2% apart) with a learning "
+                                  f"rate of {rows[4]['lr']:.3g}")
+    assert len(warnings) == 2
+    log = (tmp_path / "logs" / "pretrain.log").read_text().splitlines()
+    assert log[0].startswith("--- ") and " pretrain --data_dir " in log[0]
+    assert log[1:] == result.stdout.splitlines()  # every line, in order, once
+    events = check_curves(tmp_path, rows)
+    assert [event.value for event in events.Scalars("train/epoch")] == pytest.approx([rows[s]["epoch"] for s in rows])
+    settings = events.Tensors("settings/text_summary")[0]
+    assert settings.step == 0 and "    train_steps: 6\n" in settings.tensor_proto.string_val[0].decode()
+
+
+def test_mindspore_plugin_warnings_show_only_with_verbose(data, tmp_path):
+    """`--device_target auto` makes MindSpore try its Ascend and GPU plugins, and it logs a WARNING for each one it
+    cannot load: hidden unless --verbose (or GLOG_v set by the user), the device line shown either way. The runs stop
+    right after the device is set up (a missing checkpoint), so no graph is compiled."""
+    env = {key: value for key, value in ENV.items() if key != "GLOG_v"}
+    args = [sys.executable, *pretrain(data, tmp_path, "--device_target", "auto", "--load_checkpoint_path",
+                                      str(tmp_path / "missing.ckpt"))]
+    printed = {}
+    for extra in ([], ["--verbose"]):
+        result = subprocess.run(args + extra, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 2 and "device: " in result.stdout, result.stdout + result.stderr
+        printed[bool(extra)] = result.stdout + result.stderr
+    assert "error: checkpoint not found" in printed[False]
+    for line in ("[WARNING]", "Load dynamic library"):  # the records and their continuation lines
+        assert line not in printed[False] and line in printed[True], line
+
 
 def test_epochs_come_from_the_dataset_size(data, tmp_path):
     from src.dataset import count_rows
 
     rows = count_rows(data["train"])
     result = ok(run(pretrain(data, tmp_path, "--batch_size", "256", "--epoch_size", "2", "--log_steps", "100",
-                             "--enable_save_ckpt", "false")))
+                             "--enable_save_ckpt", "false", "--enable_tensorboard", "false")))
     steps = 2 * (rows // 256)
     assert f"{rows} rows; per rank {rows // 256} batches of 256 per epoch; {steps} optimizer steps" in result.stdout
     assert max(metrics_by_step(tmp_path / "metrics.jsonl")) == steps
+    assert not (tmp_path / "tensorboard").exists()
 
 
 def hf_metrics(hf_model, data_file: Path) -> Dict[str, float]:
@@ -100,6 +140,16 @@ def test_pretrain_eval_equals_hf_on_a_converted_checkpoint(data, tmp_path):
     from src.dataset import count_rows
     assert ours["examples"] == count_rows(data["eval"])  # the padded last batch adds nothing
     assert "masked_lm_accuracy" in result.stdout
+    # Progress (a plain last line: no terminal here), the log beside the json, TensorBoard at the checkpoint's step
+    # (a converted checkpoint has none: 0).
+    done = f"eval: {ours['examples']} rows in "
+    assert result.stderr.startswith(done) and "\r" not in result.stderr
+    log = (tmp_path / "logs" / "pretrain_eval.log").read_text()
+    assert done in log and '"masked_lm_accuracy"' in log and f"wrote {tmp_path / 'pretrain_eval.json'}" in log
+    events = tensorboard(tmp_path / "tensorboard")
+    for key in expected:
+        (event,) = events.Scalars(f"pretrain_eval/{key}")
+        assert event.step == 0 and event.value == pytest.approx(ours[key], rel=1e-6), key
 
 
 def test_plot_metrics_writes_a_png_with_the_newest_row_per_step(tmp_path):
@@ -156,7 +206,7 @@ def test_bad_input_gives_one_clear_line(data, tmp_path):
                                   cwd=ROOT, env=dict(ENV, OMPI_COMM_WORLD_SIZE="2", OMPI_COMM_WORLD_RANK="1"),
                                   capture_output=True, text=True, timeout=300)
     one_line_error(under_mpirun, "rank 1 of mpirun could not start the collective communication (MindSpore: ")
-    assert not (tmp_path / "out" / "checkpoints").exists() or not list((tmp_path / "out").glob("**/*.ckpt"))
+    assert not (tmp_path / "out").exists()  # no output folder (and no log in one) for a run that cannot start
 
 
 def test_checkpoint_of_another_config_or_plan_is_refused(data, tmp_path):
@@ -201,7 +251,11 @@ def test_a_fresh_run_moves_an_earlier_metrics_file_aside_and_leaves_no_lock(data
     """metrics.jsonl of an earlier run into the same folder is kept (moved aside, never deleted); the run's lock on
     its output folders is gone when it ends."""
     (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 9.5}\n')
+    (tmp_path / "tensorboard").mkdir()
+    (tmp_path / "tensorboard" / "events.out.tfevents.earlier").write_bytes(b"theirs")
     ok(run(pretrain(data, tmp_path, "--train_steps", "2", "--log_steps", "1", "--enable_save_ckpt", "false")))
     assert (tmp_path / "metrics.jsonl.previous").read_text() == '{"step": 1, "loss": 9.5}\n'
+    assert (tmp_path / "tensorboard.previous" / "events.out.tfevents.earlier").read_bytes() == b"theirs"
     assert sorted(metrics_by_step(tmp_path / "metrics.jsonl")) == [1, 2]
+    check_curves(tmp_path, metrics_by_step(tmp_path / "metrics.jsonl"))  # the new curves alone
     assert not list(tmp_path.rglob("*.lock"))
