@@ -299,14 +299,16 @@ class OpenVinoInfer(common.Side):
         self.properties = {"INFERENCE_NUM_THREADS": threads} if threads > 0 else {}
         if self.spec["side"] == "ov_hf_f32":
             self.properties["INFERENCE_PRECISION_HINT"] = "f32"
-        hint = self.properties.get("INFERENCE_PRECISION_HINT") or str(
-            self.core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
-        self.framework = f"openvino {openvino.__version__} (CPU plugin, precision hint {hint})"
+        self.framework = f"openvino {openvino.__version__} (CPU plugin, precision hint {self._hint()})"
+
+    def _hint(self) -> str:
+        """The precision hint this side compiles with: its own, or the CPU plugin's default (e.g. bf16 on AMX)."""
+        hint = self.properties.get("INFERENCE_PRECISION_HINT") or self.core.get_property(
+            "CPU", "INFERENCE_PRECISION_HINT")
+        return hint if isinstance(hint, str) else hint.get_type_name()
 
     def precision(self) -> str:
-        hint = str(self.properties.get("INFERENCE_PRECISION_HINT") or
-                   self.core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
-        return "bfloat16" if "bf16" in hint or "bfloat16" in hint else "float32"
+        return "bfloat16" if self._hint() in ("bf16", "bfloat16") else "float32"
 
     def matmul_gflops(self, size: int) -> float:
         """OpenVINO's rate for a size^3 MatMul model in this side's precision hint."""
