@@ -42,7 +42,7 @@ from src.atomic_files import atomic_path
 
 KERNELS = Path(__file__).resolve().parent / "kernels"
 SOURCES = (KERNELS / "dnnl_matmul.cc", KERNELS / "row_ops.cc")
-HEADERS = (KERNELS / "parallel.h", KERNELS / "profile.h", KERNELS / "vector_math.h")
+HEADERS = (KERNELS / "dnnl_primitives.h", KERNELS / "parallel.h", KERNELS / "profile.h", KERNELS / "vector_math.h")
 # -march=native: the library is built on, and for, the machine that runs it (the CPU is part of the cache key).
 # Reassociating float sums lets GCC vectorise the row reductions; NaN and inf still propagate (no -ffinite-math).
 FLAGS = ("-O3", "-march=native", "-std=c++14", "-shared", "-fPIC", "-pthread", "-fno-math-errno",

@@ -68,14 +68,19 @@ def test_bench_train_against_torch(tmp_path):
     assert result["first_loss_abs_diff"] < 1e-4  # same weights, same batch: the same loss before any update
     assert result["sides"]["ours"]["masked_positions"] == 15  # 20 asked, at most seq/2 - 1 fit
     assert "ms/step" in done.stdout and "ratio" in done.stdout
-    # --profile: time per operation type of each side; the products are there under their framework's names.
-    for side, products in (("ours", {"Custom", "MatMul", "BatchMatMul"}), ("torch", {"aten::addmm", "aten::mm"})):
-        profile = result["sides"][side]["op_profile"]
-        assert profile and all(row["ms_per_step"] > 0 and row["calls_per_step"] > 0 for row in profile)
+    # --profile: time per operation type of each side; the products are there under their framework's names (ours:
+    # the compiled kernels by name from their own counters, and inside them the threads' CPU time of the products).
+    for side, products in (("ours", {"kernel MatMulNTBias", "kernel MatMulTN", "MatMul"}),
+                           ("torch", {"aten::addmm", "aten::mm"})):
+        rows = result["sides"][side]["op_profile"]
+        profile = [row for row in rows if not row.get("cpu_time")]
+        assert profile and all(row["ms_per_step"] > 0 and row["calls_per_step"] > 0 for row in rows)
         assert [row["ms_per_step"] for row in profile] == sorted((row["ms_per_step"] for row in profile),
                                                                 reverse=True)
         assert products & {row["op"] for row in profile}, (side, [row["op"] for row in profile])
-    assert "time per operation type" in done.stdout
+    inside = {row["op"] for row in result["sides"]["ours"]["op_profile"] if row.get("cpu_time")}
+    assert "thread: sgemm" in inside and "Custom" not in {row["op"] for row in result["sides"]["ours"]["op_profile"]}
+    assert "time per operation type" in done.stdout and "inside the kernels, CPU time" in done.stdout
 
 
 @pytest.mark.skipif(not (cpu_kernels.available() and cpu_kernels.bf16_support()[0]),

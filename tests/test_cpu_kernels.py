@@ -91,20 +91,25 @@ def test_products_equal_numpy_in_float64(m, k, n, threads):
     assert_close(db, dy64.sum(0))
 
 
-@needs_kernels
-@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (200, 70, 130), (70, 33, 200), (600, 20, 70)])
-def test_dense_qkv_equals_numpy_in_float64(m, k, n, threads):
-    """Three dense layers of one input in one call (attention's query, key and value); its input gradient is the
-    three products summed in place."""
-    rng = np.random.default_rng(m + k)
+def run_dense_qkv(rng: np.random.Generator, m: int, k: int, n: int):
+    """Random x [m, k], three weights [n, k], biases and output gradients through `dense_qkv`: (x, weights, biases,
+    output gradients, outputs, input gradients)."""
     x = rng.standard_normal((m, k)).astype(np.float32)
     weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
     biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     sens = [rng.standard_normal((m, n)).astype(np.float32) for _ in range(3)]
     cell = Call(cpu_kernels.dense_qkv())
     tensors = [Tensor(value) for value in (x, *weights, *biases)]
-    outputs = cell(*tensors)
     grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, tuple(Tensor(d) for d in sens))
+    return x, weights, biases, sens, cell(*tensors), grads
+
+
+@needs_kernels
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (200, 70, 130), (70, 33, 200), (600, 20, 70)])
+def test_dense_qkv_equals_numpy_in_float64(m, k, n, threads):
+    """Three dense layers of one input in one call (attention's query, key and value); its input gradient is the
+    three products summed in place."""
+    x, weights, biases, sens, outputs, grads = run_dense_qkv(np.random.default_rng(m + k), m, k, n)
     x64, w64, dy64 = x.astype(np.float64), [w.astype(np.float64) for w in weights], [d.astype(np.float64)
                                                                                       for d in sens]
     for output, w, b in zip(outputs, w64, biases):
@@ -149,8 +154,9 @@ def assert_bf16_or_float32(got, bf16_operands, float32_operands):
 @pytest.mark.parametrize("m, k, n", [(63, 17, 9), (200, 70, 130), (600, 20, 70), (1024, 256, 384)])
 def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, threads, bf16_products):
     """Under set_bf16(True) every dense product (x w^T forward, dy w and dy^T x backward, read in place or
-    transposed) is the float64 product of the operands rounded to bfloat16, or for a shape oneDNN does in float32
-    the float32 product; at ALBERT's sizes (here 1024 x 256 x 384) bfloat16, not float32 (8 bits of mantissa)."""
+    transposed) is the float64 product of the operands rounded to bfloat16, not the float32 one (8 bits of
+    mantissa): through oneDNN's primitive at ALBERT's sizes (here 1024 x 256 x 384), through the kernels' own
+    rounding for shapes the primitive would keep in float32."""
     rng = np.random.default_rng(m * k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
@@ -158,24 +164,14 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, threads,
     y, (dx, dw, db) = forward_and_input_grads(cpu_kernels.matmul_nt_bias(), (x, w, b), dy)
     kinds = [assert_bf16_or_float32(y.asnumpy(), xb @ wb.T + b, x64 @ w64.T + b),
              assert_bf16_or_float32(dx, dyb @ wb, dy64 @ w64), assert_bf16_or_float32(dw, dyb.T @ xb, dy64.T @ x64)]
-    if m >= 1024:
-        assert kinds == ["bfloat16"] * 3
+    assert kinds == ["bfloat16"] * 3
 
 
 @needs_kernels
 def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(threads, bf16_products):
     """The query, key and value layers under set_bf16(True): their input gradient is three primitive products, the
     second and third added to the first by the primitive's sum post-op (at 1024 x 256 x 256: bfloat16 math)."""
-    rng = np.random.default_rng(11)
-    m, k, n = 1024, 256, 256
-    x = rng.standard_normal((m, k)).astype(np.float32)
-    weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
-    biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
-    sens = [rng.standard_normal((m, n)).astype(np.float32) for _ in range(3)]
-    cell = Call(cpu_kernels.dense_qkv())
-    tensors = [Tensor(value) for value in (x, *weights, *biases)]
-    outputs = cell(*tensors)
-    grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, tuple(Tensor(d) for d in sens))
+    x, weights, biases, sens, outputs, grads = run_dense_qkv(np.random.default_rng(11), 1024, 256, 256)
     xb, wb, dyb = (bf16_rounded(x).astype(np.float64), [bf16_rounded(w).astype(np.float64) for w in weights],
                    [bf16_rounded(d).astype(np.float64) for d in sens])
     x64, w64, dy64 = x.astype(np.float64), [w.astype(np.float64) for w in weights], [d.astype(np.float64)
@@ -656,6 +652,11 @@ def test_a_cached_library_that_still_does_not_load_falls_back_with_the_reason(fa
     assert not cpu_kernels.available()
     assert cpu_kernels.status().startswith(f"MindSpore operations (cannot load {target} (")
     assert target.read_bytes() == b"not a shared library either"  # built again once, not more
+
+
+def test_every_kernel_source_and_header_is_part_of_the_cache_key():
+    """A file of src/kernels left out of the key would let a stale cached build run after that file changed."""
+    assert sorted(cpu_kernels.KERNELS.iterdir()) == sorted(cpu_kernels.SOURCES + cpu_kernels.HEADERS)
 
 
 def test_the_cache_key_holds_onednns_content_not_only_its_path(fake_compiler):

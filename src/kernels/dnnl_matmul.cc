@@ -4,8 +4,8 @@
 // rows (or columns) of the result, or by attention head, over albert::Threads() threads.
 // Float32 products run as dnnl_sgemm. With SetBf16(1) the dense layers' products run in bfloat16 with float32
 // accumulation through oneDNN matmul primitives (dnnl_primitives.h: float32 tensors read as they are, converted while
-// packed for AMX / AVX512-BF16), or, where the primitive API is missing, as dnnl_gemm_bf16bf16f32 on operands this
-// file rounds to bfloat16; attention's per-head products stay float32 sgemm (at 128 x 128 x 64 a bfloat16 product
+// packed for AMX / AVX512-BF16), or, where the primitive API is missing or oneDNN would keep the shape in float32, as
+// dnnl_gemm_bf16bf16f32 on operands this file rounds to bfloat16; attention's per-head products stay float32 sgemm (at 128 x 128 x 64 a bfloat16 product
 // measured 0.55-0.85x sgemm's rate on a Xeon with AMX: packing costs more than it saves). Softmax, LayerNorm and
 // everything else stay float32.
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
@@ -360,7 +360,8 @@ int DnnlDescribe(char *out, int size) {
     for (int bf16 = 0; bf16 < 2; ++bf16) {
       albert::dnnl::Matmul probe;
       const albert::dnnl::Shape shape{false, true, false, false, bf16 == 1, 256, 256, 256, 256, 256, 256};
-      names[bf16] = albert::dnnl::Create(api, shape, &probe) ? probe.implementation : "none";
+      names[bf16] = albert::dnnl::Create(api, shape, &probe) ? probe.implementation
+                                                              : bf16 ? "none (dnnl_gemm_bf16bf16f32 instead)" : "none";
       albert::dnnl::Release(api, &probe);
     }
     text += "; matmul primitives: float32 " + names[0] + ", bfloat16 math " + names[1];

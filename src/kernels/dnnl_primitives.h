@@ -170,7 +170,25 @@ inline Handle Desc(const Api &api, int64_t rows, int64_t cols, int64_t ld, bool 
   return api.memory_desc_create_with_strides(&desc, 2, dims, kF32, strides) == 0 ? desc : nullptr;
 }
 
-// Creates the primitive for `shape`; false when oneDNN has none for it (the caller keeps the BLAS-style call).
+// The name of the implementation oneDNN chose for a primitive description (it names the ISA).
+inline std::string Implementation(const Api &api, Handle description) {
+  const char *name = nullptr;
+  return api.pd_query(description, kQueryImplInfo, 0, &name) == 0 && name ? name : "";
+}
+
+// The implementation oneDNN picks for `matmul`'s descriptors in plain float32 math ("" when none).
+inline std::string Float32Implementation(const Api &api, const Matmul *matmul) {
+  Handle description = nullptr;
+  if (api.matmul_pd_create(&description, api.engine, matmul->a, matmul->b, matmul->bias, matmul->c, nullptr) != 0) {
+    return "";
+  }
+  const std::string name = Implementation(api, description);
+  api.pd_destroy(description);
+  return name;
+}
+
+// Creates the primitive for `shape`; false when oneDNN has none for it, or none that does bfloat16 math for a
+// bf16 shape (the caller keeps the BLAS-style call).
 inline bool Create(const Api &api, const Shape &shape, Matmul *matmul) {
   matmul->a = Desc(api, shape.m, shape.k, shape.lda, shape.ta);
   matmul->b = Desc(api, shape.k, shape.n, shape.ldb, shape.tb);
@@ -187,15 +205,22 @@ inline bool Create(const Api &api, const Shape &shape, Matmul *matmul) {
   ok = ok && api.matmul_pd_create(&matmul->description, api.engine, matmul->a, matmul->b, matmul->bias, matmul->c,
                                   attr) == 0;
   if (ok) {
-    const char *name = nullptr;
-    if (api.pd_query(matmul->description, kQueryImplInfo, 0, &name) == 0 && name) matmul->implementation = name;
+    matmul->implementation = Implementation(api, matmul->description);
+    // fpmath mode bf16 allows oneDNN to keep a shape in float32 (it does for small ones): such a shape is left to the
+    // caller's bfloat16 path, so that every product under SetBf16(1) is a bfloat16 product, whatever its size.
+    ok = !shape.bf16 || matmul->implementation != Float32Implementation(api, matmul);
+  }
+  if (ok) {
     matmul->scratchpad = api.pd_query_md(matmul->description, kQueryScratchpadMd, 0);
     matmul->scratchpad_size = matmul->scratchpad ? api.memory_desc_get_size(matmul->scratchpad) : 0;
     ok = api.primitive_create(&matmul->primitive, matmul->description) == 0;
   }
   if (post_ops) api.post_ops_destroy(post_ops);
   if (attr) api.attr_destroy(attr);
-  if (!ok) Release(api, matmul);
+  if (!ok) {
+    Release(api, matmul);
+    *matmul = Matmul();  // released: safe to release again
+  }
   return ok;
 }
 
@@ -225,7 +250,7 @@ class Cache {
       Release(GetApi(), done);
       delete done;
     });
-    if (!Create(api, shape, matmul.get())) *matmul = Matmul();
+    Create(api, shape, matmul.get());  // on failure it stays empty: no primitive for the shape
     if (entries_.size() >= kCapacity) {
       entries_.erase(order_.front());
       order_.pop_front();
