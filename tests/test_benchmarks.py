@@ -365,3 +365,12 @@ def test_bench_accuracy_refuses_a_used_workdir(tmp_path):
     (tmp_path / "old.txt").write_text("a previous run")
     done = bench("bench_accuracy.py", "--workdir", str(tmp_path), "--tasks", "mrpc")
     assert done.returncode == 2 and "--workdir must be a new or empty folder" in done.stderr, done.stderr
+
+
+def test_every_recorded_result_names_its_cpu():
+    """A ratio holds only for the CPU it was measured on: every JSON in benchmarks/results says which."""
+    results = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert results
+    for path in results:
+        environment = json.loads(path.read_text(encoding="utf-8")).get("environment", {})
+        assert environment.get("cpu_model"), path.name
