@@ -323,7 +323,8 @@ class MindSporeSide(Side):
 
     def matmul_gflops(self, size: int) -> float:
         """MindSpore's MatMul in float32; in bfloat16, which MindSpore's CPU operations lack, the compiled kernels'
-        product (a b^T, the same FLOPs) with bfloat16 products, as a bfloat16 network runs its dense layers."""
+        product (a b^T, the same FLOPs) with bfloat16 products on b's bfloat16 copy, as a bfloat16 network runs its
+        dense layers."""
         import numpy as np
         from mindspore import Tensor, nn, ops
 
@@ -332,10 +333,12 @@ class MindSporeSide(Side):
         bf16 = self.precision() == "bfloat16"
         if bf16:
             cpu_kernels.set_bf16(True)
-        product = cpu_kernels.matmul_nt() if bf16 else ops.matmul
+        product = cpu_kernels.matmul_nt(copy=True) if bf16 else ops.matmul
 
         class _MatMul(nn.Cell):
             def construct(self, a, b):
+                if bf16:
+                    return product(a, b, cpu_kernels.bf16_copy(b))
                 return product(a, b)
 
         cell = _MatMul()

@@ -32,8 +32,9 @@ class AlbertMLMHead(nn.Cell):
         self.bias = Parameter(ops.zeros(config.vocab_size, ms.float32), name="bias")
         self.word_embeddings = word_embeddings  # the backbone's table: tied, not a second Parameter
         self.use_kernels = runtime.kernels
-        if self.use_kernels:
-            self.decoder_kernel = cpu_kernels.matmul_nt_bias()  # the bias added in the product, its gradient fused
+        self.bf16_weights = runtime.bf16_weights
+        if self.use_kernels:  # the bias added in the product, its gradient fused
+            self.decoder_kernel = cpu_kernels.matmul_nt_bias(runtime.bf16_weights)
         else:
             self.decoder_matmul = ops.MatMul(transpose_b=True)
 
@@ -43,6 +44,9 @@ class AlbertMLMHead(nn.Cell):
         # One 2-D product against the [V, E] table as stored: a 3-D ops.matmul would copy the table per batch row
         # (and transpose it), which cost more than the product itself.
         flat = transformed.reshape(batch * positions, width).astype(self.word_embeddings.dtype)
+        if self.bf16_weights:
+            table = cpu_kernels.bf16_copy(self.word_embeddings)
+            return self.decoder_kernel(flat, self.word_embeddings, table, self.bias).reshape(batch, positions, -1)
         if self.use_kernels:
             return self.decoder_kernel(flat, self.word_embeddings, self.bias).reshape(batch, positions, -1)
         logits = self.decoder_matmul(flat, self.word_embeddings)

@@ -182,7 +182,10 @@ class Runtime:
         masked-LM decoder and cross entropy as the compiled CPU kernels (src/cpu_kernels.py): a float32 graph
         whatever compute_type says (compute_type bfloat16 runs their products in bfloat16, set process-wide by
         `model_runtime`; float16 never gets them), and never in an exported file (it must load without this
-        machine's .so). The attention products read the heads in place in [B, S, H] (split_heads then does not
+        machine's .so).
+    bf16_weights: with kernels in bfloat16, every dense layer's weights (and the tied decoder table) rounded to a
+        bfloat16 copy by one Cast per step in the graph, which the products read: the layers that share weights
+        share the copy (MindSpore merges the identical Casts), instead of each product rounding them again. The attention products read the heads in place in [B, S, H] (split_heads then does not
         apply) and add the mask inside the softmax, [B, 1, 1, S] as it is (broadcast_mask only costs a copy there).
     split_heads: attention heads moved between [B, S, H] and [B, N, S, D] by a split and a stack instead of
         transposes: on CPU MindSpore's Transpose kernels each keep about twice their output's size allocated for the
@@ -196,6 +199,7 @@ class Runtime:
     """
 
     kernels: bool = False
+    bf16_weights: bool = False
     split_heads: bool = False
     broadcast_mask: bool = False
     onnx_patterns: bool = False
@@ -209,7 +213,7 @@ PORTABLE = Runtime()
 def dense_layer(in_size: int, out_size: int, config: AlbertConfig, runtime: Runtime,
                 has_bias: bool = True) -> nn.Dense:
     """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
-    layer = cpu_kernels.Dense(in_size, out_size, runtime.kernels,
+    layer = cpu_kernels.Dense(in_size, out_size, runtime.kernels, runtime.bf16_weights,
                               weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros",
                               has_bias=has_bias)
     if config.compute_type != "float32" and not runtime.kernels:  # the kernels set their products' precision
@@ -304,10 +308,19 @@ class AlbertAttention(nn.Cell):
         self.output_dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
         self.split_heads = runtime.split_heads
         self.use_kernels = runtime.kernels
+        self.bf16_weights = runtime.bf16_weights
+        # With the kernels, attention in one call per layer (forward and backward) unless dropout on the
+        # probabilities sits between its softmax and its context; without probabilities kept for networks built for
+        # evaluation and serving.
+        self.attention_kind = "inference" if not is_training else \
+            "fused" if config.attention_probs_dropout_prob == 0 else "with_dropout"
         if self.use_kernels:
-            self.qkv_kernel = cpu_kernels.dense_qkv()
+            self.qkv_kernel = cpu_kernels.dense_qkv(runtime.bf16_weights)
             self.probs_kernel, self.context_kernel = cpu_kernels.attention(self.num_heads)
+            self.fused_kernel = cpu_kernels.fused_attention(self.num_heads)
+            self.inference_kernel = cpu_kernels.attention_inference(self.num_heads)
             self.scale_tensor, self.one = Tensor([self.scale], ms.float32), Tensor([1.0], ms.float32)
+            self.heads_tensor = Tensor([self.num_heads], ms.int32)
         else:  # batched products on [B, N, ...] as they are (no broadcasting, key used untransposed)
             self.scores_matmul = ops.BatchMatMul(transpose_b=True)
             self.context_matmul = ops.BatchMatMul()
@@ -346,11 +359,19 @@ class AlbertAttention(nn.Cell):
         cells' weights); the products read each head where it lies in [B, S, H] (no split, stack or transpose) and
         take the scale as the products' factor; mask and softmax run inside the product."""
         shape = inputs.shape
-        query, key, value = self.qkv_kernel(inputs.reshape(-1, shape[-1]), self.query.weight, self.key.weight,
-                                            self.value.weight, self.query.bias, self.key.bias, self.value.bias)
-        probs = self.probs_kernel(query.reshape(shape), key.reshape(shape), attention_bias, self.scale_tensor)
+        weights = (self.query.weight, self.key.weight, self.value.weight)
+        if self.bf16_weights:
+            weights += tuple(cpu_kernels.bf16_copy(weight) for weight in weights)
+        query, key, value = self.qkv_kernel(inputs.reshape(-1, shape[-1]), *weights, self.query.bias, self.key.bias,
+                                            self.value.bias)
+        query, key, value = query.reshape(shape), key.reshape(shape), value.reshape(shape)
+        if self.attention_kind == "inference":
+            return self.inference_kernel(query, key, value, attention_bias, self.scale_tensor, self.heads_tensor)
+        if self.attention_kind == "fused":
+            return self.fused_kernel(query, key, value, attention_bias, self.scale_tensor)[0]
+        probs = self.probs_kernel(query, key, attention_bias, self.scale_tensor)
         probs = self.attention_dropout(probs)  # [B, N, S, S]
-        return self.context_kernel(probs, value.reshape(shape), self.one)
+        return self.context_kernel(probs, value, self.one)
 
     def construct(self, hidden_states, attention_bias):
         inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states

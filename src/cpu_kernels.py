@@ -231,9 +231,9 @@ def status() -> str:
 
 @lru_cache(maxsize=None)
 def onednn() -> str:
-    """oneDNN's version and the matmul implementation it picks here for float32 and for bfloat16 math (which names
-    the ISA, e.g. brg_matmul:avx10_1_512_amx), or why the bfloat16 products use the BLAS-style call; "" without the
-    kernels. Respects ONEDNN_MAX_CPU_ISA, as the products do."""
+    """oneDNN's version and the matmul implementation it picks here for bfloat16 products (which names the ISA, e.g.
+    brg_matmul:avx10_1_512_amx), or why they use the BLAS-style call; "" without the kernels. Respects
+    ONEDNN_MAX_CPU_ISA, as the products do."""
     path = _build()[0]
     if path is None:
         return ""
@@ -337,43 +337,83 @@ def _kernel(name: str, out_shape, out_dtype=None, bprop=None) -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def _products() -> Tuple[ops.Custom, ops.Custom, ops.Custom]:
-    """(NN, TN, column sums): the pieces of the dense layers' gradients."""
-    return (_kernel("MatMulNN", lambda a, b: (a[0], b[1])), _kernel("MatMulTN", lambda a, b: (a[1], b[1])),
-            _kernel("ColumnSum", lambda a: (a[1],)))
+def _dense_grads(count: int, biases: bool) -> ops.Custom:
+    """(dy_1..dy_count [M, N], x [M, K], w_1..w_count [N, K] float32 or bfloat16 copies) -> (dx = sum_i dy_i w_i,
+    dw_i = dy_i^T x, and with `biases` db_i = column sums of dy_i): the gradients of dense layers sharing their input,
+    each dy read once (src/kernels/dnnl_matmul.cc, DenseGrads)."""
+    name = {(1, True): "DenseGrad", (1, False): "DenseGradNoBias", (3, True): "DenseQKVGrad"}[(count, biases)]
+
+    def shapes(*tensors):
+        dy, x, w = tensors[0], tensors[count], tensors[count + 1]
+        return (x,) + (w,) * count + (((dy[1],),) * count if biases else ())
+
+    def dtypes(*types):
+        return (types[0],) * (1 + count * (2 if biases else 1))
+    return _kernel(name, shapes, dtypes)
 
 
 @lru_cache(maxsize=None)
-def matmul_nt() -> ops.Custom:
-    """x [M, K], w [N, K] -> x w^T [M, N], with gradients dx = dy w, dw = dy^T x."""
-    nn_product, tn_product, _ = _products()
+def _round_to_bf16() -> ops.Custom:
+    return _kernel("RoundToBf16", lambda x: x, lambda x: ms.bfloat16)
+
+
+def bf16_copy(weight):
+    """`weight` rounded to bfloat16 (nearest even) for the products' `copy` operand, outside differentiation (the
+    products give the float32 weight its gradient). In a graph, MindSpore merges the identical calls on one weight
+    (the layers that share it) into one per step."""
+    return ops.stop_gradient(_round_to_bf16()(weight))
+
+
+@lru_cache(maxsize=None)
+def matmul_nt(copy: bool = False) -> ops.Custom:
+    """x [M, K], w [N, K] -> x w^T [M, N], with gradients dx = dy w, dw = dy^T x. With `copy`, (x, w, w') where w'
+    is w's `bf16_copy`: the products read w' (forward and dx), w gets its float32 gradient."""
+    grads = _dense_grads(1, False)
 
     def bprop(x, w, out, dout):
-        return nn_product(dout, w), tn_product(dout, x)
+        return grads(dout, x, w)
+
+    def copy_bprop(x, w, w16, out, dout):
+        dx, dw = grads(dout, x, w16)
+        return dx, dw, ops.zeros_like(w16)
+    if copy:
+        return _kernel("MatMulNTCopy", lambda a, b, c: (a[0], b[0]), lambda a, b, c: a, copy_bprop)
     return _kernel("MatMulNT", lambda a, b: (a[0], b[0]), bprop=bprop)
 
 
 @lru_cache(maxsize=None)
-def matmul_nt_bias() -> ops.Custom:
-    """x [M, K], w [N, K], b [N] -> x w^T + b [M, N], with gradients dy w, dy^T x and the column sums of dy."""
-    nn_product, tn_product, column_sum = _products()
+def matmul_nt_bias(copy: bool = False) -> ops.Custom:
+    """x [M, K], w [N, K], b [N] -> x w^T + b [M, N], with gradients dy w, dy^T x and the column sums of dy. With
+    `copy`, (x, w, w', b) as in `matmul_nt`."""
+    grads = _dense_grads(1, True)
 
     def bprop(x, w, b, out, dout):
-        return nn_product(dout, w), tn_product(dout, x), column_sum(dout)
+        return grads(dout, x, w)
+
+    def copy_bprop(x, w, w16, b, out, dout):
+        dx, dw, db = grads(dout, x, w16)
+        return dx, dw, ops.zeros_like(w16), db
+    if copy:
+        return _kernel("MatMulNTBiasCopy", lambda a, b, c, d: (a[0], b[0]), lambda a, b, c, d: a, copy_bprop)
     return _kernel("MatMulNTBias", lambda a, b, c: (a[0], b[0]), bprop=bprop)
 
 
 @lru_cache(maxsize=None)
-def dense_qkv() -> ops.Custom:
+def dense_qkv(copies: bool = False) -> ops.Custom:
     """(x [M, K], wq, wk, wv [N, K], bq, bk, bv [N]) -> (q, k, v) [M, N]: attention's query, key and value layers in
-    one call. Their input gradient is the three products summed in place (no AddN of three [M, K] tensors)."""
-    three_products = _kernel("DenseQKVInputGrad", lambda dq, dk, dv, wq, wk, wv: (dq[0], wq[1]))
-    _, tn_product, column_sum = _products()
+    one call, their gradients in one call too (x read and rounded once, the input gradient summed in place). With
+    `copies`, the weights' `bf16_copy`s follow the weights, (x, wq, wk, wv, wq', wk', wv', bq, bk, bv): the products
+    read the copies, the weights get their float32 gradients."""
+    grads = _dense_grads(3, True)
 
     def bprop(x, wq, wk, wv, bq, bk, bv, out, dout):
-        dq, dk, dv = dout
-        return (three_products(dq, dk, dv, wq, wk, wv), tn_product(dq, x), tn_product(dk, x), tn_product(dv, x),
-                column_sum(dq), column_sum(dk), column_sum(dv))
+        return grads(*dout, x, wq, wk, wv)
+
+    def copies_bprop(x, wq, wk, wv, wq16, wk16, wv16, bq, bk, bv, out, dout):
+        dx, dwq, dwk, dwv, dbq, dbk, dbv = grads(*dout, x, wq16, wk16, wv16)
+        return dx, dwq, dwk, dwv, ops.zeros_like(wq16), ops.zeros_like(wk16), ops.zeros_like(wv16), dbq, dbk, dbv
+    if copies:
+        return _kernel("DenseQKVCopy", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x), copies_bprop)
     return _kernel("DenseQKV", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x), bprop)
 
 
@@ -401,6 +441,44 @@ def attention(num_heads: int) -> Tuple[ops.Custom, ops.Custom]:
         return dprobs(dout, v, scale), dvalue(p, dout, scale), ops.zeros_like(scale)
     return (_kernel("HeadProbs", square_shape, bprop=probs_bprop),
             _kernel("HeadContext", context_shape, bprop=context_bprop))
+
+
+@lru_cache(maxsize=None)
+def _attention_grad() -> ops.Custom:
+    """(probs [B, N, S, S], dcontext, q, k, v [B, S, H], scale [1]) -> (dq, dk, dv): attention's backward per pair."""
+    return _kernel("FusedAttentionGrad", lambda p, dc, q, k, v, s: (q, q, q), lambda p, dc, q, k, v, s: (q, q, q))
+
+
+@lru_cache(maxsize=None)
+def fused_attention(num_heads: int) -> ops.Custom:
+    """(q, k, v [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> (context [B, S, H], probs [B, N, S, S]):
+    `attention` without dropout between the softmax and the context, each (batch row, head) pair's scores, softmax and
+    context computed while its S x S block is in cache, the probabilities kept for the backward, which is one call
+    too (no [B, N, S, S] gradient of the probabilities in memory). The probabilities are for the backward only: the
+    gradient reaching them as an output is taken as zero."""
+    def shapes(q, k, v, bias, scale):
+        return q, [q[0], num_heads, q[1], q[1]]
+
+    grad = _attention_grad()
+
+    def bprop(q, k, v, bias, scale, out, dout):
+        dq, dk, dv = grad(out[1], dout[0], q, k, v, scale)
+        return dq, dk, dv, ops.zeros_like(bias), ops.zeros_like(scale)
+    return _kernel("FusedAttention", shapes, lambda q, *_: (q, q), bprop)
+
+
+@lru_cache(maxsize=None)
+def attention_inference(num_heads: int) -> ops.Custom:
+    """(q, k, v [B, S, H], bias, scale [1], heads [1] int32 = num_heads) -> context [B, S, H]: `fused_attention`
+    for networks built for evaluation and serving, writing no probabilities (each pair's live in the thread's
+    scratch); differentiated all the same (the backward computes the probabilities again)."""
+    probs, _ = attention(num_heads)
+    grad = _attention_grad()
+
+    def bprop(q, k, v, bias, scale, heads, out, dout):
+        dq, dk, dv = grad(probs(q, k, bias, scale), dout, q, k, v, scale)
+        return dq, dk, dv, ops.zeros_like(bias), ops.zeros_like(scale), ops.zeros_like(heads)
+    return _kernel("FusedAttentionInference", lambda q, *_: q, lambda q, *_: q, bprop)
 
 
 @lru_cache(maxsize=None)
@@ -448,13 +526,16 @@ def divide_by_scalar() -> ops.Custom:
 
 
 class Dense(nn.Dense):
-    """nn.Dense (same parameters, names and initialisation) computed by `matmul_nt(_bias)` when `use_kernels`."""
+    """nn.Dense (same parameters, names and initialisation) computed by `matmul_nt(_bias)` when `use_kernels`,
+    reading the weights' `bf16_copy` with `bf16_weights`."""
 
-    def __init__(self, in_channels: int, out_channels: int, use_kernels: bool, **kwargs):
+    def __init__(self, in_channels: int, out_channels: int, use_kernels: bool, bf16_weights: bool = False,
+                 **kwargs):
         super().__init__(in_channels, out_channels, **kwargs)
         self.use_kernels = use_kernels
+        self.bf16_weights = use_kernels and bf16_weights
         if use_kernels:
-            self.product = matmul_nt_bias() if self.has_bias else matmul_nt()
+            self.product = matmul_nt_bias(self.bf16_weights) if self.has_bias else matmul_nt(self.bf16_weights)
 
     def construct(self, x):
         shape = x.shape
@@ -463,6 +544,10 @@ class Dense(nn.Dense):
             y = self.matmul(flat, self.weight)
             if self.has_bias:
                 y = self.bias_add(y, self.bias)
+        elif self.bf16_weights and self.has_bias:
+            y = self.product(flat, self.weight, bf16_copy(self.weight), self.bias)
+        elif self.bf16_weights:
+            y = self.product(flat, self.weight, bf16_copy(self.weight))
         elif self.has_bias:
             y = self.product(flat, self.weight, self.bias)
         else:

@@ -87,6 +87,39 @@ def test_first_loss_and_gradients_stay_within_bfloat16_rounding_of_float32(float
         assert abs(np.linalg.norm(g16) / np.linalg.norm(g32) - 1) < 0.03, name
 
 
+def test_each_weight_is_rounded_to_bfloat16_once_per_step_whatever_the_layers_sharing_it(float32_afterwards):
+    """In a bfloat16 train step (GRAPH mode) every dense layer's weights and the tied decoder table are rounded to
+    bfloat16 once (the layers sharing them share the copy), while the products run once per layer."""
+    import mindspore as ms
+    from mindspore import ParameterTuple, Tensor, nn, ops
+
+    from src.albert_for_pre_training import AlbertNetworkWithLoss
+    from src.albert_model import AlbertConfig
+    from src.device_setup import model_runtime
+
+    class Gradients(nn.Cell):
+        def __init__(self, net):
+            super().__init__()
+            self.net, self.params = net, ParameterTuple(net.trainable_params())
+            self.grad = ops.GradOperation(get_by_list=True)
+
+        def construct(self, *batch):
+            return self.grad(self.net, self.params)(*batch)
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    config = AlbertConfig(**dict(TINY, num_hidden_layers=3), compute_type="bfloat16")
+    net = AlbertNetworkWithLoss(config, is_training=True, runtime=model_runtime("CPU", "bfloat16"))
+    dense_weights = {id(cell.weight) for _, cell in net.cells_and_names() if isinstance(cell, cpu_kernels.Dense)}
+    step, batch = Gradients(net), [Tensor(column) for column in pretraining_batch(np.random.default_rng(1))]
+    step(*batch)  # compiled outside the count
+    cpu_kernels.start_profile()
+    for _ in range(2):
+        step(*batch)
+    counts = cpu_kernels.stop_profile()
+    assert counts["RoundToBf16"][0] == 2 * (len(dense_weights) + 1)  # + the decoder's table
+    assert counts["DenseQKVCopy"][0] == 2 * 3  # the query, key and value products: once per layer
+
+
 def test_a_cpu_without_native_bfloat16_is_refused_in_one_line(data, tmp_path, monkeypatch, capsys,
                                                             float32_afterwards):
     import run_pretrain

@@ -91,16 +91,34 @@ def test_products_equal_numpy_in_float64(m, k, n, threads):
     assert_close(db, dy64.sum(0))
 
 
-def run_dense_qkv(rng: np.random.Generator, m: int, k: int, n: int):
-    """Random x [m, k], three weights [n, k], biases and output gradients through `dense_qkv`: (x, weights, biases,
-    output gradients, outputs, input gradients)."""
+class WithCopies(nn.Cell):
+    """A product that takes its weights' bfloat16 copies after them, called on the weights alone: the copies made in
+    the graph (cpu_kernels.bf16_copy), as the network makes them."""
+
+    def __init__(self, op, weights: int, first: int = 1):
+        super().__init__()
+        self.op, self.weights, self.first = op, weights, first
+
+    def construct(self, *inputs):
+        weights = inputs[self.first:self.first + self.weights]
+        copies = tuple(cpu_kernels.bf16_copy(weight) for weight in weights)
+        return self.op(*inputs[:self.first + self.weights], *copies, *inputs[self.first + self.weights:])
+
+
+def dense_grads(cell, tensors, sens):
+    return ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, sens)
+
+
+def run_dense_qkv(rng: np.random.Generator, m: int, k: int, n: int, copies: bool = False):
+    """Random x [m, k], three weights [n, k], biases and output gradients through `dense_qkv` (reading the weights'
+    bfloat16 copies with `copies`): (x, weights, biases, output gradients, outputs, input gradients)."""
     x = rng.standard_normal((m, k)).astype(np.float32)
     weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
     biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     sens = [rng.standard_normal((m, n)).astype(np.float32) for _ in range(3)]
-    cell = Call(cpu_kernels.dense_qkv())
+    cell = WithCopies(cpu_kernels.dense_qkv(True), 3) if copies else Call(cpu_kernels.dense_qkv())
     tensors = [Tensor(value) for value in (x, *weights, *biases)]
-    grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, tuple(Tensor(d) for d in sens))
+    grads = dense_grads(cell, tensors, tuple(Tensor(d) for d in sens))
     return x, weights, biases, sens, cell(*tensors), grads
 
 
@@ -137,50 +155,52 @@ def bf16_products():
     cpu_kernels.set_bf16(False)
 
 
-def assert_bf16_or_float32(got, bf16_operands, float32_operands):
-    """Under set_bf16(True) a dense product is the product of the operands rounded to bfloat16 where oneDNN runs
-    it on the bfloat16 unit, or the float32 product where it judges the shape better done in float32 (it may:
-    fpmath mode bf16 allows, not forces, the down-conversion); exact up to float32 accumulation either way.
-    Returns which."""
+def assert_bf16_product(got, bf16_operands, float32_operands):
+    """A product in bfloat16 with float32 sums: the float64 product of the operands rounded to bfloat16, up to
+    float32 accumulation, and measurably not the float32 product (bfloat16 keeps 8 bits of mantissa)."""
     scale = max(1.0, float(np.abs(bf16_operands).max()))
-    for name, want in (("bfloat16", bf16_operands), ("float32", float32_operands)):
-        if np.abs(got - want).max() <= 1e-5 * scale:
-            return name
-    raise AssertionError(f"neither the bfloat16 nor the float32 product: max abs diff "
-                         f"{np.abs(got - bf16_operands).max()} and {np.abs(got - float32_operands).max()}")
+    assert np.abs(got - bf16_operands).max() <= 1e-5 * scale, f"max abs diff {np.abs(got - bf16_operands).max()}"
+    assert np.abs(got - float32_operands).max() > 1e-4 * scale, "the float32 product, not the bfloat16 one"
 
 
 @needs_kernels
+@pytest.mark.parametrize("copy", [False, True], ids=["float32_weights", "bf16_copy"])
 @pytest.mark.parametrize("m, k, n", [(63, 17, 9), (200, 70, 130), (600, 20, 70), (1024, 256, 384)])
-def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, threads, bf16_products):
+def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, threads, bf16_products):
     """Under set_bf16(True) every dense product (x w^T forward, dy w and dy^T x backward, read in place or
-    transposed) is the float64 product of the operands rounded to bfloat16, not the float32 one (8 bits of
-    mantissa): through oneDNN's primitive at ALBERT's sizes (here 1024 x 256 x 384), through the kernels' own
-    rounding for shapes the primitive would keep in float32."""
+    transposed), whatever its size, is the float64 product of the operands rounded to bfloat16: with float32
+    weights (each call rounds them) and with the weights' bfloat16 copy made in the graph (the network's way), whose
+    weights still get their gradient, in float32."""
     rng = np.random.default_rng(m * k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
     x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
-    y, (dx, dw, db) = forward_and_input_grads(cpu_kernels.matmul_nt_bias(), (x, w, b), dy)
-    kinds = [assert_bf16_or_float32(y.asnumpy(), xb @ wb.T + b, x64 @ w64.T + b),
-             assert_bf16_or_float32(dx, dyb @ wb, dy64 @ w64), assert_bf16_or_float32(dw, dyb.T @ xb, dy64.T @ x64)]
-    assert kinds == ["bfloat16"] * 3
+    cell = WithCopies(cpu_kernels.matmul_nt_bias(True), 1) if copy else Call(cpu_kernels.matmul_nt_bias())
+    tensors = [Tensor(x), Tensor(w), Tensor(b)]
+    dx, dw, db = (grad.asnumpy() for grad in dense_grads(cell, tensors, Tensor(dy)))
+    assert_bf16_product(cell(*tensors).asnumpy(), xb @ wb.T + b, x64 @ w64.T + b)
+    assert_bf16_product(dx, dyb @ wb, dy64 @ w64)
+    assert_bf16_product(dw, dyb.T @ xb, dy64.T @ x64)
+    assert dw.dtype == np.float32
+    assert_close(db, dy64.sum(0))
 
 
 @needs_kernels
-def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(threads, bf16_products):
+@pytest.mark.parametrize("copies", [False, True], ids=["float32_weights", "bf16_copies"])
+def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(copies, threads, bf16_products):
     """The query, key and value layers under set_bf16(True): their input gradient is three primitive products, the
-    second and third added to the first by the primitive's sum post-op (at 1024 x 256 x 256: bfloat16 math)."""
-    x, weights, biases, sens, outputs, grads = run_dense_qkv(np.random.default_rng(11), 1024, 256, 256)
+    second and third added to the first by the primitive's sum post-op; with the weights' bfloat16 copies too."""
+    x, weights, biases, sens, outputs, grads = run_dense_qkv(np.random.default_rng(11), 1024, 256, 256, copies)
     xb, wb, dyb = (bf16_rounded(x).astype(np.float64), [bf16_rounded(w).astype(np.float64) for w in weights],
                    [bf16_rounded(d).astype(np.float64) for d in sens])
     x64, w64, dy64 = x.astype(np.float64), [w.astype(np.float64) for w in weights], [d.astype(np.float64)
                                                                                       for d in sens]
-    kinds = [assert_bf16_or_float32(output.asnumpy(), xb @ w.T + b, x64 @ w_.T + b)
-             for output, w, w_, b in zip(outputs, wb, w64, biases)]
-    kinds.append(assert_bf16_or_float32(grads[0].asnumpy(), sum(d @ w for d, w in zip(dyb, wb)),
-                                        sum(d @ w for d, w in zip(dy64, w64))))
-    assert kinds == ["bfloat16"] * 4
+    for output, w, w_, b in zip(outputs, wb, w64, biases):
+        assert_bf16_product(output.asnumpy(), xb @ w.T + b, x64 @ w_.T + b)
+    assert_bf16_product(grads[0].asnumpy(), sum(d @ w for d, w in zip(dyb, wb)), sum(d @ w for d, w in zip(dy64, w64)))
+    for i in range(3):
+        assert_bf16_product(grads[1 + i].asnumpy(), dyb[i].T @ xb, dy64[i].T @ x64)
+        assert_close(grads[4 + i].asnumpy(), dy64[i].sum(0))
 
 
 @needs_kernels
@@ -221,7 +241,7 @@ def test_products_on_a_lower_isa_forced(isa):
                             capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     described = result.stdout.strip().splitlines()[-1]
-    assert described.startswith("oneDNN 3.") and "matmul primitives: float32 " in described, described
+    assert described.startswith("oneDNN 3.") and "bfloat16 products: " in described, described
     assert "amx" not in described and (isa != "AVX2" or "avx512" not in described), described
 
 
@@ -293,6 +313,62 @@ def test_attention_equals_torch_values_and_gradients(batch, seq, heads, head_siz
     assert_close(got.asnumpy(), want)
     for got_grad, want_grad in zip(got_grads[:2], want_grads[:2]):
         assert_close(got_grad, want_grad)
+
+
+class FusedContext(nn.Cell):
+    """The context output of `fused_attention` (its probabilities output is for its own backward)."""
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.op = cpu_kernels.fused_attention(heads)
+
+    def construct(self, q, k, v, bias, scale):
+        return self.op(q, k, v, bias, scale)[0]
+
+
+@needs_kernels
+@pytest.mark.parametrize("kind", ["fused", "inference"])
+@pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
+    (2, 5, 3, 4, "row"), (3, 16, 4, 8, "broadcast"), (1, 1, 2, 3, "row"), (4, 33, 2, 16, "row")])
+def test_attention_in_one_call_equals_torch_values_and_gradients(batch, seq, heads, head_size, mask, kind, threads):
+    """The whole of attention per (batch row, head) in one call, softmax(scale q k^T + mask) v with the heads read in
+    place in [B, S, H], and its backward in one call: the context and the gradients of q, k and v equal torch's
+    reshape/permute/matmul/softmax in float64, for training (probabilities kept) and for inference (none kept, the
+    backward computes them again); the probabilities kept equal torch's."""
+    hidden = heads * head_size
+    rng = np.random.default_rng(batch * 10 + seq)
+    q, k, v = (rng.standard_normal((batch, seq, hidden)).astype(np.float32) for _ in range(3))
+    padding = rng.random((batch, 1, 1, seq)) < 0.3
+    padding[..., 0] = False
+    bias = np.where(padding, -10000.0, 0.0).astype(np.float32)
+    if mask == "broadcast":
+        bias = np.ascontiguousarray(np.broadcast_to(bias, (batch, heads, seq, seq)))
+    sens = rng.standard_normal((batch, seq, hidden)).astype(np.float32)
+
+    def split(x):
+        return x.reshape(batch, seq, heads, head_size).permute(0, 2, 1, 3)
+
+    def reference(a, b, c):
+        probs = torch.softmax(split(a) @ split(b).transpose(-1, -2) * 0.37 + torch.tensor(bias, dtype=torch.float64), -1)
+        return (probs @ split(c)).permute(0, 2, 1, 3).reshape(batch, seq, hidden)
+
+    want, want_grads = torch_reference(reference, (q, k, v), sens)
+    inputs = [q, k, v, bias, np.array([0.37], np.float32)]
+    if kind == "inference":
+        op = cpu_kernels.attention_inference(heads)
+        inputs.append(np.array([heads], np.int32))
+    else:
+        op = FusedContext(heads)
+    got, got_grads = forward_and_input_grads(op, inputs, sens)
+    assert_close(got.asnumpy(), want)
+    for got_grad, want_grad in zip(got_grads[:3], want_grads):
+        assert_close(got_grad, want_grad)
+    assert not got_grads[3].any()  # the mask is data: no gradient
+    if kind == "fused":
+        probs = Call(cpu_kernels.fused_attention(heads))(*map(Tensor, inputs))[1].asnumpy()
+        want_probs = torch.softmax(split(torch.tensor(q, dtype=torch.float64)) @ split(torch.tensor(
+            k, dtype=torch.float64)).transpose(-1, -2) * 0.37 + torch.tensor(bias, dtype=torch.float64), -1)
+        assert_close(probs, want_probs.numpy())
 
 
 @needs_kernels

@@ -3,11 +3,12 @@
 // That library is built for a caller-supplied thread pool and runs single-threaded here, so each product is split by
 // rows (or columns) of the result, or by attention head, over albert::Threads() threads.
 // Float32 products run as dnnl_sgemm. With SetBf16(1) the dense layers' products run in bfloat16 with float32
-// accumulation through oneDNN matmul primitives (dnnl_primitives.h: float32 tensors read as they are, converted while
-// packed for AMX / AVX512-BF16), or, where the primitive API is missing or oneDNN would keep the shape in float32, as
-// dnnl_gemm_bf16bf16f32 on operands this file rounds to bfloat16; attention's per-head products stay float32 sgemm (at 128 x 128 x 64 a bfloat16 product
-// measured 0.55-0.85x sgemm's rate on a Xeon with AMX: packing costs more than it saves). Softmax, LayerNorm and
-// everything else stay float32.
+// accumulation: each float32 operand is rounded to bfloat16 once per call, over the threads (a dense layer's weights
+// come already rounded: the graph makes their bfloat16 copy once per step, see cpu_kernels.Dense), and the products
+// run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h; dnnl_gemm_bf16bf16f32 where the
+// primitive API is missing). Attention's per-head products stay float32 sgemm (at 128 x 128 x 64 a bfloat16
+// product measured 0.55-0.85x sgemm's rate on a Xeon with AMX: packing costs more than it saves). Softmax, LayerNorm
+// and everything else stay float32.
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <immintrin.h>
 
@@ -29,6 +30,8 @@ bool &Bf16() {
   return on;
 }
 
+bool IsBf16(const char *dtype) { return std::strcmp(dtype, "bfloat16") == 0; }
+
 // float32 -> bfloat16, rounded to nearest even (the CPU's own instruction where it has one).
 void ToBf16(const float *from, uint16_t *to, int64_t count) {
   int64_t i = 0;
@@ -48,43 +51,76 @@ void ToBf16(const float *from, uint16_t *to, int64_t count) {
   }
 }
 
-// The rows x cols block of a row-major matrix with leading dimension ld, packed as bfloat16 (leading dim cols).
-const uint16_t *PackBf16(const float *from, int64_t rows, int64_t cols, int64_t ld, std::vector<uint16_t> *buffer) {
-  buffer->resize(rows * cols);
-  for (int64_t r = 0; r < rows; ++r) ToBf16(from + r * ld, buffer->data() + r * cols, cols);
-  return buffer->data();
-}
-
-// dnnl_sgemm's contract (c = alpha op(a) op(b) + beta c, row-major), in float32 or, under SetBf16(1), in bfloat16
-// with float32 accumulation: op(a) is m x k (stored k x m when ta), op(b) k x n (stored n x k when tb).
-int Product(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-            const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
-  if (!Bf16()) {
-    ALBERT_PROFILE("thread: sgemm");
-    return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  thread_local std::vector<uint16_t> a_buffer, b_buffer;
-  const bool at = ta == 'T', bt = tb == 'T';
-  const uint16_t *a16, *b16;
-  {
-    ALBERT_PROFILE("thread: operands to bf16");
-    a16 = PackBf16(a, at ? k : m, at ? m : k, lda, &a_buffer);
-    b16 = PackBf16(b, bt ? n : k, bt ? k : n, ldb, &b_buffer);
-  }
-  ALBERT_PROFILE("thread: gemm_bf16bf16f32");
-  return dnnl_gemm_bf16bf16f32(ta, tb, m, n, k, alpha, a16, at ? m : k, b16, bt ? k : n, beta, c, ldc);
-}
-
-// One attention head's product, always float32 (see the top of the file).
-int HeadProduct(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                const float *b, int64_t ldb, float *c, int64_t ldc) {
-  ALBERT_PROFILE("thread: attention sgemm");
-  return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
-}
-
-const int64_t kMinSlicePerThread = 64;  // rows or columns of a product per thread
+const int64_t kMinSlicePerThread = 64;        // rows or columns of a product per thread
+const int64_t kMinConvertPerThread = 1 << 15;  // elements rounded to bfloat16 per thread
+const int kOperandSlots = 7;                   // float32 operands of one call rounded to bfloat16, at most
 // x w^T products with fewer rows than this are split by columns (see ForBlocks).
 const int64_t kColumnSplitBelowRows = 512;
+
+// A product's operand: a row-major matrix (leading dimension ld) in float32, or in bfloat16 when the call's
+// products run in bfloat16.
+struct Matrix {
+  const float *f32;
+  const uint16_t *bf16;
+  int64_t ld;
+};
+
+// Tensor i of a call (2-D) as a product's operand. In bfloat16 (bf16) a float32 tensor is rounded once, over the
+// threads, into buffer `slot` of the calling thread (MindSpore may run two kernels at once, each from its own
+// thread); a bfloat16 tensor is used as it is.
+uint16_t *Buffer(int slot, int64_t count) {
+  thread_local std::vector<uint16_t> buffers[kOperandSlots];
+  std::vector<uint16_t> &buffer = buffers[slot];
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(count);
+  return buffer.data();
+}
+
+Matrix Operand(void **params, int64_t **shapes, const char **dtypes, int i, bool bf16, int slot) {
+  const int64_t ld = shapes[i][1];
+  if (IsBf16(dtypes[i])) return Matrix{nullptr, static_cast<const uint16_t *>(params[i]), ld};
+  const float *data = static_cast<const float *>(params[i]);
+  if (!bf16) return Matrix{data, nullptr, ld};
+  const int64_t count = shapes[i][0] * ld;
+  uint16_t *rounded = Buffer(slot, count);
+  albert::ParallelFor(count, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: operands to bf16");
+    ToBf16(data + begin, rounded + begin, end - begin);
+  });
+  return Matrix{nullptr, rounded, ld};
+}
+
+// A dense layer's output gradient dy [rows, cols] (tensor i) as a product's operand, its column sums (the bias
+// gradient) written to `sums` in the same pass over it: columns split over the threads, each column summed row by
+// row in float32 (as ColumnSum in row_ops.cc does).
+Matrix OutputGrad(void **params, int64_t **shapes, const char **dtypes, int i, bool bf16, int slot, float *sums) {
+  const int64_t rows = shapes[i][0], cols = shapes[i][1];
+  const float *dy = static_cast<const float *>(params[i]);
+  uint16_t *rounded = bf16 ? Buffer(slot, rows * cols) : nullptr;
+  albert::ParallelFor(cols, 64, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: output gradient sums");
+    float *out = sums + begin;
+    std::fill(out, out + (end - begin), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *row = dy + r * cols + begin;
+      for (int64_t c = 0; c < end - begin; ++c) out[c] += row[c];
+      if (rounded) ToBf16(row, rounded + r * cols + begin, end - begin);
+    }
+  });
+  return bf16 ? Matrix{nullptr, rounded, cols} : Matrix{dy, nullptr, cols};
+}
+
+// Whether a call's products run in bfloat16: under SetBf16(1), or when an operand comes in bfloat16.
+bool Bf16Call(const char **dtypes, std::initializer_list<int> operands) {
+  for (const int i : operands) {
+    if (IsBf16(dtypes[i])) return true;
+  }
+  return Bf16();
+}
+
+// True when tensor i is float32, or bfloat16 where `bf16_allowed`.
+bool Float(const char **dtypes, int i, bool bf16_allowed) {
+  return std::strcmp(dtypes[i], "float32") == 0 || (bf16_allowed && IsBf16(dtypes[i]));
+}
 
 // Rows [r0, r1) x columns [c0, c1) of c[m, n] = op(a) op(b) + beta c (+ bias[n] on every row instead of beta c),
 // row-major; op(x) = x or x^T, op(a) is [m, k], op(b) is [k, n].
@@ -92,32 +128,40 @@ struct Block {
   int64_t r0, r1, c0, c1;
 };
 
-// GemmBlock's product through a cached oneDNN matmul primitive in bfloat16 math, bias and accumulation (beta 1)
-// done by the primitive; false when there is none (dnnl_primitives.h), nothing written.
-bool Primitive(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const float *a, int64_t lda,
-               const float *b, int64_t ldb, const float *bias, float beta, float *c) {
-  const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, true, block.r1 - block.r0,
-                                  block.c1 - block.c0, k, lda, ldb, n};
-  ALBERT_PROFILE("thread: matmul primitive bf16");
-  return albert::dnnl::Run(shape, ta ? a + block.r0 : a + block.r0 * lda, tb ? b + block.c0 * ldb : b + block.c0,
-                           bias ? bias + block.c0 : nullptr, c + block.r0 * n + block.c0);
-}
-
-int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const float *a, int64_t lda,
-              const float *b, int64_t ldb, const float *bias, float beta, float *c) {
-  if (Bf16() && Primitive(ta, tb, block, n, k, a, lda, b, ldb, bias, beta, c)) return 0;
-  if (bias) {
-    for (int64_t row = block.r0; row < block.r1; ++row) {
-      std::memcpy(c + row * n + block.c0, bias + block.c0, (block.c1 - block.c0) * sizeof(float));
+int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const Matrix &a, const Matrix &b,
+              const float *bias, float beta, float *c) {
+  const int64_t rows = block.r1 - block.r0, columns = block.c1 - block.c0;
+  // Row r of op(a) starts at r * lda (a stored [m, k]) or at r (a stored [k, m], read transposed); column j of
+  // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
+  const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
+  float *c_block = c + block.r0 * n + block.c0;
+  if (a.bf16) {
+    ALBERT_PROFILE("thread: matmul primitive bf16");
+    const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
+    if (albert::dnnl::Run(shape, a.bf16 + a_start, b.bf16 + b_start, bias ? bias + block.c0 : nullptr, c_block)) {
+      return 0;
     }
+  }
+  if (bias) {
+    for (int64_t row = 0; row < rows; ++row) std::memcpy(c_block + row * n, bias + block.c0, columns * sizeof(float));
     beta = 1.0f;
   }
-  // Row r of op(a) starts at a + r * lda (a stored [m, k]) or at a + r (a stored [k, m], read transposed);
-  // column j of op(b) at b + j (b stored [k, n]) or at b + j * ldb (b stored [n, k], read transposed).
-  const float *a_rows = ta ? a + block.r0 : a + block.r0 * lda;
-  const float *b_columns = tb ? b + block.c0 * ldb : b + block.c0;
-  return Product(ta ? 'T' : 'N', tb ? 'T' : 'N', block.r1 - block.r0, block.c1 - block.c0, k, 1.0f, a_rows, lda,
-                 b_columns, ldb, beta, c + block.r0 * n + block.c0, n);
+  const char op_a = ta ? 'T' : 'N', op_b = tb ? 'T' : 'N';
+  if (a.bf16) {
+    ALBERT_PROFILE("thread: gemm_bf16bf16f32");
+    return dnnl_gemm_bf16bf16f32(op_a, op_b, rows, columns, k, 1.0f, a.bf16 + a_start, a.ld, b.bf16 + b_start, b.ld,
+                                 beta, c_block, n);
+  }
+  ALBERT_PROFILE("thread: sgemm");
+  return dnnl_sgemm(op_a, op_b, rows, columns, k, 1.0f, a.f32 + a_start, a.ld, b.f32 + b_start, b.ld, beta, c_block,
+                    n);
+}
+
+// One attention head's product, always float32 (see the top of the file).
+int HeadProduct(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                const float *b, int64_t ldb, float *c, int64_t ldc) {
+  ALBERT_PROFILE("thread: attention sgemm");
+  return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 // Runs fn(block) over slices of c[m, n] on the threads; fn returns dnnl_sgemm's status. Split by rows, except
@@ -138,22 +182,6 @@ int ForBlocks(bool x_times_wt, int64_t m, int64_t n, Fn fn) {
   return 0;
 }
 
-// c[m, n] = op(a) op(b) (+ bias[n] on every row), all row-major float32.
-int Gemm(bool ta, bool tb, bool with_bias, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  const int count = with_bias ? 4 : 3, out = count - 1;
-  if (ndims[0] != 2 || ndims[1] != 2 || ndims[out] != 2 || (with_bias && ndims[2] != 1)) return 1;
-  if (!albert::AllFloat32(count, dtypes)) return 2;
-  const float *a = static_cast<const float *>(params[0]);
-  const float *b = static_cast<const float *>(params[1]);
-  const float *bias = with_bias ? static_cast<const float *>(params[2]) : nullptr;
-  float *c = static_cast<float *>(params[out]);
-  const int64_t m = ta ? shapes[0][1] : shapes[0][0], k = ta ? shapes[0][0] : shapes[0][1];
-  const int64_t n = tb ? shapes[1][0] : shapes[1][1], lda = shapes[0][1], ldb = shapes[1][1];
-  return ForBlocks(tb && !ta, m, n, [&](const Block &block) {
-    return GemmBlock(ta, tb, block, n, k, a, lda, b, ldb, bias, 0.0f, c);
-  });
-}
-
 // True when tensors first .. first+count-1 have the shape of tensor `like`.
 bool SameShapes(const int *ndims, int64_t **shapes, int first, int count, int like) {
   for (int i = first; i < first + count; ++i) {
@@ -165,43 +193,99 @@ bool SameShapes(const int *ndims, int64_t **shapes, int first, int count, int li
   return true;
 }
 
-// The query, key and value layers of attention in one call, each thread's slice of all three in turn:
-// (x [M, K], w0, w1, w2 [N, K], b0, b1, b2 [N]) -> y_i = x w_i^T + b_i [M, N].
-int DenseThree(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  if (!albert::AllFloat32(10, dtypes) || ndims[0] != 2 || ndims[1] != 2 || ndims[4] != 1 ||
-      !SameShapes(ndims, shapes, 2, 2, 1) || !SameShapes(ndims, shapes, 5, 2, 4) || shapes[0][1] != shapes[1][1] ||
-      shapes[4][0] != shapes[1][0]) {
+// Where a product kernel finds its tensors: c = op(a) op(b) (+ bias). `weights`, when not -1, is a dense layer's
+// float32 weights passed beside b, their bfloat16 copy: only there to give the weights their gradient.
+struct Layout {
+  int a, b, bias, out, weights;
+};
+
+// c[m, n] = op(a) op(b) (+ bias[n] on every row), row-major; a and b float32 or bfloat16, bias and c float32.
+int Gemm(bool ta, bool tb, const Layout &at, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (ndims[at.a] != 2 || ndims[at.b] != 2 || ndims[at.out] != 2 || (at.bias >= 0 && ndims[at.bias] != 1) ||
+      !Float(dtypes, at.a, true) || !Float(dtypes, at.b, true) || !Float(dtypes, at.out, false) ||
+      (at.bias >= 0 && !Float(dtypes, at.bias, false)) ||
+      (at.weights >= 0 && (!Float(dtypes, at.weights, false) || !SameShapes(ndims, shapes, at.weights, 1, at.b)))) {
     return 1;
   }
+  const bool bf16 = Bf16Call(dtypes, {at.a, at.b});
+  const Matrix a = Operand(params, shapes, dtypes, at.a, bf16, 0), b = Operand(params, shapes, dtypes, at.b, bf16, 1);
+  const float *bias = at.bias >= 0 ? static_cast<const float *>(params[at.bias]) : nullptr;
+  float *c = static_cast<float *>(params[at.out]);
+  const int64_t m = ta ? shapes[at.a][1] : shapes[at.a][0], k = ta ? shapes[at.a][0] : shapes[at.a][1];
+  const int64_t n = tb ? shapes[at.b][0] : shapes[at.b][1];
+  if ((tb ? shapes[at.b][1] : shapes[at.b][0]) != k) return 1;
+  return ForBlocks(tb && !ta, m, n, [&](const Block &block) {
+    return GemmBlock(ta, tb, block, n, k, a, b, bias, 0.0f, c);
+  });
+}
+
+// The query, key and value layers of attention in one call, each thread's slice of all three in turn:
+// (x [M, K], w0, w1, w2 [N, K], b0, b1, b2 [N]) -> y_i = x w_i^T + b_i [M, N]; with `copies`, the weights'
+// bfloat16 copies follow the weights: (x, w0, w1, w2, w0', w1', w2', b0, b1, b2) (see Layout).
+int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const int weights = copies ? 4 : 1, biases = weights + 3, outputs = biases + 3;
+  if (ndims[0] != 2 || ndims[1] != 2 || ndims[biases] != 1 || !SameShapes(ndims, shapes, 2, weights + 1, 1) ||
+      !SameShapes(ndims, shapes, biases + 1, 2, biases) || shapes[0][1] != shapes[1][1] ||
+      shapes[biases][0] != shapes[1][0] || !Float(dtypes, 0, false)) {
+    return 1;
+  }
+  for (int i = 1; i < outputs + 3; ++i) {
+    if (!Float(dtypes, i, i >= weights && i < weights + 3)) return 1;
+  }
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
-  const float *x = static_cast<const float *>(params[0]);
+  const bool bf16 = Bf16Call(dtypes, {weights, weights + 1, weights + 2});
+  const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0);
+  const Matrix w[3] = {Operand(params, shapes, dtypes, weights, bf16, 1),
+                       Operand(params, shapes, dtypes, weights + 1, bf16, 2),
+                       Operand(params, shapes, dtypes, weights + 2, bf16, 3)};
   return ForBlocks(true, m, n, [&](const Block &block) {
     int status = 0;
     for (int i = 0; i < 3 && status == 0; ++i) {
-      status = GemmBlock(false, true, block, n, k, x, k, static_cast<const float *>(params[1 + i]), k,
-                         static_cast<const float *>(params[4 + i]), 0.0f, static_cast<float *>(params[7 + i]));
+      status = GemmBlock(false, true, block, n, k, x, w[i], static_cast<const float *>(params[biases + i]), 0.0f,
+                         static_cast<float *>(params[outputs + i]));
     }
     return status;
   });
 }
 
-// Their input gradient, the three products summed in place: (dy0, dy1, dy2 [M, N], w0, w1, w2 [N, K])
-// -> dx = sum_i dy_i w_i [M, K].
-int DenseThreeInputGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  if (!albert::AllFloat32(7, dtypes) || ndims[0] != 2 || ndims[3] != 2 || !SameShapes(ndims, shapes, 1, 2, 0) ||
-      !SameShapes(ndims, shapes, 4, 2, 3) || shapes[0][1] != shapes[3][0]) {
+// The gradients of dense layers y_i = x w_i^T (+ b_i) that share their input x [M, K], in one call: dy_i [M, N],
+// x, w_i [N, K] (float32 or bfloat16 copies) -> dx = sum_i dy_i w_i [M, K], dw_i = dy_i^T x [N, K] and, with biases,
+// db_i = column sums of dy_i [N]. Tensors: dy_0..dy_{n-1}, x, w_0..w_{n-1}, then the outputs dx, dw_*, db_*. Each
+// dy_i is read once for its bias gradient and its bfloat16 form, x is rounded once for all n weight gradients.
+int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const int x_at = count, w_at = count + 1, dx_at = 2 * count + 1, dw_at = dx_at + 1, db_at = dw_at + count;
+  const int tensors = db_at + (biases ? count : 0);
+  for (int i = 0; i < tensors; ++i) {
+    if (!Float(dtypes, i, i >= w_at && i < dx_at) || ndims[i] != (biases && i >= db_at ? 1 : 2)) return 1;
+  }
+  if (!SameShapes(ndims, shapes, 1, count - 1, 0) || !SameShapes(ndims, shapes, w_at + 1, count - 1, w_at) ||
+      shapes[x_at][0] != shapes[0][0] || shapes[w_at][0] != shapes[0][1] || shapes[w_at][1] != shapes[x_at][1]) {
     return 1;
   }
-  const int64_t m = shapes[0][0], n = shapes[0][1], k = shapes[3][1];
-  float *dx = static_cast<float *>(params[6]);
-  return ForBlocks(false, m, k, [&](const Block &block) {
-    int status = 0;
-    for (int i = 0; i < 3 && status == 0; ++i) {
-      status = GemmBlock(false, false, block, k, n, static_cast<const float *>(params[i]), n,
-                         static_cast<const float *>(params[3 + i]), k, nullptr, i == 0 ? 0.0f : 1.0f, dx);
+  const int64_t m = shapes[0][0], n = shapes[0][1], k = shapes[x_at][1];
+  const bool bf16 = Bf16Call(dtypes, {w_at});
+  std::vector<Matrix> dy(count), w(count);
+  std::vector<float> unused_sums(biases ? 0 : n);
+  for (int i = 0; i < count; ++i) {
+    float *sums = biases ? static_cast<float *>(params[db_at + i]) : nullptr;
+    dy[i] = sums ? OutputGrad(params, shapes, dtypes, i, bf16, i, sums) : Operand(params, shapes, dtypes, i, bf16, i);
+    w[i] = Operand(params, shapes, dtypes, w_at + i, bf16, count + 1 + i);
+  }
+  const Matrix x = Operand(params, shapes, dtypes, x_at, bf16, count);
+  float *dx = static_cast<float *>(params[dx_at]);
+  int status = ForBlocks(false, m, k, [&](const Block &block) {
+    int result = 0;
+    for (int i = 0; i < count && result == 0; ++i) {
+      result = GemmBlock(false, false, block, k, n, dy[i], w[i], nullptr, i == 0 ? 0.0f : 1.0f, dx);
     }
-    return status;
+    return result;
   });
+  for (int i = 0; i < count && status == 0; ++i) {
+    status = ForBlocks(false, n, k, [&](const Block &block) {
+      return GemmBlock(true, false, block, k, m, dy[i], x, nullptr, 0.0f, static_cast<float *>(params[dw_at + i]));
+    });
+  }
+  return status;
 }
 
 // Multi-head attention on the [B, S, H] activations as they are: head n of batch row b is columns n*D .. n*D+D-1
@@ -215,19 +299,23 @@ struct Heads {
   int64_t Square(int64_t pair) const { return pair * seq * seq; }
 };
 
-// Checks the [B, S, H] operands (at the given positions) and the [B, N, S, S] one against each other.
-bool ReadHeads(const int *ndims, int64_t **shapes, int square, std::initializer_list<int> rows, Heads *heads) {
-  if (ndims[square] != 4) return false;
-  const int64_t *s = shapes[square];
-  *heads = Heads{s[0], s[2], 0, s[1], 0};
-  for (const int i : rows) {
-    if (ndims[i] != 3 || shapes[i][0] != s[0] || shapes[i][1] != s[2]) return false;
-    heads->hidden = shapes[i][2];
+// Checks the [B, S, H] operands (at the given positions) against each other and against the [B, N, S, S] one at
+// `square`, or, where there is none (square -1), against `count` heads.
+bool ReadHeads(const int *ndims, int64_t **shapes, int square, std::initializer_list<int> rows, Heads *heads,
+               int64_t count = 0) {
+  const int first = *rows.begin();
+  if (ndims[first] != 3 || (square >= 0 && (ndims[square] != 4 || shapes[square][3] != shapes[square][2]))) {
+    return false;
   }
-  if (s[3] != s[2] || heads->count < 1 || heads->hidden % heads->count != 0) return false;
+  const int64_t *s = square >= 0 ? shapes[square] : nullptr;
+  *heads = Heads{shapes[first][0], shapes[first][1], shapes[first][2], s ? s[1] : count, 0};
+  if (s && (s[0] != heads->batch || s[2] != heads->seq)) return false;
   for (const int i : rows) {
-    if (shapes[i][2] != heads->hidden) return false;
+    if (ndims[i] != 3 || shapes[i][0] != heads->batch || shapes[i][1] != heads->seq || shapes[i][2] != heads->hidden) {
+      return false;
+    }
   }
+  if (heads->count < 1 || heads->hidden % heads->count != 0) return false;
   heads->size = heads->hidden / heads->count;
   return true;
 }
@@ -248,35 +336,73 @@ int ForEachPair(const Heads &heads, int64_t scratch_size, Fn fn) {
   return 0;
 }
 
+// The additive mask of the scores: [B, 1, 1, S] (one row per batch row) or [B, N, S, S] (one per pair and row).
+struct Mask {
+  const float *bias;
+  bool full;
+
+  const float *Row(const Heads &heads, int64_t pair, int64_t row) const {
+    return full ? bias + heads.Square(pair) + row * heads.seq : bias + pair / heads.count * heads.seq;
+  }
+};
+
+bool ReadMask(void **params, int *ndims, int64_t **shapes, int i, const Heads &heads, Mask *mask) {
+  const int64_t size = albert::Size(i, ndims, shapes), seq = heads.seq;
+  *mask = Mask{static_cast<const float *>(params[i]), size == heads.batch * heads.count * seq * seq};
+  return mask->full || size == heads.batch * seq;
+}
+
+// A pair's probabilities into square [S, S]: softmax(scale q_bn k_bn^T + mask), the product and the softmax back to
+// back.
+int PairProbs(const Heads &heads, int64_t pair, const float *q, const float *k, const Mask &mask, float scale,
+              float *square) {
+  const int64_t seq = heads.seq, columns = heads.Columns(pair);
+  const int status = HeadProduct('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
+                                 heads.hidden, square, seq);
+  ALBERT_PROFILE("thread: attention softmax");
+  for (int64_t row = 0; row < seq; ++row) {
+    albert::SoftmaxRow(square + row * seq, mask.Row(heads, pair, row), square + row * seq, seq);
+  }
+  return status;
+}
+
+// A pair's query and key gradients from its probabilities and their gradient dprobs [S, S]: ds = probs (dprobs -
+// rowsum(probs dprobs)) into ds (which may be dprobs), dq = scale ds k, dk = scale ds^T q.
+int PairProbsGrad(const Heads &heads, int64_t pair, const float *probs, const float *dprobs, const float *q,
+                  const float *k, float scale, float *ds, float *dq, float *dk) {
+  const int64_t seq = heads.seq, columns = heads.Columns(pair), ld = heads.hidden;
+  {
+    ALBERT_PROFILE("thread: attention softmax grad");
+    for (int64_t row = 0; row < seq; ++row) {
+      albert::SoftmaxGradRow(probs + row * seq, dprobs + row * seq, ds + row * seq, seq);
+    }
+  }
+  const int status = HeadProduct('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, dq + columns, ld);
+  return status != 0 ? status : HeadProduct('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld,
+                                            dk + columns, ld);
+}
+
 // (q, k [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> probs [B, N, S, S]:
-// softmax(scale q_bn k_bn^T + bias) along the last axis, the product and the softmax of a pair back to back.
+// softmax(scale q_bn k_bn^T + bias) along the last axis, per pair (for dropout on the probabilities in between;
+// without it, Attention below does the whole of attention).
 int AttentionProbs(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
-  if (!albert::AllFloat32(5, dtypes) || !ReadHeads(ndims, shapes, 4, {0, 1}, &heads)) return 1;
-  const int64_t seq = heads.seq, bias_size = albert::Size(2, ndims, shapes);
-  const bool full_bias = bias_size == heads.batch * heads.count * seq * seq;
-  if (!full_bias && bias_size != heads.batch * seq) return 1;
+  Mask mask;
+  if (!albert::AllFloat32(5, dtypes) || !ReadHeads(ndims, shapes, 4, {0, 1}, &heads) ||
+      !ReadMask(params, ndims, shapes, 2, heads, &mask)) {
+    return 1;
+  }
   const float *q = static_cast<const float *>(params[0]);
   const float *k = static_cast<const float *>(params[1]);
-  const float *bias = static_cast<const float *>(params[2]);
   const float scale = *static_cast<const float *>(params[3]);
   float *probs = static_cast<float *>(params[4]);
   return ForEachPair(heads, 0, [&](int64_t pair, float *) {
-    const int64_t columns = heads.Columns(pair);
-    float *square = probs + heads.Square(pair);
-    const int status = HeadProduct('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
-                                   heads.hidden, square, seq);
-    ALBERT_PROFILE("thread: attention softmax");
-    for (int64_t row = 0; row < seq; ++row) {
-      const float *bias_row = full_bias ? bias + heads.Square(pair) + row * seq : bias + pair / heads.count * seq;
-      albert::SoftmaxRow(square + row * seq, bias_row, square + row * seq, seq);
-    }
-    return status;
+    return PairProbs(heads, pair, q, k, mask, scale, probs + heads.Square(pair));
   });
 }
 
-// (probs, dprobs [B, N, S, S], q, k [B, S, H], scale [1]) -> (dq, dk [B, S, H]), the backward of AttentionProbs:
-// ds = probs (dprobs - rowsum(probs dprobs)) per pair in the thread's scratch, dq = scale ds k, dk = scale ds^T q.
+// (probs, dprobs [B, N, S, S], q, k [B, S, H], scale [1]) -> (dq, dk [B, S, H]), the backward of AttentionProbs,
+// ds in the thread's scratch.
 int AttentionProbsGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
   if (!albert::AllFloat32(7, dtypes) || !ReadHeads(ndims, shapes, 0, {2, 3, 5, 6}, &heads) || ndims[1] != 4 ||
@@ -290,19 +416,69 @@ int AttentionProbsGrad(void **params, int *ndims, int64_t **shapes, const char *
   const float scale = *static_cast<const float *>(params[4]);
   float *dq = static_cast<float *>(params[5]);
   float *dk = static_cast<float *>(params[6]);
+  return ForEachPair(heads, heads.seq * heads.seq, [&](int64_t pair, float *ds) {
+    const int64_t square = heads.Square(pair);
+    return PairProbsGrad(heads, pair, probs + square, dprobs + square, q, k, scale, ds, dq, dk);
+  });
+}
+
+// The whole of attention per pair while its S x S block is in cache: (q, k, v [B, S, H], bias, scale [1]) ->
+// context [B, S, H] = softmax(scale q_bn k_bn^T + bias) v_bn per head. With `keep_probs` the probabilities
+// [B, N, S, S] are a second output, for the backward; otherwise (inference) a sixth input, heads [1] int32, gives N
+// and each pair's probabilities live in the thread's scratch.
+int Attention(bool keep_probs, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  Mask mask;
+  const bool typed = keep_probs ? albert::AllFloat32(7, dtypes)
+                                : albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
+                                      std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
+  const int64_t count = keep_probs ? 0 : *static_cast<const int32_t *>(params[5]);
+  if (!typed || !ReadHeads(ndims, shapes, keep_probs ? 6 : -1, {0, 1, 2, 5 + !keep_probs}, &heads, count) ||
+      !ReadMask(params, ndims, shapes, 3, heads, &mask)) {
+    return 1;
+  }
+  const float *q = static_cast<const float *>(params[0]);
+  const float *k = static_cast<const float *>(params[1]);
+  const float *v = static_cast<const float *>(params[2]);
+  const float scale = *static_cast<const float *>(params[4]);
+  float *context = static_cast<float *>(params[5 + !keep_probs]);
+  float *probs = keep_probs ? static_cast<float *>(params[6]) : nullptr;
   const int64_t seq = heads.seq, ld = heads.hidden;
-  return ForEachPair(heads, seq * seq, [&](int64_t pair, float *ds) {
-    const int64_t columns = heads.Columns(pair), square = heads.Square(pair);
-    {
-      ALBERT_PROFILE("thread: attention softmax grad");
-      for (int64_t row = 0; row < seq; ++row) {
-        albert::SoftmaxGradRow(probs + square + row * seq, dprobs + square + row * seq, ds + row * seq, seq);
-      }
+  return ForEachPair(heads, keep_probs ? 0 : seq * seq, [&](int64_t pair, float *scratch) {
+    const int64_t columns = heads.Columns(pair);
+    float *square = keep_probs ? probs + heads.Square(pair) : scratch;
+    const int status = PairProbs(heads, pair, q, k, mask, scale, square);
+    return status != 0 ? status : HeadProduct('N', 'N', seq, heads.size, seq, 1.0f, square, seq, v + columns, ld,
+                                              context + columns, ld);
+  });
+}
+
+// Its backward, per pair in cache: (probs [B, N, S, S], dcontext, q, k, v [B, S, H], scale [1]) -> (dq, dk, dv
+// [B, S, H]): dprobs = dcontext_bn v_bn^T (the thread's scratch), dv = probs^T dcontext, then dq and dk from the
+// softmax's gradient as AttentionProbsGrad.
+int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  if (!albert::AllFloat32(9, dtypes) || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
+  const float *probs = static_cast<const float *>(params[0]);
+  const float *dcontext = static_cast<const float *>(params[1]);
+  const float *q = static_cast<const float *>(params[2]);
+  const float *k = static_cast<const float *>(params[3]);
+  const float *v = static_cast<const float *>(params[4]);
+  const float scale = *static_cast<const float *>(params[5]);
+  float *dq = static_cast<float *>(params[6]);
+  float *dk = static_cast<float *>(params[7]);
+  float *dv = static_cast<float *>(params[8]);
+  const int64_t seq = heads.seq, ld = heads.hidden;
+  return ForEachPair(heads, seq * seq, [&](int64_t pair, float *dprobs) {
+    const int64_t columns = heads.Columns(pair);
+    const float *square = probs + heads.Square(pair);
+    int status = HeadProduct('N', 'T', seq, seq, heads.size, 1.0f, dcontext + columns, ld, v + columns, ld, dprobs,
+                             seq);
+    if (status == 0) {
+      status = HeadProduct('T', 'N', seq, heads.size, seq, 1.0f, square, seq, dcontext + columns, ld, dv + columns,
+                           ld);
     }
-    const int status = HeadProduct('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, dq + columns,
-                                   ld);
-    return status != 0 ? status : HeadProduct('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld,
-                                              dk + columns, ld);
+    return status != 0 ? status : PairProbsGrad(heads, pair, square, dprobs, q, k, scale, dprobs, dq, dk);
   });
 }
 
@@ -341,9 +517,9 @@ extern "C" {
 void SetThreads(int threads) { albert::Threads() = std::max(1, threads); }
 void SetBf16(int on) { Bf16() = on != 0; }
 void SetProfile(int on) { albert::SetProfiling(on); }
-// "oneDNN X.Y.Z; ..." naming the implementation oneDNN picks for a float32 and a bfloat16-math matmul primitive on
-// this CPU (its ISA: e.g. brg_matmul:avx10_1_512_amx), or why the primitives are not used; into out (at most size
-// bytes, NUL-terminated). Returns the length needed.
+// "oneDNN X.Y.Z; ..." naming the implementation oneDNN picks for a bfloat16 matmul primitive on this CPU (its ISA:
+// e.g. brg_matmul:avx10_1_512_amx), or why the primitives are not used; into out (at most size bytes,
+// NUL-terminated). Returns the length needed.
 int DnnlDescribe(char *out, int size) {
   const albert::dnnl::Api &api = albert::dnnl::GetApi();
   std::string text;
@@ -353,18 +529,15 @@ int DnnlDescribe(char *out, int size) {
   } else {
     text = "oneDNN (version unknown)";
   }
+  text += "; float32 products: dnnl_sgemm; bfloat16 products: ";
   if (!api.missing.empty()) {
-    text += "; bfloat16 products: dnnl_gemm_bf16bf16f32 (no matmul primitives: " + api.missing + ")";
+    text += "dnnl_gemm_bf16bf16f32 (no matmul primitives: " + api.missing + ")";
   } else {
-    std::string names[2];
-    for (int bf16 = 0; bf16 < 2; ++bf16) {
-      albert::dnnl::Matmul probe;
-      const albert::dnnl::Shape shape{false, true, false, false, bf16 == 1, 256, 256, 256, 256, 256, 256};
-      names[bf16] = albert::dnnl::Create(api, shape, &probe) ? probe.implementation
-                                                              : bf16 ? "none (dnnl_gemm_bf16bf16f32 instead)" : "none";
-      albert::dnnl::Release(api, &probe);
-    }
-    text += "; matmul primitives: float32 " + names[0] + ", bfloat16 math " + names[1];
+    albert::dnnl::Matmul probe;
+    const albert::dnnl::Shape shape{false, true, false, false, 256, 256, 256, 256, 256, 256};
+    text += albert::dnnl::Create(api, shape, &probe) ? "matmul primitive " + probe.implementation
+                                                     : "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)";
+    albert::dnnl::Release(api, &probe);
   }
   if (out && size > 0) {
     std::strncpy(out, text.c_str(), size - 1);
@@ -375,22 +548,40 @@ int DnnlDescribe(char *out, int size) {
 // Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
 int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
 int ProfileReport(char *out, int size) { return albert::ProfileReport(out, size); }
-int MatMulNN(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("MatMulNN");
-  return Gemm(false, false, false, p, d, s, t);
-}
 int MatMulNT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("MatMulNT");
-  return Gemm(false, true, false, p, d, s, t);
-}
-int MatMulTN(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("MatMulTN");
-  return Gemm(true, false, false, p, d, s, t);
+  return Gemm(false, true, Layout{0, 1, -1, 2, -1}, p, d, s, t);
 }
 // x [m, k], w [n, k], bias [n] -> x w^T + bias: nn.Dense in one call.
 int MatMulNTBias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("MatMulNTBias");
-  return Gemm(false, true, true, p, d, s, t);
+  return Gemm(false, true, Layout{0, 1, 2, 3, -1}, p, d, s, t);
+}
+// x [m, k], w [n, k] float32, w' [n, k] bfloat16 (w rounded), bias [n] -> x w'^T + bias: nn.Dense in one call with
+// the weights' bfloat16 copy the graph made once per step (w is there for its gradient only).
+int MatMulNTBiasCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNTBiasCopy");
+  return Gemm(false, true, Layout{0, 2, 3, 4, 1}, p, d, s, t);
+}
+// The same without a bias: (x, w, w') -> x w'^T.
+int MatMulNTCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNTCopy");
+  return Gemm(false, true, Layout{0, 2, -1, 3, 1}, p, d, s, t);
+}
+// (dy, x, w) -> (dx, dw, db): a dense layer's gradients (x w^T + b), w float32 or its bfloat16 copy.
+int DenseGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGrad");
+  return DenseGrads(1, true, p, d, s, t);
+}
+// (dy, x, w) -> (dx, dw): the same without a bias.
+int DenseGradNoBias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGradNoBias");
+  return DenseGrads(1, false, p, d, s, t);
+}
+// (dq, dk, dv, x, wq, wk, wv) -> (dx, dwq, dwk, dwv, dbq, dbk, dbv): the query, key and value layers' gradients.
+int DenseQKVGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKVGrad");
+  return DenseGrads(3, true, p, d, s, t);
 }
 int HeadScores(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("HeadScores");
@@ -406,11 +597,34 @@ int HeadContextT(int, void **p, int *d, int64_t **s, const char **t, void *, voi
 }
 int DenseQKV(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseQKV");
-  return DenseThree(p, d, s, t);
+  return DenseThree(false, p, d, s, t);
 }
-int DenseQKVInputGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("DenseQKVInputGrad");
-  return DenseThreeInputGrad(p, d, s, t);
+int DenseQKVCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKVCopy");
+  return DenseThree(true, p, d, s, t);
+}
+// x float32 (any shape) -> x rounded to bfloat16: a dense layer's weights, once per step (cpu_kernels.bf16_copy).
+int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("RoundToBf16");
+  if (std::strcmp(t[0], "float32") != 0 || !IsBf16(t[1])) return 2;
+  const float *from = static_cast<const float *>(p[0]);
+  uint16_t *to = static_cast<uint16_t *>(p[1]);
+  albert::ParallelFor(albert::Size(0, d, s), kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    ToBf16(from + begin, to + begin, end - begin);
+  });
+  return 0;
+}
+int FusedAttention(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FusedAttention");
+  return Attention(true, p, d, s, t);
+}
+int FusedAttentionInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FusedAttentionInference");
+  return Attention(false, p, d, s, t);
+}
+int FusedAttentionGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FusedAttentionGrad");
+  return AttentionGrad(p, d, s, t);
 }
 int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("HeadProbs");

@@ -1,10 +1,10 @@
 // oneDNN matmul primitives from the libdnnl inside the MindSpore wheel, for the dense layers' products.
 //
-// Why: the BLAS-style dnnl_gemm_bf16bf16f32 needs bfloat16 operands, which the kernels made in a pass of their own
-// over both operands on every call and every thread; a matmul primitive reads the float32 tensors as they are and,
-// asked for bfloat16 math (fpmath mode bf16), converts them while it packs them for the matrix unit (AMX on Intel,
-// AVX512-BF16 elsewhere: oneDNN picks). Measured on a Xeon with AMX, one thread: 1.1-1.4x the rate of the conversion
-// pass + dnnl_gemm_bf16bf16f32 on the dense layers' shapes, 2.7x at 128 rows (serving one request).
+// Why: on bfloat16 operands (the dense layers' weights converted once per step by the graph, activations once per
+// call by the kernels) a matmul primitive packs them for the matrix unit itself (AMX on Intel, AVX512-BF16 elsewhere:
+// oneDNN picks). Measured on a Xeon with AMX, one thread, 512-row slices of ALBERT-base's dense layers: 1.2-1.4x the
+// rate of a primitive reading the float32 tensors in bfloat16 math (fpmath mode bf16, which converts both operands
+// on every call and keeps small shapes in float32), and faster than dnnl_gemm_bf16bf16f32.
 //
 // The library ships no headers: the few C API entry points used are declared here (oneDNN 3.x C API, stable across
 // 3.x) and looked up in the loaded library at run time, so that a libdnnl without them leaves the BLAS-style path
@@ -45,8 +45,8 @@ struct Version {
 };
 
 const int kCpuEngine = 1;           // dnnl_cpu
+const int kBf16 = 2;                // dnnl_bf16
 const int kF32 = 3;                 // dnnl_f32
-const int kFpmathBf16 = 1;          // dnnl_fpmath_mode_bf16
 const int kQueryImplInfo = 8;       // dnnl_query_impl_info_str
 const int kQueryScratchpadMd = 136; // dnnl_query_scratchpad_md
 const int kScratchpadUser = 1;      // dnnl_scratchpad_mode_user
@@ -61,7 +61,6 @@ struct Api {
   int (*memory_desc_destroy)(Handle);
   int (*attr_create)(Handle *);
   int (*attr_destroy)(Handle);
-  int (*attr_set_fpmath_mode)(Handle, int);
   int (*attr_set_post_ops)(Handle, Handle);
   int (*attr_set_scratchpad_mode)(Handle, int);
   int (*post_ops_create)(Handle *);
@@ -109,7 +108,6 @@ inline const Api &GetApi() {
     Find(library, "dnnl_memory_desc_destroy", &found.memory_desc_destroy, &m);
     Find(library, "dnnl_primitive_attr_create", &found.attr_create, &m);
     Find(library, "dnnl_primitive_attr_destroy", &found.attr_destroy, &m);
-    Find(library, "dnnl_primitive_attr_set_fpmath_mode", &found.attr_set_fpmath_mode, &m);
     Find(library, "dnnl_primitive_attr_set_post_ops", &found.attr_set_post_ops, &m);
     Find(library, "dnnl_primitive_attr_set_scratchpad_mode", &found.attr_set_scratchpad_mode, &m);
     Find(library, "dnnl_post_ops_create", &found.post_ops_create, &m);
@@ -133,14 +131,14 @@ inline const Api &GetApi() {
   return api;
 }
 
-// One product's shape and layout: c[m, n] (leading dimension ldc) = op(a) op(b) (+ bias[n]) (+ c when accumulate),
-// op(a) [m, k] read transposed when ta, op(b) [k, n] read transposed when tb; bf16: bfloat16 math.
+// One product's shape and layout: c[m, n] float32 (leading dimension ldc) = op(a) op(b) (+ bias[n] float32)
+// (+ c when accumulate), a and b bfloat16, op(a) [m, k] read transposed when ta, op(b) [k, n] when tb.
 struct Shape {
-  bool ta, tb, bias, accumulate, bf16;
+  bool ta, tb, bias, accumulate;
   int64_t m, n, k, lda, ldb, ldc;
 
-  std::tuple<bool, bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> Key() const {
-    return std::make_tuple(ta, tb, bias, accumulate, bf16, m, n, k, lda, ldb, ldc);
+  std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> Key() const {
+    return std::make_tuple(ta, tb, bias, accumulate, m, n, k, lda, ldb, ldc);
   }
 };
 
@@ -164,10 +162,10 @@ inline void Release(const Api &api, Matmul *matmul) {
 }
 
 // A row-major [rows, cols] view with leading dimension ld, or its transpose (read column-major) when transposed.
-inline Handle Desc(const Api &api, int64_t rows, int64_t cols, int64_t ld, bool transposed) {
+inline Handle Desc(const Api &api, int64_t rows, int64_t cols, int64_t ld, bool transposed, int type) {
   Dims dims = {rows, cols}, strides = {transposed ? 1 : ld, transposed ? ld : 1};
   Handle desc = nullptr;
-  return api.memory_desc_create_with_strides(&desc, 2, dims, kF32, strides) == 0 ? desc : nullptr;
+  return api.memory_desc_create_with_strides(&desc, 2, dims, type, strides) == 0 ? desc : nullptr;
 }
 
 // The name of the implementation oneDNN chose for a primitive description (it names the ISA).
@@ -176,28 +174,15 @@ inline std::string Implementation(const Api &api, Handle description) {
   return api.pd_query(description, kQueryImplInfo, 0, &name) == 0 && name ? name : "";
 }
 
-// The implementation oneDNN picks for `matmul`'s descriptors in plain float32 math ("" when none).
-inline std::string Float32Implementation(const Api &api, const Matmul *matmul) {
-  Handle description = nullptr;
-  if (api.matmul_pd_create(&description, api.engine, matmul->a, matmul->b, matmul->bias, matmul->c, nullptr) != 0) {
-    return "";
-  }
-  const std::string name = Implementation(api, description);
-  api.pd_destroy(description);
-  return name;
-}
-
-// Creates the primitive for `shape`; false when oneDNN has none for it, or none that does bfloat16 math for a
-// bf16 shape (the caller keeps the BLAS-style call).
+// Creates the primitive for `shape`; false when oneDNN has none for it (the caller keeps the BLAS-style call).
 inline bool Create(const Api &api, const Shape &shape, Matmul *matmul) {
-  matmul->a = Desc(api, shape.m, shape.k, shape.lda, shape.ta);
-  matmul->b = Desc(api, shape.k, shape.n, shape.ldb, shape.tb);
-  matmul->c = Desc(api, shape.m, shape.n, shape.ldc, false);
-  if (shape.bias) matmul->bias = Desc(api, 1, shape.n, shape.n, false);
+  matmul->a = Desc(api, shape.m, shape.k, shape.lda, shape.ta, kBf16);
+  matmul->b = Desc(api, shape.k, shape.n, shape.ldb, shape.tb, kBf16);
+  matmul->c = Desc(api, shape.m, shape.n, shape.ldc, false, kF32);
+  if (shape.bias) matmul->bias = Desc(api, 1, shape.n, shape.n, false, kF32);
   Handle attr = nullptr, post_ops = nullptr;
   bool ok = matmul->a && matmul->b && matmul->c && (!shape.bias || matmul->bias) && api.attr_create(&attr) == 0 &&
             api.attr_set_scratchpad_mode(attr, kScratchpadUser) == 0;
-  if (ok && shape.bf16) ok = api.attr_set_fpmath_mode(attr, kFpmathBf16) == 0;
   if (ok && shape.accumulate) {
     ok = api.post_ops_create(&post_ops) == 0 && api.post_ops_append_sum(post_ops, 1.0f, 0, kF32) == 0 &&
          api.attr_set_post_ops(attr, post_ops) == 0;
@@ -206,11 +191,6 @@ inline bool Create(const Api &api, const Shape &shape, Matmul *matmul) {
                                   attr) == 0;
   if (ok) {
     matmul->implementation = Implementation(api, matmul->description);
-    // fpmath mode bf16 allows oneDNN to keep a shape in float32 (it does for small ones): such a shape is left to the
-    // caller's bfloat16 path, so that every product under SetBf16(1) is a bfloat16 product, whatever its size.
-    ok = !shape.bf16 || matmul->implementation != Float32Implementation(api, matmul);
-  }
-  if (ok) {
     matmul->scratchpad = api.pd_query_md(matmul->description, kQueryScratchpadMd, 0);
     matmul->scratchpad_size = matmul->scratchpad ? api.memory_desc_get_size(matmul->scratchpad) : 0;
     ok = api.primitive_create(&matmul->primitive, matmul->description) == 0;
@@ -256,7 +236,6 @@ class Cache {
       order_.pop_front();
     }
     entries_.emplace(key, Entry{matmul, order_.insert(order_.end(), key)});
-    if (!matmul->implementation.empty()) last_implementation_[shape.bf16] = matmul->implementation;
     return matmul;
   }
 
@@ -265,14 +244,8 @@ class Cache {
     return entries_.size();
   }
 
-  // The implementation oneDNN chose for the most recent float32 / bfloat16 primitive ("" before any).
-  std::string LastImplementation(bool bf16) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return last_implementation_[bf16];
-  }
-
  private:
-  typedef std::tuple<bool, bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> Key;
+  typedef std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> Key;
   struct Entry {
     std::shared_ptr<const Matmul> matmul;
     std::list<Key>::iterator position;
@@ -281,12 +254,11 @@ class Cache {
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
   std::list<Key> order_;
-  std::string last_implementation_[2];
 };
 
 // Runs the product of `shape` through its primitive on this thread; false (nothing written) when the primitives
 // are not available or oneDNN has none for the shape, so the caller runs the BLAS-style call instead.
-inline bool Run(const Shape &shape, const float *a, const float *b, const float *bias, float *c) {
+inline bool Run(const Shape &shape, const uint16_t *a, const uint16_t *b, const float *bias, float *c) {
   const Api &api = GetApi();
   if (!api.missing.empty()) return false;
   const std::shared_ptr<const Matmul> matmul = Cache::Get().Find(shape);
@@ -299,8 +271,8 @@ inline bool Run(const Shape &shape, const float *a, const float *b, const float 
   thread_local std::vector<char> scratch;
   if (scratch.size() < matmul->scratchpad_size) scratch.resize(matmul->scratchpad_size);
   Handle memory[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-  bool ok = api.memory_create(&memory[0], matmul->a, api.engine, const_cast<float *>(a)) == 0 &&
-            api.memory_create(&memory[1], matmul->b, api.engine, const_cast<float *>(b)) == 0 &&
+  bool ok = api.memory_create(&memory[0], matmul->a, api.engine, const_cast<uint16_t *>(a)) == 0 &&
+            api.memory_create(&memory[1], matmul->b, api.engine, const_cast<uint16_t *>(b)) == 0 &&
             api.memory_create(&memory[2], matmul->c, api.engine, c) == 0 &&
             (!matmul->scratchpad || api.memory_create(&memory[3], matmul->scratchpad, api.engine, scratch.data()) == 0) &&
             (!shape.bias || api.memory_create(&memory[4], matmul->bias, api.engine, const_cast<float *>(bias)) == 0);

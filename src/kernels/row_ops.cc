@@ -1,6 +1,5 @@
 // Fused element-wise and row-wise kernels for MindSpore's Custom op (func_type "aot") on CPU: LayerNorm, the tanh
-// GELU and the masked-LM cross entropy over the vocabulary, each with its backward, column sums (bias gradients),
-// and for the train step the squared norm of a gradient (overflow check and clipping in one read) and its division
+// GELU and the masked-LM cross entropy over the vocabulary, each with its backward, and for the train step the squared norm of a gradient (overflow check and clipping in one read) and its division
 // by one number. MindSpore 2.10 runs these as chains of single-purpose CPU kernels
 // (GELU's backward alone is ~15 passes over a [B*S, I] tensor) or, for LayerNormGrad and BiasAddGrad, at a small
 // fraction of memory speed. Every function below reads its inputs once or twice and writes each output once; rows
@@ -144,24 +143,6 @@ int LayerNormGrad(int, void **params, int *ndims, int64_t **shapes, const char *
     dgamma[c] = sum_gamma;
     dbeta[c] = sum_beta;
   }
-  return 0;
-}
-
-// dy [M, N] -> sum over rows [N]: the bias gradient of a dense layer. Columns are split over the threads.
-int ColumnSum(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
-  ALBERT_PROFILE("ColumnSum");
-  if (ndims[0] != 2 || !albert::AllFloat32(2, dtypes)) return 2;
-  const float *dy = static_cast<const float *>(params[0]);
-  float *sums = static_cast<float *>(params[1]);
-  const int64_t rows = shapes[0][0], cols = shapes[0][1];
-  albert::ParallelFor(cols, 64, [&](int64_t, int64_t begin, int64_t end) {
-    float *out = sums + begin;
-    std::fill(out, out + (end - begin), 0.0f);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *row = dy + r * cols + begin;
-      for (int64_t c = 0; c < end - begin; ++c) out[c] += row[c];
-    }
-  });
   return 0;
 }
 
