@@ -277,8 +277,17 @@ def test_finetuning_starts_from_a_pretrained_checkpoint_with_only_the_head_new(d
     assert not list((tmp_path / "out2").glob("**/*.ckpt"))
 
 
-@pytest.mark.slow
-def test_bad_input_is_a_one_line_error(data, tmp_path):
+def test_bad_input_is_a_one_line_error(data, tmp_path, monkeypatch, capsys):
+    """Each case through the entry point's `run_cli(main, argv)` in this process (one MindSpore start-up for all of
+    them, not one per case; the device setup is taken as done, since a started runtime cannot be set up again): exit
+    code 2, the message, no traceback and no checkpoint. The same commands as subprocesses, device setup included,
+    are the `process=True` rows of tests/test_bad_input_matrix.py (run_classifier.py and run_squad_v1.py among them)."""
+    import importlib
+
+    import src.device_setup
+    from model_utils.errors import run_cli
+
+    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
     mrpc, squad = data["mrpc"], data["squad1"]
     base = ["--output_dir", str(tmp_path / "out"), "--device_target", "CPU"]
     squad_eval = ["run_squad_v1.py", *base, "--do_train", "false", "--eval_data_file_path", str(squad["dev"])]
@@ -307,9 +316,10 @@ def test_bad_input_is_a_one_line_error(data, tmp_path):
          "key 'train_batch_size' must be in [1, 65536], got 100000"),
     ]
     for args, message in cases:
-        result = run(args)
-        assert result.returncode == 2, (args, result.stderr[-1500:])
-        assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr[-1500:])
+        code = run_cli(importlib.import_module(args[0].removesuffix(".py")).main, args[1:])
+        stderr = capsys.readouterr().err
+        assert code == 2, (args, stderr[-1500:])
+        assert message in stderr and "Traceback" not in stderr, (args, stderr[-1500:])
     assert not (tmp_path / "out" / "checkpoints").exists() or not list((tmp_path / "out").glob("**/*.ckpt"))
 
 
