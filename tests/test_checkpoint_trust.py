@@ -5,6 +5,7 @@ folder under a higher number, bytes flipped inside a tensor, checkpoints of an o
 weight turning nan mid-run) and then runs the real `run_pretrain.py` in a subprocess.
 """
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import List
@@ -32,6 +33,22 @@ def poisoned(after_batches: int, args: List[str]) -> subprocess.CompletedProcess
 def all_finite(path: Path) -> bool:
     return all(np.isfinite(value.asnumpy()).all() for value in ms.load_checkpoint(str(path)).values()
                if not isinstance(value, str) and value.dtype in ms.dtype.float_type)
+
+
+@pytest.fixture(scope="module")
+def four_steps(data, tmp_path_factory) -> Path:
+    """The output folder of a 4-step run saving every 2 steps and keeping 2 checkpoints: the starting point of the
+    tests below that damage or age its checkpoints (each works on its own copy; the run lineage lives in the folder,
+    so a copy resumes as the same run)."""
+    out = tmp_path_factory.mktemp("four_steps")
+    ok(run(pretrain(data, out, "--save_checkpoint_num", "2", *SAVE_EVERY_2, "--train_steps", "4")))
+    assert steps_in(out / "checkpoints") == [2, 4]
+    return out
+
+
+def copy_of(run_folder: Path, target: Path) -> Path:
+    shutil.copytree(run_folder, target, dirs_exist_ok=True)
+    return target
 
 
 def test_a_strangers_checkpoint_is_never_resumed_from_or_deleted_on_any_restart(data, tmp_path):
@@ -65,10 +82,9 @@ def test_a_strangers_checkpoint_is_never_resumed_from_or_deleted_on_any_restart(
     assert json.loads((folder / "run_lineage.json").read_text())["run_id"] == run_id
 
 
-def test_flipped_bytes_fall_back_to_the_newest_intact_checkpoint_or_stop_the_run(data, tmp_path):
-    folder = tmp_path / "checkpoints"
+def test_flipped_bytes_fall_back_to_the_newest_intact_checkpoint_or_stop_the_run(data, four_steps, tmp_path):
+    folder = copy_of(four_steps, tmp_path) / "checkpoints"
     args = pretrain(data, tmp_path, "--save_checkpoint_num", "2", *SAVE_EVERY_2)
-    ok(run(args + ["--train_steps", "4"]))
     newest = folder / "albert_pretrain-4.ckpt"
     flip_tensor_bytes(newest, newest)
     assert ms.load_checkpoint(str(newest)), "MindSpore alone loads the damaged file without a word"
@@ -87,10 +103,9 @@ def test_flipped_bytes_fall_back_to_the_newest_intact_checkpoint_or_stop_the_run
     assert {path: path.read_bytes() for path in folder.iterdir()} == before
 
 
-def test_checkpoints_of_an_older_version_resume_and_are_adopted_once(data, tmp_path):
-    folder = tmp_path / "checkpoints"
+def test_checkpoints_of_an_older_version_resume_and_are_adopted_once(data, four_steps, tmp_path):
+    folder = copy_of(four_steps, tmp_path) / "checkpoints"
     args = pretrain(data, tmp_path, "--save_checkpoint_num", "2", *SAVE_EVERY_2)
-    ok(run(args + ["--train_steps", "4"]))
     for step in (2, 4):  # as the version before run lineage wrote them: no run id, no digest, no lineage file
         path = folder / f"albert_pretrain-{step}.ckpt"
         values = ms.load_checkpoint(str(path))

@@ -73,12 +73,22 @@ def check_classification_scores(folder: Path, labels: list, label_names: list) -
     return results
 
 
-def test_classifier_overfits_200_real_cola_rows(data, tmp_path):
+@pytest.fixture(scope="module")
+def cola_run(data, tmp_path_factory):
+    """run_classifier.py fitting 200 real CoLA rows (2 classes, hidden 32): its output folder and stdout. Also the
+    2-class checkpoint test_a_checkpoint_with_another_head_size_is_an_error evaluates as a 3-class classifier."""
+    out = tmp_path_factory.mktemp("cola_run")
     cola = data["cola"]
-    result = ok(finetune("run_classifier.py", tmp_path, "--train_data_file_path", str(cola["train"]),
+    result = ok(finetune("run_classifier.py", out, "--train_data_file_path", str(cola["train"]),
                          "--eval_data_file_path", str(cola["train"]), "--train_batch_size", "16", "--epoch_num", "20",
                          "--assessment_method", "mcc", "--optimizer_cfg.AdamWeightDecay.learning_rate", "5e-4",
                          *NO_DROPOUT))
+    return out, result
+
+
+def test_classifier_overfits_200_real_cola_rows(data, cola_run):
+    cola = data["cola"]
+    tmp_path, result = cola_run
     results = json.loads((tmp_path / "eval" / "eval_results.json").read_text())
     assert results["task"] == "cola" and results["examples"] == results["rows"] == 200
     assert results["score"] == results["mcc"] and results["accuracy"] >= 0.9, result.stdout[-2000:]
@@ -277,8 +287,17 @@ def test_finetuning_starts_from_a_pretrained_checkpoint_with_only_the_head_new(d
     assert not list((tmp_path / "out2").glob("**/*.ckpt"))
 
 
-@pytest.mark.slow
-def test_bad_input_is_a_one_line_error(data, tmp_path):
+def test_bad_input_is_a_one_line_error(data, tmp_path, monkeypatch, capsys):
+    """Each case through the entry point's `run_cli(main, argv)` in this process (one MindSpore start-up for all of
+    them, not one per case; the device setup is taken as done, since a started runtime cannot be set up again): exit
+    code 2, the message, no traceback and no checkpoint. The same commands as subprocesses, device setup included,
+    are the `process=True` rows of tests/test_bad_input_matrix.py (run_classifier.py and run_squad_v1.py among them)."""
+    import importlib
+
+    import src.device_setup
+    from model_utils.errors import run_cli
+
+    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
     mrpc, squad = data["mrpc"], data["squad1"]
     base = ["--output_dir", str(tmp_path / "out"), "--device_target", "CPU"]
     squad_eval = ["run_squad_v1.py", *base, "--do_train", "false", "--eval_data_file_path", str(squad["dev"])]
@@ -307,13 +326,14 @@ def test_bad_input_is_a_one_line_error(data, tmp_path):
          "key 'train_batch_size' must be in [1, 65536], got 100000"),
     ]
     for args, message in cases:
-        result = run(args)
-        assert result.returncode == 2, (args, result.stderr[-1500:])
-        assert message in result.stderr and "Traceback" not in result.stderr, (args, result.stderr[-1500:])
+        code = run_cli(importlib.import_module(args[0].removesuffix(".py")).main, args[1:])
+        stderr = capsys.readouterr().err
+        assert code == 2, (args, stderr[-1500:])
+        assert message in stderr and "Traceback" not in stderr, (args, stderr[-1500:])
     assert not (tmp_path / "out" / "checkpoints").exists() or not list((tmp_path / "out").glob("**/*.ckpt"))
 
 
-def test_a_checkpoint_with_another_head_size_is_an_error(data, tmp_path):
+def test_a_checkpoint_with_another_head_size_is_an_error(cola_run, tmp_path):
     """A CoLA-trained (2-class) checkpoint cannot be evaluated as a 3-class MNLI classifier."""
     folder = tmp_path / "mnli"
     folder.mkdir()
@@ -321,12 +341,10 @@ def test_a_checkpoint_with_another_head_size_is_an_error(data, tmp_path):
                                   "--split", "dev", "--output_file", folder / "dev.mindrecord",
                                   "--spm_model_file", ASSETS / "tokenizer" / "albert_30k-clean.model",
                                   "--max_seq_length", "32"])
-    cola = data["cola"]
-    ok(finetune("run_classifier.py", tmp_path / "cola", "--train_data_file_path", str(cola["train"]),
-                "--do_eval", "false", "--train_steps", "1", "--train_batch_size", "8"))
+    (checkpoint,) = (cola_run[0] / "checkpoints").glob("albert_classifier-*.ckpt")  # the CoLA run's (2 classes)
     result = run(["run_classifier.py", "--output_dir", str(tmp_path / "out"), "--device_target", "CPU",
                   "--do_train", "false", "--eval_data_file_path", str(folder / "dev.mindrecord"), "--num_class", "3",
-                  "--load_finetune_checkpoint_path", str(tmp_path / "cola" / "checkpoints" / "albert_classifier-1.ckpt")])
+                  "--load_finetune_checkpoint_path", str(checkpoint)])
     assert result.returncode == 2 and "classifier.weight" in result.stderr and "(2, 32)" in result.stderr, \
         result.stderr[-1500:]
     assert not (tmp_path / "out" / "eval").exists()
