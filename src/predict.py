@@ -18,7 +18,7 @@ The file's suffix picks the engine:
   fastest at batch 1, in a fraction of the memory; int8 files 2.5-2.8x faster again. With --engine openvino:
   OpenVINO's CPU plugin instead (`pip install openvino`), --precision its precision hint.
 - .xml (export.py --quantize int8 --engine openvino: NNCF's int8 as OpenVINO IR, the .bin beside it): OpenVINO's CPU
-  plugin, whatever --engine says by default; --precision is the hint for the parts left float.
+  plugin (the suffix decides: no --engine needed); --precision is the hint for the parts left float.
 - .ckpt (a run_*.py checkpoint): the task head built in this process as fine-tuning evaluation builds it, so on CPU
   in float32 it runs this package's compiled kernels (built with g++ on first use): the fastest for batches on CPU,
   but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned
@@ -144,8 +144,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"model not found: {args.model}")
     if not args.model.endswith(SUFFIXES):
         raise UserError(f"--model must be a .mindir (MindSpore), .onnx (ONNX Runtime) or .xml (OpenVINO IR) file "
-                        f"written by export.py, "
-                        f"or a fine-tuned .ckpt: {args.model}")
+                        f"written by export.py, or a fine-tuned .ckpt: {args.model}")
     for flag, (low, high) in FLAG_RANGES.items():
         if not low <= getattr(args, flag) <= high:
             raise UserError(f"--{flag} must be in [{low}, {high}], got {getattr(args, flag)}")
@@ -158,9 +157,9 @@ def check_args(args: argparse.Namespace) -> None:
         if missing:
             raise UserError(f"--engine {args.engine}: an ONNX model runs on {engine[0]} here: pip install "
                             f"{' '.join(missing)}")
-    elif args.engine:
-        raise UserError(f"--engine {args.engine} serves an .onnx model (export.py --file_format ONNX) or an OpenVINO "
-                        f"IR .xml: {args.model}")
+    elif args.engine == "openvino":
+        raise UserError(f"--engine {args.engine} serves an .onnx model (export.py --file_format ONNX): {args.model} "
+                        f"(an OpenVINO IR .xml runs on OpenVINO without it)")
     if not args.model.endswith(".ckpt"):
         used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]
         used += ["precision"] if args.precision != "float32" and args.engine != "openvino" else []
