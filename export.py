@@ -4,6 +4,8 @@ to an HF transformers model folder with its tokenizer.
     python export.py --config_path task_squad_v1_config.yaml --export_ckpt_file albert_squad_v1-1000.ckpt \
         --export_file_name out/albert_squad_v1 --file_format MINDIR [--export_seq_length 384] [--dynamic_batch true]
     python export.py ... --file_format ONNX --quantize int8      # int8 for ONNX Runtime (src/quantize.py)
+    python export.py ... --file_format ONNX --quantize int8 --engine openvino --calibration_file train.mindrecord
+        # int8 for OpenVINO (NNCF, calibrated on the data's first rows): <name>.xml + <name>.bin
     python export.py --file_format HF --task classifier --export_ckpt_file albert_classifier-800.ckpt \
         --export_file_name out/albert_mrpc --spm_model_file 30k-clean.model [--task_name mrpc]
     python export.py --file_format HF --task pretrain --export_ckpt_file albert_pretrain-1000.ckpt ...
@@ -158,6 +160,7 @@ def check_request(args: Config, task: str) -> None:
     if args.quantize == "int8" and args.file_format != "ONNX":
         raise UserError(f"--quantize int8 makes an ONNX model for ONNX Runtime (MindSpore has no int8 {args.file_format} "
                         f"export on this path): add --file_format ONNX")
+    check_openvino_request(args)
     if args.dynamic_batch and args.file_format != "MINDIR":
         raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
                         f"shapes): drop --dynamic_batch or use --file_format MINDIR")
@@ -173,11 +176,33 @@ def check_request(args: Config, task: str) -> None:
         raise UserError("--spm_model_file, --vocab_file, --task_name, --eval_results and --base_model go with "
                         "--file_format HF (the tokenizer, label names and model card of an HF model folder); a "
                         f"{args.file_format} file takes token ids")
-    inputs = {"--export_ckpt_file": args.export_ckpt_file}
-    files, folders = planned_outputs(output_name(args), args.file_format)
+    inputs = {"--export_ckpt_file": args.export_ckpt_file,
+              **({"--calibration_file": args.calibration_file} if args.calibration_file else {})}
+    files, folders = planned_outputs(output_name(args), args.file_format, args.engine)
     check_outputs(files, args.overwrite, inputs)
     for folder in folders:
         check_folder_output(folder, args.overwrite, MINDIR_VARIABLES.fullmatch, inputs)
+
+
+def check_openvino_request(args: Config) -> None:
+    """--engine openvino (int8 by NNCF) and its calibration flags go together, with nncf and openvino installed."""
+    if args.engine == "openvino" and args.quantize != "int8":
+        raise UserError("--engine openvino makes the int8 model for OpenVINO (NNCF): add --quantize int8 (a float32 "
+                        ".onnx export is served by OpenVINO as it is: src.predict --engine openvino)")
+    if args.engine != "openvino":
+        if args.calibration_file:
+            raise UserError("--calibration_file goes with --quantize int8 --engine openvino (ONNX Runtime's int8 "
+                            "quantizes activations per call and needs no calibration)")
+        return
+    if not args.calibration_file:
+        raise UserError("--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file (a "
+                        "MindRecord of the task's features made by src.create_finetune_data or src.create_squad_data, "
+                        "e.g. the fine-tuning train set)")
+    import importlib.util
+
+    missing = [name for name in ("nncf", "openvino") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"--engine openvino: int8 for OpenVINO is made by NNCF: pip install {' '.join(missing)}")
 
 
 def output_name(args: Config) -> str:
@@ -191,10 +216,12 @@ def split_suffix(file_name: str, file_format: str) -> Tuple[str, str]:
     return (file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name), suffix
 
 
-def planned_outputs(file_name: str, file_format: str) -> Tuple[List[str], List[str]]:
+def planned_outputs(file_name: str, file_format: str, engine: str = "onnxruntime") -> Tuple[List[str], List[str]]:
     """(files, folders): every path an export of `file_name` may write (a MINDIR over 1 GB is <name>_graph.mindir +
-    <name>_variables/)."""
+    <name>_variables/; int8 for OpenVINO is <name>.xml + <name>.bin)."""
     base, suffix = split_suffix(file_name, file_format)
+    if engine == "openvino":
+        return [base + ".xml", base + ".bin"], []
     if file_format == "MINDIR":
         return [base + suffix, base + "_graph.mindir"], [base + "_variables"]
     return [base + suffix], []
@@ -241,22 +268,24 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
 
 
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str,
-                      quantize: str = "none", overwrite: bool = False) -> List[str]:
+                      quantize: str = "none", overwrite: bool = False,
+                      calibration: Optional[Sequence[List[object]]] = None) -> List[str]:
     """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target
     (the folder claimed for this run: see claimed_folder_of), then move what it wrote into place, readable by others
     (MindSpore writes 0400; see make_readable): a failed export leaves nothing behind and readers never see half a
     file. MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
-    over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved.
+    over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved, for
+    ONNX Runtime, or, given `calibration` (input batches), for OpenVINO: <name>.xml + <name>.bin in its place.
     `overwrite`: an earlier export of the name is replaced (check_request checked what it is), else never."""
     base, suffix = split_suffix(file_name, file_format)
     if not os.path.basename(base) or os.path.isdir(base):
         raise UserError(f"export_file_name must name a file (MindSpore adds {suffix}), not a folder: {file_name}")
     with claimed_folder_of(base, "export_file_name"):
-        return _export_staged(model, inputs, base, file_format, quantize, overwrite)
+        return _export_staged(model, inputs, base, file_format, quantize, overwrite, calibration)
 
 
 def _export_staged(model, inputs: Sequence[object], base: str, file_format: str, quantize: str,
-                   overwrite: bool) -> List[str]:
+                   overwrite: bool, calibration: Optional[Sequence[List[object]]]) -> List[str]:
     import mindspore as ms
 
     suffix = "." + file_format.lower()
@@ -269,7 +298,9 @@ def _export_staged(model, inputs: Sequence[object], base: str, file_format: str,
         except (RuntimeError, ValueError, TypeError) as err:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"MindSpore could not export the model to {file_format}: {reason}") from err
-        if quantize == "int8":
+        if quantize == "int8" and calibration is not None:
+            _quantize_openvino_in_place(os.path.join(staging, os.path.basename(base)), suffix, calibration)
+        elif quantize == "int8":
             _quantize_in_place(os.path.join(staging, os.path.basename(base) + suffix))
         written = []
         for entry in sorted(os.listdir(staging)):
@@ -294,6 +325,16 @@ def _quantize_in_place(path: str) -> None:
     os.remove(float_copy)
     print(f"int8: {counts['quantized']} dense layer(s) quantized, {counts['kept_float']} kept float32 (the layers "
           f"giving the outputs); embeddings, LayerNorm, softmax and the attention products float32")
+
+
+def _quantize_openvino_in_place(base: str, suffix: str, calibration: Sequence[List[object]]) -> None:
+    """The staged ONNX file <base><suffix> replaced by NNCF's int8 OpenVINO IR <base>.xml + <base>.bin."""
+    from src.quantize import quantize_openvino
+
+    counts = quantize_openvino(base + suffix, base + ".xml", calibration)
+    os.remove(base + suffix)
+    print(f"int8 for OpenVINO (NNCF): {counts['quantized']} quantization point(s), calibrated on {counts['rows']} "
+          f"row(s)")
 
 
 def _describe(signature: Signature) -> str:
@@ -324,25 +365,33 @@ def main(argv: List[str]) -> int:
     import numpy as np
     from mindspore import Tensor
 
-    device = setup_device(args.device_target, args.device_id)
-    model, net = build_network(args, task, task_config, source, device.target)
     seq = args.export_seq_length
     batch = None if args.dynamic_batch else args.export_batch_size
     shape = TASKS[task].input_shape(task_config, batch, seq)
+    calibration = None
+    if args.engine == "openvino":  # read before any work: bad data stops the run at once
+        from src.quantize import calibration_batches
+
+        calibration = calibration_batches(args.calibration_file, TASKS[task].head_inputs, shape[1:], batch,
+                                          args.calibration_rows)
+    device = setup_device(args.device_target, args.device_id)
+    model, net = build_network(args, task, task_config, source, device.target)
     names = list(inspect.signature(model.construct).parameters)
     if batch is None:
         inputs = [Tensor(shape=shape, dtype=ms.int32) for _ in names]
     else:
         inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
-    written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize, args.overwrite)
+    written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize, args.overwrite,
+                                calibration)
     from src.run_log import log_to
 
     log_to(os.path.dirname(os.path.abspath(output_name(args))))
     shown_batch = "batch" if batch is None else batch
     shown_shape = [shown_batch] + shape[1:]
+    made = "OpenVINO IR int8" if calibration is not None else \
+        f"{args.file_format}{' int8' if args.quantize == 'int8' else ''}"
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "
-          f"{net.hidden_size}, {device.target}) as {args.file_format}{' int8' if args.quantize == 'int8' else ''}: "
-          f"{', '.join(written)}")
+          f"{net.hidden_size}, {device.target}) as {made}: {', '.join(written)}")
     print(f"inputs:  {_describe([(name, 'int32', shown_shape) for name in names])}")
     print(f"outputs: {_describe(TASKS[task].outputs(task_config, shown_batch, seq))}")
     return 0

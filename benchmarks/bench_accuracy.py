@@ -1,10 +1,11 @@
-"""Accuracy cost of the low-precision serving paths, measured on real dev sets: float32, bfloat16 and int8.
+"""Accuracy cost of the low-precision serving paths, measured on real dev sets: float32, bfloat16 and int8, in
+this package's process, ONNX Runtime and OpenVINO.
 
     python benchmarks/bench_accuracy.py --workdir WORK [--assets ../shared/assets] [--tasks mrpc,cola,squad]
         [--init_checkpoint albert_base_v2.ckpt] [--set KEY=VALUE ...] [--epochs 3] [--squad_epochs 2]
         [--learning_rate 1e-4] [--squad_learning_rate 2e-4] [--train_batch_size 32] [--seq_length 128]
         [--squad_seq_length 384] [--max_train_rows N] [--max_dev_rows N] [--batch_size 32] [--threads 0]
-        [--output results.json]
+        [--paths fp32,bf16,int8,ov_bf16,ov_f32,ov_int8] [--calibration_rows 300] [--output results.json]
 
 Each task goes the way a user goes, with the package's own tools, each in its own process:
 
@@ -12,9 +13,14 @@ Each task goes the way a user goes, with the package's own tools, each in its ow
    src.create_squad_data (SQuAD v1.1: trained on dev-v1.1.part1, evaluated on the real questions of dev-v1.1.part2,
    the other half of the official dev set: no training set is among the assets);
 2. fine-tuning: run_classifier.py / run_squad_v1.py, which also evaluate the run's checkpoint on the dev data;
-3. export.py --file_format ONNX --quantize int8 of that checkpoint;
-4. the dev set as src.predict requests, answered three ways: the .ckpt in float32 (the reference), the .ckpt with
-   --precision bfloat16 and the int8 .onnx.
+3. export.py of that checkpoint as the paths need it: --file_format ONNX --quantize int8 (int8), --file_format ONNX
+   (ov_bf16, ov_f32) and --file_format ONNX --quantize int8 --engine openvino calibrated on the first
+   --calibration_rows rows of the training MindRecord (ov_int8: NNCF's int8 OpenVINO IR);
+4. the dev set as src.predict requests, answered on each path of --paths (PATHS): the .ckpt in float32 (fp32, the
+   reference, always run), the .ckpt with --precision bfloat16 (bf16), the int8 .onnx on ONNX Runtime (int8), the
+   float32 .onnx on OpenVINO with the precision hint bfloat16 (ov_bf16, OpenVINO's default on CPUs with AMX or
+   AVX512_BF16) and float32 (ov_f32), and the int8 IR on OpenVINO (ov_int8, the parts left float with the bfloat16
+   hint where the CPU has it, else float32).
 
 Reported per task: the task's metrics on each path (MRPC accuracy and F1, CoLA MCC, SQuAD EM and F1 by the official
 v1.1 rules of src.squad_postprocess; all in percent), their deltas from float32, the share of predictions equal to
@@ -26,7 +32,8 @@ evaluation. The answers of every path stay in WORK/<task>/answers_<path>.jsonl, 
 Without --init_checkpoint the network starts from random weights at the size of SCRATCH_NET (public weights cannot
 be downloaded everywhere): modest scores, the point being the deltas. With --init_checkpoint (e.g. albert-base-v2
 from src.convert_checkpoint) the network is the checkpoint's and SCRATCH_NET is not applied; --set applies either way.
-bfloat16 is skipped, with its reason, on CPUs without native bfloat16 dot products.
+bf16 and ov_bf16 are skipped, with their reason, on CPUs without native bfloat16 dot products (bf16 also without the
+compiled kernels), the OpenVINO paths without openvino (ov_int8: or nncf) installed.
 """
 import argparse
 import json
@@ -44,7 +51,14 @@ import bench_common as common
 from bench_common import ROOT, UserError, WorkerError
 
 PROBE_FLAG = "--probe"  # internal: `bench_accuracy.py --probe SPEC.json` computes SQuAD logits in its own process
-PATHS = ("fp32", "bf16", "int8")
+PATHS = ("fp32", "bf16", "int8", "ov_bf16", "ov_f32", "ov_int8")
+PATH_TEXT = {"fp32": "src.predict on the .ckpt, float32", "bf16": "src.predict on the .ckpt, --precision bfloat16",
+             "int8": "src.predict on export.py --file_format ONNX --quantize int8 (ONNX Runtime)",
+             "ov_bf16": "src.predict --engine openvino --precision bfloat16 on export.py --file_format ONNX",
+             "ov_f32": "src.predict --engine openvino --precision float32 on export.py --file_format ONNX",
+             "ov_int8": "src.predict on export.py --file_format ONNX --quantize int8 --engine openvino (NNCF, "
+                        "calibrated on the training MindRecord's first --calibration_rows rows), --precision "
+                        "bfloat16 where the CPU has it"}
 # The network trained from scratch (no --init_checkpoint): big enough to learn something in minutes on 2 cores.
 SCRATCH_NET = {"hidden_size": 256, "embedding_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
                "intermediate_size": 1024, "hidden_dropout_prob": 0.1}
@@ -94,6 +108,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--batch_size", type=int, default=32, help="rows per call when evaluating (and of the export)")
     parser.add_argument("--squad_logit_rows", type=int, default=256, help="SQuAD features whose logits are compared")
     parser.add_argument("--threads", type=int, default=0, help="src.predict --threads (0: every usable CPU)")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help=f"comma-separated serving paths to compare with fp32 (always run): {', '.join(PATHS)}")
+    parser.add_argument("--calibration_rows", type=int, default=300,
+                        help="ov_int8: export.py --calibration_rows (training rows NNCF calibrates on)")
     parser.add_argument("--device_target", default="auto", help="fine-tuning's device; evaluation runs on CPU")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--output", default="", help="write the report as JSON here")
@@ -107,9 +125,13 @@ def check_args(args: argparse.Namespace) -> None:
     args.tasks = list(dict.fromkeys(part.strip() for part in args.tasks.split(",") if part.strip()))
     if not args.tasks or any(task not in TASK_NAMES for task in args.tasks):
         raise UserError(f"--tasks takes a comma-separated list of {', '.join(TASK_NAMES)}, got {','.join(args.tasks)}")
+    paths = {part.strip() for part in args.paths.split(",") if part.strip()}
+    if not paths <= set(PATHS):
+        raise UserError(f"--paths takes a comma-separated list of {', '.join(PATHS)}, got {args.paths}")
+    args.paths = [path for path in PATHS if path in paths or path == "fp32"]
     for name, low in (("epochs", 1), ("squad_epochs", 1), ("train_batch_size", 1), ("seq_length", 16),
                       ("squad_seq_length", 64), ("max_train_rows", 0), ("max_dev_rows", 0), ("batch_size", 1),
-                      ("squad_logit_rows", 1), ("threads", 0)):
+                      ("squad_logit_rows", 1), ("threads", 0), ("calibration_rows", 1)):
         if getattr(args, name) < low:
             raise UserError(f"--{name} must be >= {low}, got {getattr(args, name)}")
     # absolute: the package's tools run from the repository root, the user's paths mean what they do where they are
@@ -181,22 +203,41 @@ def fine_tune(args: argparse.Namespace, script: str, folder: Path, data: Dict[st
             "network": json.loads((out / "albert_config.json").read_text())}
 
 
-def export_int8(args: argparse.Namespace, task: str, checkpoint: str, seq: int, folder: Path) -> Tuple[str, float]:
-    """export.py's int8 ONNX of the checkpoint, fixed at --batch_size rows of `seq` tokens."""
-    target = folder / "model_int8"
-    seconds = run_tool(["export.py", "--config_path", f"task_{task}_config.yaml", "--export_ckpt_file", checkpoint,
-                        "--export_file_name", str(target), "--export_seq_length", str(seq), "--export_batch_size",
-                        str(args.batch_size), "--file_format", "ONNX", "--quantize", "int8", "--device_target",
-                        "CPU"], folder / "export.log")
-    return str(target) + ".onnx", seconds
+# The exports of the paths: model key -> (file name, export.py flags, suffix); a path's model is MODEL_OF[path].
+EXPORTS = {"onnx_int8": ("model_int8", ["--quantize", "int8"], ".onnx"), "onnx": ("model", [], ".onnx"),
+           "ov_int8": ("model_ov_int8", ["--quantize", "int8", "--engine", "openvino"], ".xml")}
+MODEL_OF = {"fp32": "ckpt", "bf16": "ckpt", "int8": "onnx_int8", "ov_bf16": "onnx", "ov_f32": "onnx",
+            "ov_int8": "ov_int8"}
 
 
-def path_flags(path: str, checkpoint: str, onnx: str, seq: int) -> List[str]:
+def export_models(args: argparse.Namespace, task: str, checkpoint: str, seq: int, folder: Path, train: Path,
+                  paths: Sequence[str]) -> Tuple[Dict[str, str], Dict[str, float]]:
+    """The checkpoint and export.py's files that `paths` serve, fixed at --batch_size rows of `seq` tokens (the
+    OpenVINO int8 IR calibrated on the first --calibration_rows rows of `train`); the export seconds."""
+    models, seconds = {"ckpt": checkpoint}, {}
+    for key in dict.fromkeys(MODEL_OF[path] for path in paths if MODEL_OF[path] != "ckpt"):
+        name, flags, suffix = EXPORTS[key]
+        if key == "ov_int8":
+            flags = [*flags, "--calibration_file", str(train), "--calibration_rows", str(args.calibration_rows)]
+        seconds[key] = round(run_tool(
+            ["export.py", "--config_path", f"task_{task}_config.yaml", "--export_ckpt_file", checkpoint,
+             "--export_file_name", str(folder / name), "--export_seq_length", str(seq), "--export_batch_size",
+             str(args.batch_size), "--file_format", "ONNX", "--device_target", "CPU", *flags],
+            folder / f"export_{key}.log"), 1)
+        models[key] = str(folder / name) + suffix
+    return models, seconds
+
+
+def path_flags(path: str, models: Dict[str, str], seq: int) -> List[str]:
     """src.predict's model flags of one serving path."""
+    bf16 = path in ("bf16", "ov_bf16") or (path == "ov_int8" and not bf16_missing())
+    precision = "bfloat16" if bf16 else "float32"
+    if path in ("fp32", "bf16"):
+        return ["--model", models["ckpt"], "--seq_length", str(seq), "--precision", precision, "--device_target",
+                "CPU"]
     if path == "int8":
-        return ["--model", onnx]
-    precision = "bfloat16" if path == "bf16" else "float32"
-    return ["--model", checkpoint, "--seq_length", str(seq), "--precision", precision, "--device_target", "CPU"]
+        return ["--model", models["onnx_int8"]]
+    return ["--model", models[MODEL_OF[path]], "--engine", "openvino", "--precision", precision]
 
 
 def predict_paths(args: argparse.Namespace, task: str, requests: Path, models: Dict[str, str], seq: int,
@@ -208,8 +249,8 @@ def predict_paths(args: argparse.Namespace, task: str, requests: Path, models: D
         seconds[path] = round(run_tool(
             ["-m", "src.predict", "--task", task, "--spm_model_file", args.spm_model_file, "--input_file",
              str(requests), "--output_file", str(folder / f"answers_{path}.jsonl"), "--batch_size",
-             str(args.batch_size), "--threads", str(args.threads),
-             *path_flags(path, models["ckpt"], models["onnx"], seq), *extra], folder / f"predict_{path}.log"), 1)
+             str(args.batch_size), "--threads", str(args.threads), *path_flags(path, models, seq), *extra],
+            folder / f"predict_{path}.log"), 1)
     return seconds
 
 
@@ -308,8 +349,8 @@ def run_classifier_task(args: argparse.Namespace, task: str, folder: Path, paths
     run = fine_tune(args, "run_classifier.py", folder, data, args.epochs, args.learning_rate,
                     ["--num_class", str(len(label_names)), "--assessment_method", glue.assessment])
     checkpoint = newest_checkpoint(folder / "finetune", "classifier")
-    onnx, export_s = export_int8(args, "classifier", checkpoint, args.seq_length, folder)
-    seconds = predict_paths(args, "classifier", requests, {"ckpt": checkpoint, "onnx": onnx}, args.seq_length, paths,
+    models, export_s = export_models(args, "classifier", checkpoint, args.seq_length, folder, data["train"], paths)
+    seconds = predict_paths(args, "classifier", requests, models, args.seq_length, paths,
                             ["--labels", ",".join(label_names)])
     answers = {path: read_answers(folder, path) for path in paths}
     labels = [label_names.index(example.label) for example in examples]
@@ -320,7 +361,7 @@ def run_classifier_task(args: argparse.Namespace, task: str, folder: Path, paths
             "metric_names": list(glue.metrics), "majority_class_accuracy": 100.0 * float(majority),
             "fine_tuning": run, "finetune_eval_percent": percent({k: run["eval"][k] for k in glue.metrics}),
             "fp32_logits_max_abs": float(np.abs([row["logits"] for row in answers["fp32"]]).max()),
-            "export_s": round(export_s, 1), "predict_s": seconds, "paths": results}
+            "export_s": export_s, "predict_s": seconds, "paths": results}
 
 
 def first_questions(source: Path, target: Path, questions: int) -> List[dict]:
@@ -364,8 +405,7 @@ def probe_squad_logits(args: argparse.Namespace, folder: Path, data: Path, model
     logits = {}
     for path in paths:
         spec = {"predict": ["--task", "squad_v1", "--spm_model_file", args.spm_model_file, "--threads",
-                            str(args.threads), *path_flags(path, models["ckpt"], models["onnx"],
-                                                           args.squad_seq_length)],
+                            str(args.threads), *path_flags(path, models, args.squad_seq_length)],
                 "data": str(data), "rows": args.squad_logit_rows, "output": str(folder / f"logits_{path}.npz")}
         spec_file = folder / f"probe_{path}.json"
         spec_file.write_text(json.dumps(spec), encoding="utf-8")
@@ -384,8 +424,7 @@ def run_squad_task(args: argparse.Namespace, folder: Path, paths: Sequence[str])
     run = fine_tune(args, "run_squad_v1.py", folder, data, args.squad_epochs, args.squad_learning_rate,
                     ["--eval_json_path", str(data["dev_json"])])
     checkpoint = newest_checkpoint(folder / "finetune", "squad_v1")
-    onnx, export_s = export_int8(args, "squad_v1", checkpoint, args.squad_seq_length, folder)
-    models = {"ckpt": checkpoint, "onnx": onnx}
+    models, export_s = export_models(args, "squad_v1", checkpoint, args.squad_seq_length, folder, data["train"], paths)
     seconds = predict_paths(args, "squad_v1", requests, models, args.squad_seq_length, paths, [])
     answers = {path: read_answers(folder, path) for path in paths}
     diff = probe_squad_logits(args, folder, data["dev"], models, paths)
@@ -394,7 +433,7 @@ def run_squad_task(args: argparse.Namespace, folder: Path, paths: Sequence[str])
             "train_rows": sum(len(p["qas"]) for article in train for p in article["paragraphs"]),
             "metric_names": list(SQUAD_METRICS), "fine_tuning": run,
             "finetune_eval_percent": {key: run["eval"][key] for key in SQUAD_METRICS},
-            "logit_rows": args.squad_logit_rows, "export_s": round(export_s, 1), "predict_s": seconds,
+            "logit_rows": args.squad_logit_rows, "export_s": export_s, "predict_s": seconds,
             "paths": score_squad(dataset, answers, diff)}
 
 
@@ -422,21 +461,37 @@ def probe_main(spec_file: str) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ report
-def bf16_skip_reason() -> str:
-    """Empty where src.predict --precision bfloat16 runs here, else why not (one line)."""
+def bf16_missing() -> str:
+    """Empty where the CPU has native bfloat16 dot products, else why not (one line)."""
     from src import cpu_kernels
 
-    supported, why = cpu_kernels.bf16_support()
-    if not supported:
-        return why
-    return "" if cpu_kernels.available() else f"the compiled CPU kernels are unavailable: {cpu_kernels.status()}"
+    return cpu_kernels.bf16_support()[1] if not cpu_kernels.bf16_support()[0] else ""
+
+
+def skip_reasons(paths: Sequence[str]) -> Dict[str, str]:
+    """Why each of `paths` that cannot run here is skipped (one line each)."""
+    import importlib.util
+
+    from src import cpu_kernels
+
+    reasons = {}
+    for path in paths:
+        needs = {"ov_bf16": ("openvino",), "ov_f32": ("openvino",), "ov_int8": ("openvino", "nncf")}.get(path, ())
+        missing = [name for name in needs if importlib.util.find_spec(name) is None]
+        if missing:
+            reasons[path] = f"not installed: {', '.join(missing)} (requirements-dev.txt)"
+        elif path in ("bf16", "ov_bf16") and bf16_missing():
+            reasons[path] = bf16_missing()
+        elif path == "bf16" and not cpu_kernels.available():
+            reasons[path] = f"the compiled CPU kernels are unavailable: {cpu_kernels.status()}"
+    return reasons
 
 
 def frameworks() -> Dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
-    for name in ("mindspore", "onnxruntime", "onnx", "numpy"):
+    for name in ("mindspore", "onnxruntime", "onnx", "openvino", "nncf", "numpy"):
         try:
             found[name] = version(name)
         except PackageNotFoundError:
@@ -444,10 +499,11 @@ def frameworks() -> Dict[str, str]:
     return found
 
 
-def print_table(tasks: Dict[str, Dict[str, Any]]) -> None:
-    """task | metric | fp32 | bf16 (delta) | int8 (delta) | agreement | max |logit diff|."""
-    print("\ntask | metric | fp32 | bf16 (delta) | int8 (delta) | agreement bf16 / int8 | "
-          "max |logit diff| bf16 / int8")
+def print_table(tasks: Dict[str, Dict[str, Any]], others: Sequence[str]) -> None:
+    """task | metric | fp32 | each other path: score (delta) | agreement | max |logit diff|, paths in `others` order
+    ("skipped" where a path could not run)."""
+    print(f"\ntask | metric | fp32 | {' | '.join(f'{p} (delta)' for p in others)} | agreement "
+          f"{' / '.join(others)} | max |logit diff| {' / '.join(others)}")
     for task, result in tasks.items():
         paths = result["paths"]
 
@@ -456,12 +512,13 @@ def print_table(tasks: Dict[str, Dict[str, Any]]) -> None:
                 return "skipped"
             return f"{paths[path]['metrics'][metric]:.2f} ({paths[path]['delta'][metric]:+.2f})"
 
-        def pair(key: str, fmt: str) -> str:
-            return " / ".join(format(paths[p][key], fmt) if p in paths else "-" for p in ("bf16", "int8"))
+        def joined(key: str, fmt: str) -> str:
+            return " / ".join(format(paths[p][key], fmt) if p in paths else "-" for p in others)
 
         for metric in result["metric_names"]:
-            print(f"{task} | {metric} | {paths['fp32']['metrics'][metric]:.2f} | {cell('bf16', metric)} | "
-                  f"{cell('int8', metric)} | {pair('agreement', '.4f')} | {pair('max_abs_logit_diff', '.3g')}")
+            print(f"{task} | {metric} | {paths['fp32']['metrics'][metric]:.2f} | "
+                  f"{' | '.join(cell(p, metric) for p in others)} | {joined('agreement', '.4f')} | "
+                  f"{joined('max_abs_logit_diff', '.3g')}")
 
 
 def main(argv: List[str]) -> int:
@@ -470,29 +527,28 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     machine = {**common.environment([]), "frameworks": frameworks()}  # with the commit and CPU measured
-    skip = bf16_skip_reason()
-    paths = [path for path in PATHS if path != "bf16" or not skip]
-    if skip:
-        print(f"bf16 skipped: {skip}", flush=True)
+    skipped = skip_reasons(args.paths)
+    paths = [path for path in args.paths if path not in skipped]
+    for path, reason in skipped.items():
+        print(f"{path} skipped: {reason}", flush=True)
     workdir = Path(args.workdir)
     tasks: Dict[str, Dict[str, Any]] = {}
     for task in args.tasks:
         folder = workdir / task
         folder.mkdir(parents=True)
-        print(f"[{task}] data, fine-tuning, int8 export, {len(paths)} evaluation path(s) ...", flush=True)
+        print(f"[{task}] data, fine-tuning, exports, {len(paths)} evaluation path(s) ...", flush=True)
         task_start = time.perf_counter()
         tasks[task] = run_squad_task(args, folder, paths) if task == "squad" else \
             run_classifier_task(args, task, folder, paths)
         tasks[task]["seconds"] = round(time.perf_counter() - task_start, 1)
         print(f"[{task}] done in {tasks[task]['seconds']:.0f} s", flush=True)
-    print_table(tasks)
+    print_table(tasks, [path for path in args.paths if path != "fp32"])
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()
                 if key not in ("workdir", "output", "assets", "spm_model_file")}
     report = {"benchmark": "accuracy_low_precision", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "metric_scale": "percent", "settings": settings,
-              "paths": {"fp32": "src.predict on the .ckpt, float32", "bf16": "src.predict on the .ckpt, "
-                        "--precision bfloat16", "int8": "src.predict on export.py --file_format ONNX --quantize int8"},
-              "bf16_skipped": skip, "environment": machine,
+              "paths": {path: PATH_TEXT[path] for path in paths}, "skipped": skipped,
+              "bf16_skipped": skipped.get("bf16", ""), "environment": machine,
               "seconds_total": round(time.perf_counter() - started, 1), "tasks": tasks}
     common.write_json(args.output, report)
     print(f"total {report['seconds_total']:.0f} s" + (f"; wrote {args.output}" if args.output else ""))

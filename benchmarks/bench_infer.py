@@ -21,10 +21,12 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   activations quantized per call; without the pre-processing its weights, behind Transpose nodes, stay
                   float);
                   ort_ours_int8: our ONNX file made int8 as `export.py --quantize int8` makes it (src/quantize.py)
-    openvino      the same ONNX files compiled by OpenVINO for its CPU plugin (needs `pip install openvino`):
+    openvino      the ONNX files compiled by OpenVINO for its CPU plugin (needs `pip install openvino`; nncf too):
                   ov_hf: HF's file with OpenVINO's CPU defaults (on CPUs with AMX or AVX512_BF16 that means bfloat16
                   math: INFERENCE_PRECISION_HINT bf16); ov_hf_f32: the same with the hint f32; ov_ours: our file
-                  with the defaults
+                  with the defaults; ov_ours_int8: our file made int8 by NNCF as `export.py --quantize int8 --engine
+                  openvino` makes it (src/quantize.py; calibrated on CALIBRATION_BATCHES batches of the benchmark's
+                  kind of input: random tokens, as the weights are random), the IR with the defaults
     kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
                   (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
     bf16          torch_bf16: HF's model under torch.autocast("cpu", bfloat16); ours_kernels_bf16: ours_kernels with
@@ -49,6 +51,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_common as common  # noqa: E402
+
+CALIBRATION_BATCHES = 4  # ov_ours_int8's calibration: the int8 graph's speed does not depend on its ranges
 
 
 def classifier_inputs(config: Dict[str, Any], batch: int, seq: int, seed: int) -> List[Any]:
@@ -102,18 +106,27 @@ class Exporter(common.MindSporeSide):
         return next(path for path in written if path.endswith(suffix)), time.perf_counter() - start
 
     def build(self) -> Dict[str, Any]:
-        from src.quantize import quantize_int8
+        from src.quantize import quantize_int8, quantize_openvino
 
-        batch = self.spec["batch_size"]
-        mindir, seconds = self._export("MINDIR", None if self.spec["export"] == "dynamic" else batch)
+        spec = self.spec
+        batch = spec["batch_size"]
+        mindir, seconds = self._export("MINDIR", None if spec["export"] == "dynamic" else batch)
         facts = {"mindir": mindir, "export_s": {"ours": seconds}}
-        if {"ort_ours", "ov_ours"} & set(self.spec["sides"]):
-            facts["onnx"] = {"ort_ours": None}
+        if {"ort_ours", "ov_ours", "ov_ours_int8"} & set(spec["sides"]):
+            facts["onnx"] = {"ort_ours": None}  # the exported file of each side (ov_ours_int8: an OpenVINO IR)
             facts["onnx"]["ort_ours"], facts["export_s"]["ort_ours"] = self._export("ONNX", batch)
+            onnx = facts["onnx"]["ort_ours"]
             start = time.perf_counter()
-            facts["onnx"]["ort_ours_int8"] = facts["onnx"]["ort_ours"][:-len(".onnx")] + "_int8.onnx"
-            quantize_int8(facts["onnx"]["ort_ours"], facts["onnx"]["ort_ours_int8"])
+            facts["onnx"]["ort_ours_int8"] = onnx[:-len(".onnx")] + "_int8.onnx"
+            quantize_int8(onnx, facts["onnx"]["ort_ours_int8"])
             facts["export_s"]["ort_ours_int8"] = facts["export_s"]["ort_ours"] + time.perf_counter() - start
+        if "ov_ours_int8" in spec["sides"]:
+            start = time.perf_counter()
+            facts["onnx"]["ov_ours_int8"] = onnx[:-len(".onnx")] + "_ov_int8.xml"
+            quantize_openvino(onnx, facts["onnx"]["ov_ours_int8"], [
+                classifier_inputs(spec["config"], batch, spec["seq_length"], spec["seed"] + 1 + index)
+                for index in range(CALIBRATION_BATCHES)])
+            facts["export_s"]["ov_ours_int8"] = facts["export_s"]["ort_ours"] + time.perf_counter() - start
         return facts
 
     def first(self) -> Dict[str, Any]:
@@ -286,11 +299,12 @@ class OrtInfer(common.OrtSide):
 
 
 class OpenVinoInfer(common.Side):
-    """An ONNX file of the export step (ov_hf, ov_hf_f32: HF's; ov_ours: ours) compiled by OpenVINO for its CPU
-    plugin with INFERENCE_NUM_THREADS threads and, for ov_hf_f32, INFERENCE_PRECISION_HINT f32 (else OpenVINO's
-    default, bf16 where the CPU has AMX or AVX512_BF16)."""
+    """An ONNX file of the export step (ov_hf, ov_hf_f32: HF's; ov_ours: ours) or our NNCF int8 IR (ov_ours_int8)
+    compiled by OpenVINO for its CPU plugin with INFERENCE_NUM_THREADS threads and, for ov_hf_f32,
+    INFERENCE_PRECISION_HINT f32 (else OpenVINO's default, bf16 where the CPU has AMX or AVX512_BF16: for the int8
+    IR, the precision of the parts left float)."""
 
-    ONNX = {"ov_hf": "ort_hf", "ov_hf_f32": "ort_hf", "ov_ours": "ort_ours"}
+    ONNX = {"ov_hf": "ort_hf", "ov_hf_f32": "ort_hf", "ov_ours": "ort_ours", "ov_ours_int8": "ov_ours_int8"}
 
     def set_threads(self, threads: int) -> None:
         import openvino
@@ -348,10 +362,10 @@ class OpenVinoInfer(common.Side):
 SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fused": OrtInfer, "ort_ours": OrtInfer,
          "ort_hf_int8": OrtInfer, "ort_ours_int8": OrtInfer, "ours_kernels": KernelsInfer,
          "ours_kernels_bf16": KernelsInfer, "torch_bf16": TorchInfer, "ov_hf": OpenVinoInfer, "ov_hf_f32": OpenVinoInfer,
-         "ov_ours": OpenVinoInfer, "export": Exporter, "hf_export": HfExporter}
+         "ov_ours": OpenVinoInfer, "ov_ours_int8": OpenVinoInfer, "export": Exporter, "hf_export": HfExporter}
 COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours", "ort_hf_int8",
                                                        "ort_ours_int8"),
-                  "openvino": ("ov_hf", "ov_hf_f32", "ov_ours"), "kernels": ("ours_kernels",),
+                  "openvino": ("ov_hf", "ov_hf_f32", "ov_ours", "ov_ours_int8"), "kernels": ("ours_kernels",),
                   "bf16": ("torch_bf16", "ours_kernels_bf16")}
 
 
@@ -404,7 +418,8 @@ def main(argv: List[str]) -> int:
     parser = common.make_parser(__doc__, batch_default="1,32", steps_default=10, rounds_default=3,
                                 compare={"torch": "HF transformers on PyTorch eager",
                                          "onnxruntime": "ONNX Runtime on HF's and our ONNX exports",
-                                         "openvino": "OpenVINO's CPU plugin on HF's and our ONNX exports",
+                                         "openvino": "OpenVINO's CPU plugin on HF's and our ONNX exports and on "
+                                                     "our NNCF int8 IR (ov_ours_int8)",
                                          "kernels": "our network in-process with the compiled CPU kernels",
                                          "bf16": "PyTorch's bfloat16 autocast and our kernels' bfloat16 products"})
     parser.add_argument("--export", choices=("static", "dynamic"), default="static",

@@ -395,6 +395,18 @@ def read_column(data: DataSource, column: str) -> np.ndarray:
     return np.stack([row[0] for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1)])
 
 
+def read_rows(data: DataSource, columns: Sequence[str], limit: int) -> Dict[str, np.ndarray]:
+    """The first `limit` rows of `columns`, in file order, each column stacked: a sample of real inputs read
+    without building a pipeline (the calibration of an int8 export). Data without a row is refused."""
+    files = resolve_mindrecord_files(data)
+    with _reading(files):
+        rows = list(_open(files, list(columns), shuffle=False).take(limit).create_tuple_iterator(
+            output_numpy=True, num_epochs=1))
+    if not rows:
+        raise UserError(f"{files[0]}: holds no rows")
+    return {column: np.stack([row[index] for row in rows]) for index, column in enumerate(columns)}
+
+
 def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PRETRAIN_COLUMNS) -> Tuple[int, ...]:
     """Check that `data` holds `columns` (and, when `schema_file` is set, exactly the columns, kinds and shapes of
     that ModelZoo-style schema json: {"columns": {name: {"type": "int64", "shape": [128]}}}); returns the shape of

@@ -15,7 +15,10 @@ The file's suffix picks the engine:
 - .mindir (export.py): MindSpore, ms.load + nn.GraphCell. The portable path: any MindSpore 2.x loads it.
 - .onnx (export.py --file_format ONNX, also --quantize int8): ONNX Runtime (ORT_ENABLE_ALL but SLOW_FUSIONS, CPU;
   needs `pip install onnxruntime onnx`, not part of requirements.txt). The process never imports MindSpore: on CPU the
-  fastest at batch 1, in a fraction of the memory; int8 files 2.5-2.8x faster again.
+  fastest at batch 1, in a fraction of the memory; int8 files 2.5-2.8x faster again. With --engine openvino:
+  OpenVINO's CPU plugin instead (`pip install openvino`), --precision its precision hint.
+- .xml (export.py --quantize int8 --engine openvino: NNCF's int8 as OpenVINO IR, the .bin beside it): OpenVINO's CPU
+  plugin (the suffix decides: no --engine needed); --precision is the hint for the parts left float.
 - .ckpt (a run_*.py checkpoint): the task head built in this process as fine-tuning evaluation builds it, so on CPU
   in float32 it runs this package's compiled kernels (built with g++ on first use): the fastest for batches on CPU,
   but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned
@@ -69,7 +72,7 @@ REQUEST_KEYS = {"classifier": ("text_a", "text_b"), "race": ("article", "questio
 GOLD_KEYS = ("label", "gold")  # a request's known answer, for the accuracy line (classifier and race)
 SCORED_TASKS = ("classifier", "race")
 SHOWN_ANSWERS = 5
-SUFFIXES = (".mindir", ".onnx", ".ckpt")
+SUFFIXES = (".mindir", ".onnx", ".xml", ".ckpt")
 DEFAULT_BATCH = 32
 DEFAULT_SEQ = 128
 CHUNK_REQUESTS = 1024  # requests read and made into features at a time: bounds the memory of a large --input_file
@@ -85,7 +88,8 @@ FLAG_RANGES = {"batch_size": (0, 65536), "threads": (0, 1024), "seq_length": (0,
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--model", required=True,
-                        help=".mindir (MindSpore) or .onnx (ONNX Runtime) file of export.py, or a fine-tuned .ckpt "
+                        help=".mindir (MindSpore), .onnx (ONNX Runtime) or OpenVINO IR .xml (export.py --quantize "
+                             "int8 --engine openvino) file of export.py, or a fine-tuned .ckpt "
                              "(run in this process: the compiled CPU kernels)")
     parser.add_argument("--task", required=True, choices=list(TASKS))
     parser.add_argument("--spm_model_file", default="", help="SentencePiece model the model was fine-tuned with")
@@ -121,9 +125,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
                         help=".ckpt on CPU: bfloat16 runs the compiled kernels' products in bfloat16 with float32 "
                              "accumulation (needs AVX512_BF16 or AMX-BF16); softmax, LayerNorm and the rest stay "
-                             "float32. .onnx with --engine openvino: OpenVINO's precision hint")
-    parser.add_argument("--engine", default="onnxruntime", choices=("onnxruntime", "openvino"),
-                        help=".onnx: ONNX Runtime, or OpenVINO's CPU plugin (pip install openvino)")
+                             "float32. .onnx with --engine openvino and .xml: OpenVINO's precision hint (int8 IR: "
+                             "of the parts left float)")
+    parser.add_argument("--engine", default="", choices=("onnxruntime", "openvino"),
+                        help=".onnx: ONNX Runtime (the default), or OpenVINO's CPU plugin (pip install openvino); an "
+                             "OpenVINO IR .xml runs on openvino")
     parser.add_argument("--threads", type=integer, default=0,
                         help="ONNX: intra-op threads (0: the engine's default); .ckpt on CPU: kernel threads "
                              "(0: all usable CPUs)")
@@ -137,19 +143,23 @@ def check_args(args: argparse.Namespace) -> None:
     if not Path(args.model).is_file():
         raise UserError(f"model not found: {args.model}")
     if not args.model.endswith(SUFFIXES):
-        raise UserError(f"--model must be a .mindir (MindSpore) or .onnx (ONNX Runtime) file written by export.py, "
-                        f"or a fine-tuned .ckpt: {args.model}")
+        raise UserError(f"--model must be a .mindir (MindSpore), .onnx (ONNX Runtime) or .xml (OpenVINO IR) file "
+                        f"written by export.py, or a fine-tuned .ckpt: {args.model}")
     for flag, (low, high) in FLAG_RANGES.items():
         if not low <= getattr(args, flag) <= high:
             raise UserError(f"--{flag} must be in [{low}, {high}], got {getattr(args, flag)}")
-    if args.model.endswith(".onnx"):
+    if args.model.endswith(".xml"):
+        check_openvino_ir(args)
+    elif args.model.endswith(".onnx"):
+        args.engine = args.engine or "onnxruntime"
         engine = {"onnxruntime": ("ONNX Runtime", "onnxruntime"), "openvino": ("OpenVINO", "openvino")}[args.engine]
         missing = [name for name in (engine[1], "onnx") if importlib.util.find_spec(name) is None]
         if missing:
             raise UserError(f"--engine {args.engine}: an ONNX model runs on {engine[0]} here: pip install "
                             f"{' '.join(missing)}")
-    elif args.engine != "onnxruntime":
-        raise UserError(f"--engine {args.engine} serves an .onnx model (export.py --file_format ONNX): {args.model}")
+    elif args.engine == "openvino":
+        raise UserError(f"--engine {args.engine} serves an .onnx model (export.py --file_format ONNX): {args.model} "
+                        f"(an OpenVINO IR .xml runs on OpenVINO without it)")
     if not args.model.endswith(".ckpt"):
         used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]
         used += ["precision"] if args.precision != "float32" and args.engine != "openvino" else []
@@ -174,6 +184,19 @@ def check_args(args: argparse.Namespace) -> None:
                           flag="--overwrite")
     elif args.output_file:
         raise UserError("--output_file goes with --input_file; one request is printed on stdout")
+
+
+def check_openvino_ir(args: argparse.Namespace) -> None:
+    """An OpenVINO IR (.xml, its weights in the .bin beside it) runs on OpenVINO, installed."""
+    if args.engine == "onnxruntime":
+        raise UserError(f"{args.model} is an OpenVINO IR: it runs on OpenVINO only (drop --engine onnxruntime)")
+    args.engine = "openvino"
+    weights = Path(args.model).with_suffix(".bin")
+    if not weights.is_file():
+        raise UserError(f"{args.model}: its weights {weights} are missing (an OpenVINO IR is the .xml and the .bin "
+                        f"beside it, as export.py wrote them)")
+    if importlib.util.find_spec("openvino") is None:
+        raise UserError(f"{args.model} is an OpenVINO IR: it runs on OpenVINO: pip install openvino")
 
 
 def folder_refusal(path: str, task: str) -> str:
@@ -204,6 +227,8 @@ def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Option
     sequence length."""
     if path.endswith(".onnx"):
         return _onnx_signature(path)
+    if path.endswith(".xml"):
+        return _openvino_signature(path)
     from mindspore.train.mind_ir_pb2 import ModelProto
 
     proto = ModelProto()
@@ -229,6 +254,22 @@ def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Option
     inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
     vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
     return inputs, len(graph.output), (int(vocab[0]) if vocab else None)
+
+
+def _openvino_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
+    """An OpenVINO IR's inputs (a dynamic dimension -1), outputs and the vocabulary size export.py recorded."""
+    import openvino
+
+    from src.quantize import openvino_vocab_size
+
+    try:
+        model = openvino.Core().read_model(path)
+    except RuntimeError as err:
+        reason = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+        raise UserError(f"{path} is not a readable OpenVINO IR model ({reason[:200]})") from err
+    inputs = [(port.get_any_name(), [dim.get_length() if dim.is_static else -1 for dim in port.get_partial_shape()])
+              for port in model.inputs]
+    return inputs, len(model.outputs), openvino_vocab_size(model)
 
 
 def _graph_tensors(graph) -> Iterator[object]:
@@ -403,17 +444,20 @@ def check_bf16_products(target: str) -> None:
 
 
 def openvino_runner(path: str, threads: int, precision: str) -> Runner:
-    """The ONNX file compiled by OpenVINO for its CPU plugin, with `threads` threads (0: its default) and the
-    precision hint `precision` (bfloat16: OpenVINO's own default on CPUs with AMX or AVX512_BF16; measured the
-    fastest way to serve on a Xeon with AMX, benchmarks/results/README.md); inputs in the graph's order."""
+    """The ONNX file or OpenVINO IR compiled by OpenVINO for its CPU plugin, with `threads` threads (0: its default)
+    and the precision hint `precision` (bfloat16: OpenVINO's own default on CPUs with AMX or AVX512_BF16; measured
+    the fastest way to serve on a Xeon with AMX, benchmarks/results/README.md); inputs in the graph's order."""
     import openvino
 
     properties = {"INFERENCE_PRECISION_HINT": "bf16" if precision == "bfloat16" else "f32"}
     if threads:
         properties["INFERENCE_NUM_THREADS"] = threads
-    request = openvino.Core().compile_model(path, "CPU", properties).create_infer_request()
-    print(f"{path}: OpenVINO {openvino.__version__} CPU plugin, precision hint {properties['INFERENCE_PRECISION_HINT']}",
-          file=sys.stderr)
+    core = openvino.Core()
+    model = core.read_model(path)
+    int8 = any(op.get_type_name() == "FakeQuantize" for op in model.get_ops())
+    request = core.compile_model(model, "CPU", properties).create_infer_request()
+    print(f"{path}: OpenVINO {openvino.__version__} CPU plugin, {'int8 products, ' if int8 else ''}precision hint "
+          f"{properties['INFERENCE_PRECISION_HINT']}", file=sys.stderr)
 
     def run(arrays: List[np.ndarray]) -> List[np.ndarray]:
         outputs = request.infer(list(arrays))
@@ -422,7 +466,7 @@ def openvino_runner(path: str, threads: int, precision: str) -> Runner:
 
 
 def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
-    if args.model.endswith(".onnx") and args.engine == "openvino":
+    if args.engine == "openvino":
         return openvino_runner(args.model, args.threads, args.precision)
     if args.model.endswith(".onnx"):
         return onnxruntime_runner(args.model, args.threads)

@@ -1,4 +1,5 @@
-"""int8 serving: an exported ONNX task head turned into ONNX Runtime's dynamically quantized form.
+"""int8 serving: an exported ONNX task head turned into ONNX Runtime's dynamically quantized form, or into an
+OpenVINO model quantized by NNCF (see "int8 for OpenVINO" below).
 
 What is quantized, and why (ONNX Runtime's recipe for BERT-family models, `quantize_dynamic`):
 - the weight matrices of the dense layers (embedding projection, query/key/value, attention output, feed-forward,
@@ -13,15 +14,28 @@ What is quantized, and why (ONNX Runtime's recipe for BERT-family models, `quant
 MindSpore writes a dense layer as ONNX `Gemm` (bias included), which ONNX Runtime's dynamic quantization does not
 take, so each is first rewritten as `MatMul` by the transposed weight (stored once, however many layers share it:
 ALBERT's layers share their weights) followed by `Add` of the bias: the same function.
+
+int8 for OpenVINO (`export.py --quantize int8 --engine openvino`): NNCF's post-training quantization, the path
+OpenVINO documents for its int8 models. `nncf.quantize` runs the float32 ONNX export as OpenVINO reads it on real
+inputs (calibration: the first rows of a MindRecord of the task's features), records the range of the activations
+that enter each product and inserts int8 quantization there (static: the scales are fixed, nothing is measured per
+call); `model_type=TRANSFORMER` is NNCF's setting for BERT-family models (it keeps softmax, LayerNorm and the
+residual additions out of int8 and quantizes activations asymmetrically, as GELU's outputs need). The result is saved
+as OpenVINO IR (<name>.xml + <name>.bin, float weights that stay float stored as float16, OpenVINO's default), which
+the CPU plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has them).
 """
 import logging
 import os
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Optional, Sequence, Set
+
+import numpy as np
 
 from model_utils.errors import UserError
 
 QUANTIZED_OPS = ("MatMul",)
+CALIBRATION_ROWS = 300  # NNCF's default subset_size: the rows whose activations set the int8 ranges
+VOCAB_INFO = ["albert", "vocab_size"]  # where the IR keeps the vocabulary size (NNCF's int8 table loses its name)
 
 
 def _initializers(model) -> Dict[str, object]:
@@ -118,3 +132,58 @@ def is_int8(path: str) -> bool:
     model = onnx.load(str(Path(path)), load_external_data=False)
     return any(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear")
                for node in model.graph.node)
+
+
+def calibration_batches(path: str, columns: Sequence[str], row_shape: Sequence[int], batch: int,
+                        rows: int) -> List[List[np.ndarray]]:
+    """The first `rows` rows of the MindRecord data `path` (src.create_*'s features of the task: `columns`, each row
+    of `row_shape`) as the export's input batches of `batch` rows, int32: the calibration of quantize_openvino.
+    Only whole batches are used (the export takes `batch` rows a call); a shape the export does not take and fewer
+    rows than one batch are refused, naming the file."""
+    from src.dataset import read_rows
+
+    found = read_rows(path, columns, rows)
+    for column, values in found.items():
+        if list(values.shape[1:]) != list(row_shape):
+            raise UserError(f"calibration_file {path}: its {column} rows are {list(values.shape[1:])}, the export "
+                            f"takes {list(row_shape)} (the last is export_seq_length): make the data with that "
+                            f"--max_seq_length, or export at the data's")
+    count = len(found[columns[0]]) // batch * batch
+    if not count:
+        raise UserError(f"calibration_file {path}: {len(found[columns[0]])} row(s) read, fewer than one batch of the "
+                        f"export (export_batch_size {batch}): give more rows (calibration_rows)")
+    return [[found[column][start:start + batch].astype(np.int32) for column in columns]
+            for start in range(0, count, batch)]
+
+
+def quantize_openvino(source: str, target: str, batches: Sequence[List[np.ndarray]]) -> Dict[str, int]:
+    """The float32 ONNX file `source` read by OpenVINO, quantized by NNCF on the calibration `batches` (input arrays
+    in the graph's order) and saved as OpenVINO IR `target` (.xml, the weights in the .bin beside it); returns
+    counts for the log: quantization points inserted, calibration rows."""
+    try:
+        import nncf
+        import openvino
+    except ImportError as err:
+        raise UserError(f"int8 for OpenVINO needs nncf and openvino ({err}): pip install nncf openvino") from None
+    model = openvino.Core().read_model(source)
+    vocab = _vocab_size(model)
+    # each batch is one of NNCF's samples: it warns that statistics taken row by row within a batch
+    # (batchwise_statistics) can be inaccurate for this graph, whose fixed shapes cannot be reshaped to one row
+    quantized = nncf.quantize(model, nncf.Dataset(list(batches)), model_type=nncf.ModelType.TRANSFORMER,
+                              subset_size=len(batches))
+    if vocab is not None:
+        quantized.set_rt_info(vocab, VOCAB_INFO)
+    openvino.save_model(quantized, target)
+    return {"quantized": sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops()),
+            "rows": sum(len(inputs[0]) for inputs in batches)}
+
+
+def _vocab_size(model) -> Optional[int]:
+    """The row count of the word-embedding table of an OpenVINO model read from our ONNX export."""
+    return next((int(op.get_output_shape(0)[0]) for op in model.get_ops() if op.get_type_name() == "Constant"
+                 and op.get_friendly_name().endswith("word_embeddings.embedding_table")), None)
+
+
+def openvino_vocab_size(model) -> Optional[int]:
+    """The vocabulary size quantize_openvino recorded in an IR (None for an IR made elsewhere)."""
+    return int(model.get_rt_info(VOCAB_INFO).astype(int)) if model.has_rt_info(VOCAB_INFO) else None

@@ -235,7 +235,7 @@ def run_accuracy_bench(tmp_path, assets, *args: str) -> Tuple[dict, Path]:
     pytest.importorskip("onnxruntime")
     work, out = tmp_path / "work", tmp_path / "accuracy.json"
     done = bench("bench_accuracy.py", "--workdir", str(work), "--assets", str(assets), *TINY_NET, *args,
-                 "--output", str(out))
+                 "--paths", "fp32,bf16,int8", "--output", str(out))  # the OpenVINO paths: test_openvino_serving.py
     assert done.returncode == 0, done.stderr[-3000:]
     assert "max |logit diff|" in done.stdout
     report = json.loads(out.read_text())

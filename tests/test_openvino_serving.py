@@ -1,0 +1,253 @@
+"""int8 for OpenVINO: `export.py --file_format ONNX --quantize int8 --engine openvino` quantizes the ONNX export with
+NNCF, calibrated on real MindRecord rows, into an OpenVINO IR whose answers stay close to the float32 ONNX export run
+by ONNX Runtime (the independent reference); src.predict serves the .xml; bad calibration input is one line and
+leaves no file; the benchmarks' OpenVINO sides run.
+
+What is int8 is held to the architecture (which layers are dense, their shapes), not to our code's counts.
+"""
+import errno
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.finetune_helpers import make_glue
+from tests.pretrain_helpers import ok, run
+from tests.test_benchmarks import TINY, TINY_NET, bench, check_report
+from tests.test_export import BATCH, NUM_CLASS, SEQ, export, heads, tiny_config  # noqa: F401 (heads: a fixture)
+
+pytest.importorskip("openvino", reason="OpenVINO not installed (requirements-dev.txt installs it)")
+pytest.importorskip("nncf", reason="NNCF not installed (requirements-dev.txt installs it)")
+
+CALIBRATION_ROWS = 40  # the training rows the fixture makes
+DEV_ROWS = 40
+# The int8 tolerance on the tiny heads, whose weights of std 0.3 make activations far wider than a trained model's (a
+# coarse case for ranges fixed at calibration; ONNX Runtime's int8 measures them per call and is held to 0.2): every
+# logit within 0.3 of the logits' spread, 0.05 on average, the label unchanged on 90% of the rows. Measured here on
+# 200 MRPC dev pairs: max 0.17 and mean 0.027 of the spread, 95% of the labels.
+LOGIT_TOLERANCE = 0.3
+MEAN_TOLERANCE = 0.05
+AGREEMENT = 0.9
+
+
+@pytest.fixture(scope="module")
+def mrpc(tmp_path_factory):
+    """Real MRPC pairs as MindRecord at the export's sequence length: train (calibration) and dev."""
+    return make_glue(tmp_path_factory.mktemp("mrpc"), "mrpc", 40, DEV_ROWS, SEQ)
+
+
+@pytest.fixture(scope="module")
+def exports(heads, mrpc, tmp_path_factory):  # noqa: F811
+    """The tiny classifier exported as float32 ONNX and as NNCF int8 OpenVINO IR (batch 2)."""
+    pytest.importorskip("onnxruntime")
+    folder = tmp_path_factory.mktemp("ov_int8")
+    checkpoint = heads["classifier"][1]
+    ok(export("classifier", checkpoint, folder / "float", "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
+    done = ok(export("classifier", checkpoint, folder / "int8", "--file_format", "ONNX", "--quantize", "int8",
+                     "--engine", "openvino", "--calibration_file", str(mrpc["train"]), "--calibration_rows",
+                     str(CALIBRATION_ROWS), "--export_batch_size", str(BATCH)))
+    assert f"as OpenVINO IR int8: {folder / 'int8.bin'}, {folder / 'int8.xml'}" in done.stdout
+    assert f"calibrated on {CALIBRATION_ROWS} row(s)" in done.stdout
+    # the IR only (its float ONNX was an intermediate), beside the float export and the exports' log
+    assert sorted(p.name for p in folder.iterdir()) == ["float.onnx", "int8.bin", "int8.xml", "logs"]
+    return {"float": folder / "float.onnx", "int8": folder / "int8.xml"}
+
+
+def test_every_dense_layer_of_the_ir_has_int8_weights(exports):
+    import openvino
+
+    model = openvino.Core().read_model(str(exports["int8"]))
+    int8 = Counter(tuple(sorted(op.get_output_shape(0))) for op in model.get_ops()
+                   if op.get_type_name() == "Constant" and op.get_element_type().get_type_name() == "i8"
+                   and len(op.get_output_shape(0)) == 2)
+    config = tiny_config()
+    h, e, i, groups = config.hidden_size, config.embedding_size, config.intermediate_size, config.num_hidden_groups
+    # the distinct dense matrices: embedding projection, per group query/key/value/output and the two feed-forward
+    # layers (the layers of a group share them), the pooler and the classifier; in either orientation
+    dense = Counter({tuple(sorted((e, h))): 1, (h, h): 4 * groups + 1, tuple(sorted((h, i))): 2 * groups,
+                     tuple(sorted((NUM_CLASS, h))): 1})
+    assert not dense - int8, (dense, int8)
+    assert any(op.get_type_name() == "FakeQuantize" for op in model.get_ops())  # activations quantized too
+    assert exports["int8"].with_suffix(".bin").stat().st_size < exports["float"].stat().st_size
+
+
+def _dev_columns(assets, tokenizer):
+    """(input_ids, token_type_ids, input_mask) of the first MRPC dev pairs, made by the data tool's feature code."""
+    from src.create_finetune_data import InputExample, classifier_feature
+    from src.data_utils import read_tsv
+
+    pairs = [fields for _, fields in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:DEV_ROWS + 1]
+    features = [classifier_feature(InputExample(str(n), f[3], f[4], None, ""), tokenizer, {}, SEQ)
+                for n, f in enumerate(pairs)]
+    return [np.stack([f[k] for f in features]).astype(np.int32) for k in ("input_ids", "segment_ids", "input_mask")]
+
+
+def test_int8_ir_answers_agree_with_the_float_onnx_in_onnxruntime(exports, assets, tokenizer):
+    import onnxruntime
+    import openvino
+
+    columns = _dev_columns(assets, tokenizer)
+    session = onnxruntime.InferenceSession(str(exports["float"]), providers=["CPUExecutionProvider"])
+    compiled = openvino.Core().compile_model(str(exports["int8"]), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    request = compiled.create_infer_request()
+    batches = [[c[s:s + BATCH] for c in columns] for s in range(0, DEV_ROWS, BATCH)]
+    want = np.concatenate([session.run(None, dict(zip(("input_ids", "token_type_ids", "input_mask"), b)))[0]
+                           for b in batches])
+    got = np.concatenate([request.infer(b)[compiled.outputs[0]] for b in batches])
+    spread = np.abs(want).max()
+    assert spread > 0.5  # a model whose outputs move with the input
+    assert not np.array_equal(got, want)  # it did compute in int8
+    assert np.abs(got - want).max() < LOGIT_TOLERANCE * spread
+    assert np.abs(got - want).mean() < MEAN_TOLERANCE * spread
+    assert (got.argmax(1) == want.argmax(1)).mean() >= AGREEMENT
+
+
+def test_predict_serves_the_ir_on_openvino(exports, assets, spm_path, tmp_path):
+    """src.predict on the .xml (engine told by the suffix, said on stderr) answers a file of real pairs as the float
+    export does on ONNX Runtime, to int8 tolerance."""
+    from src.data_utils import read_tsv
+
+    pairs = [fields for _, fields in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:11]
+    requests = tmp_path / "requests.jsonl"
+    requests.write_text("".join(json.dumps({"text_a": f[3], "text_b": f[4]}) + "\n" for f in pairs))
+    answers, logs = {}, {}
+    for name in ("float", "int8"):
+        done = ok(run(["-m", "src.predict", "--model", str(exports[name]), "--task", "classifier", "--spm_model_file",
+                       spm_path, "--input_file", str(requests), "--threads", "1"]))
+        answers[name] = [json.loads(line) for line in done.stdout.splitlines()]
+        logs[name] = done.stderr
+    assert "OpenVINO" in logs["int8"] and "int8 products" in logs["int8"] and "OpenVINO" not in logs["float"]
+    logits = {name: np.array([a["logits"] for a in found]) for name, found in answers.items()}
+    assert logits["int8"].shape == (len(pairs), NUM_CLASS)
+    assert np.abs(logits["int8"] - logits["float"]).max() < LOGIT_TOLERANCE * np.abs(logits["float"]).max()
+    labels = {name: [a["label"] for a in found] for name, found in answers.items()}
+    assert np.mean(np.equal(labels["int8"], labels["float"])) >= AGREEMENT
+
+
+def one_line_error(result, *parts: str) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and all(p in lines[0] for p in parts), result.stderr
+    return lines[0]
+
+
+def test_predict_refuses_an_ir_without_its_weights_or_on_onnxruntime(exports, spm_path, tmp_path):
+    lone = tmp_path / "lone.xml"
+    lone.write_bytes(exports["int8"].read_bytes())
+    base = ["-m", "src.predict", "--task", "classifier", "--spm_model_file", spm_path, "--text_a", "A cat sat."]
+    one_line_error(run(base + ["--model", str(lone)]), f"its weights {tmp_path / 'lone.bin'} are missing")
+    one_line_error(run(base + ["--model", str(exports["int8"]), "--engine", "onnxruntime"]),
+                   "is an OpenVINO IR: it runs on OpenVINO only")
+
+
+# calibration and flag errors: (task, extra flags, what the one line says); "{train}" is the MRPC MindRecord
+ERRORS = {
+    "no_calibration_file": ("classifier", ["--quantize", "int8", "--engine", "openvino"],
+                            ["--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file"]),
+    "missing_file": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{missing}"],
+                     ["data not found: {missing}"]),
+    "not_mindrecord": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{tsv}"],
+                       ["{tsv}: not MindRecord data"]),
+    "other_task": ("squad_v1", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{train}"],
+                   ["{train}: columns ['p_mask'] missing"]),
+    "other_length": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{train}",
+                                    "--export_seq_length", "32"],
+                     ["calibration_file {train}: its input_ids rows are [64], the export takes [32]"]),
+    "less_than_a_batch": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{train}",
+                                         "--calibration_rows", "1"],
+                          ["calibration_file {train}: 1 row(s) read, fewer than one batch of the export "
+                           "(export_batch_size 2)"]),
+    "engine_without_int8": ("classifier", ["--engine", "openvino"], ["--engine openvino makes the int8 model"]),
+    "calibration_for_onnxruntime": ("classifier", ["--quantize", "int8", "--calibration_file", "{train}"],
+                                    ["--calibration_file goes with --quantize int8 --engine openvino"]),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_calibration_errors_are_one_line_and_leave_no_file(case, heads, mrpc, tmp_path):  # noqa: F811
+    task, extra, message = ERRORS[case]
+    places = {"train": str(mrpc["train"]), "missing": str(tmp_path / "nowhere.mindrecord"),
+              "tsv": str(tmp_path / "train.tsv")}
+    (tmp_path / "train.tsv").write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tA cat.\tA dog.\n")
+    out = tmp_path / "out"
+    result = export(task, heads[task][1], out / "model", "--file_format", "ONNX", "--export_batch_size", str(BATCH),
+                    *[part.format(**places) for part in extra])
+    one_line_error(result, *[part.format(**places) for part in message])
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_failed_save_leaves_no_half_written_ir(heads, mrpc, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """The disk fills while the IR is written: one line, and neither the .xml, the .bin nor a staging folder
+    remains."""
+    import openvino
+
+    import export as export_module
+    from model_utils.errors import run_cli
+
+    def half_written(model, path, *args, **kwargs):
+        Path(path).write_text("<?xml")
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(openvino, "save_model", half_written)
+    out = tmp_path / "out"
+    out.mkdir()
+    code = run_cli(export_module.main, [
+        "--config_path", "task_classifier_config.yaml", "--export_ckpt_file", str(heads["classifier"][1]),
+        "--export_file_name", str(out / "model"), "--export_seq_length", str(SEQ), "--num_class", str(NUM_CLASS),
+        "--file_format", "ONNX", "--export_batch_size", str(BATCH), "--quantize", "int8", "--engine", "openvino",
+        "--calibration_file", str(mrpc["train"]), "--calibration_rows", "4"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "No space left on device" in err[0], err
+    assert [p.name for p in out.iterdir()] in ([], ["logs"])
+
+
+@pytest.mark.slow
+def test_bench_infer_openvino_sides(tmp_path):
+    """bench_infer --compare openvino: HF's and our float exports and our NNCF int8 IR on OpenVINO, same weights:
+    the float32 hint equals ours, the bfloat16 default comes close, int8 within its tolerance but not equal."""
+    for module in ("transformers", "onnx", "onnxscript", "onnxruntime"):
+        pytest.importorskip(module)
+    out = tmp_path / "infer.json"
+    done = bench("bench_infer.py", *TINY, "--compare", "openvino", "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    sides = ("ov_hf", "ov_hf_f32", "ov_ours", "ov_ours_int8")
+    result = check_report(out, "infer", "batch", sides)
+    diffs, spread = result["logits_max_abs_diff_by_side"], result["logits_max_abs"]
+    assert diffs["ov_hf_f32"] < 1e-5 < spread
+    assert all(diffs[side] < 0.05 * spread for side in ("ov_hf", "ov_ours"))
+    assert 0 < diffs["ov_ours_int8"] < LOGIT_TOLERANCE * spread
+    assert result["sides"]["ov_ours_int8"]["framework"].startswith("openvino ")
+    assert result["sides"]["ov_ours_int8"]["export_s"] > 0
+    assert "ov_ours_int8 logits max abs diff from ours" in done.stdout
+
+
+@pytest.mark.slow
+def test_bench_accuracy_openvino_paths_on_an_mrpc_slice(tmp_path, assets):
+    """bench_accuracy's OpenVINO paths on a slice: the report's scores are the ones recomputed here from the answers
+    it left and the dev labels read with csv; the int8 IR it served holds int8 weights."""
+    import csv
+
+    work, out = tmp_path / "work", tmp_path / "accuracy.json"
+    done = bench("bench_accuracy.py", "--workdir", str(work), "--assets", str(assets), *TINY_NET, "--tasks", "mrpc",
+                 "--max_dev_rows", "24", "--seq_length", "64", "--paths", "ov_bf16,ov_f32,ov_int8",
+                 "--calibration_rows", "16", "--output", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    from src import cpu_kernels
+
+    paths = ["fp32"] + (["ov_bf16"] if cpu_kernels.bf16_support()[0] else []) + ["ov_f32", "ov_int8"]
+    result = report["tasks"]["mrpc"]
+    assert list(result["paths"]) == paths and set(report["paths"]) == set(paths)
+    with open(assets / "glue" / "MRPC" / "dev.tsv", encoding="utf-8-sig", newline="") as tsv:
+        labels = np.array([int(row[0]) for row in list(csv.reader(tsv, delimiter="\t",
+                                                                  quoting=csv.QUOTE_NONE))[1:25]])
+    folder = work / "mrpc"
+    predicted = {path: np.array([int(json.loads(line)["label"]) for line in
+                                 (folder / f"answers_{path}.jsonl").read_text().splitlines()]) for path in paths}
+    for path in paths:
+        assert result["paths"][path]["metrics"]["accuracy"] == pytest.approx(100 * np.mean(predicted[path] == labels))
+        assert result["paths"][path]["agreement"] == pytest.approx(np.mean(predicted[path] == predicted["fp32"]))
+    assert result["paths"]["ov_f32"]["max_abs_logit_diff"] < 1e-4  # float32 on OpenVINO: the checkpoint's logits
+    assert "int8 products" in (folder / "predict_ov_int8.log").read_text()
