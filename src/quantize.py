@@ -125,15 +125,6 @@ def quantize_int8(source: str, target: str) -> Dict[str, int]:
             "quantized": len([name for name in dense if name not in kept_float]), "kept_float": len(kept_float)}
 
 
-def is_int8(path: str) -> bool:
-    """Whether an ONNX file holds dynamically quantized products (what src.predict reports as its precision)."""
-    import onnx
-
-    model = onnx.load(str(Path(path)), load_external_data=False)
-    return any(node.op_type in ("MatMulInteger", "DynamicQuantizeMatMul", "DynamicQuantizeLinear")
-               for node in model.graph.node)
-
-
 def calibration_batches(path: str, columns: Sequence[str], row_shape: Sequence[int], batch: int,
                         rows: int) -> List[List[np.ndarray]]:
     """The first `rows` rows of the MindRecord data `path` (src.create_*'s features of the task: `columns`, each row
