@@ -26,7 +26,6 @@ the CPU plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has t
 """
 import logging
 import os
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
