@@ -518,7 +518,7 @@ extern "C" {
 void SetThreads(int threads) { albert::Threads() = std::max(1, threads); }
 void SetBf16(int on) { Bf16() = on != 0; }
 void SetProfile(int on) { albert::SetProfiling(on); }
-// "oneDNN X.Y.Z; ..." naming the implementation oneDNN picks for a bfloat16 matmul primitive on this CPU (its ISA:
+// "oneDNN X.Y.Z (...)" naming the implementation oneDNN picks for a bfloat16 matmul primitive on this CPU (its ISA:
 // e.g. brg_matmul:avx10_1_512_amx), or why the primitives are not used; into out (at most size bytes,
 // NUL-terminated). Returns the length needed.
 int DnnlDescribe(char *out, int size) {
@@ -530,7 +530,7 @@ int DnnlDescribe(char *out, int size) {
   } else {
     text = "oneDNN (version unknown)";
   }
-  text += "; float32 products: dnnl_sgemm; bfloat16 products: ";
+  text += " (float32: dnnl_sgemm; bfloat16: ";
   if (!api.missing.empty()) {
     text += "dnnl_gemm_bf16bf16f32 (no matmul primitives: " + api.missing + ")";
   } else {
@@ -540,6 +540,7 @@ int DnnlDescribe(char *out, int size) {
                                                      : "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)";
     albert::dnnl::Release(api, &probe);
   }
+  text += ")";
   if (out && size > 0) {
     std::strncpy(out, text.c_str(), size - 1);
     out[size - 1] = '\0';
