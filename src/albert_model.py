@@ -182,11 +182,12 @@ class Runtime:
         masked-LM decoder and cross entropy as the compiled CPU kernels (src/cpu_kernels.py): a float32 graph
         whatever compute_type says (compute_type bfloat16 runs their products in bfloat16, set process-wide by
         `model_runtime`; float16 never gets them), and never in an exported file (it must load without this
-        machine's .so).
-    bf16_weights: with kernels in bfloat16, every dense layer's weights (and the tied decoder table) rounded to a
-        bfloat16 copy by one Cast per step in the graph, which the products read: the layers that share weights
-        share the copy (MindSpore merges the identical Casts), instead of each product rounding them again. The attention products read the heads in place in [B, S, H] (split_heads then does not
+        machine's .so). The attention products read the heads in place in [B, S, H] (split_heads then does not
         apply) and add the mask inside the softmax, [B, 1, 1, S] as it is (broadcast_mask only costs a copy there).
+    bf16_weights: with kernels in bfloat16, every dense layer's weights (and the tied decoder table) rounded to a
+        bfloat16 copy by one kernel call per step in the graph (`cpu_kernels.bf16_copy`), which the products read:
+        the layers that share weights share the copy (MindSpore merges the identical calls), instead of each
+        product rounding them again.
     split_heads: attention heads moved between [B, S, H] and [B, N, S, D] by a split and a stack instead of
         transposes: on CPU MindSpore's Transpose kernels each keep about twice their output's size allocated for the
         whole run (~100 MB per layer at batch 32) and are slower than a split and a stack. MindSpore's ONNX export
