@@ -198,9 +198,9 @@ def check_openvino_request(args: Config) -> None:
         raise UserError("--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file (a "
                         "MindRecord of the task's features made by src.create_finetune_data or src.create_squad_data, "
                         "e.g. the fine-tuning train set)")
-    import importlib.util
+    from src.quantize import missing_openvino_tools
 
-    missing = [name for name in ("nncf", "openvino") if importlib.util.find_spec(name) is None]
+    missing = missing_openvino_tools()
     if missing:
         raise UserError(f"--engine openvino: int8 for OpenVINO is made by NNCF: pip install {' '.join(missing)}")
 

@@ -124,6 +124,14 @@ def quantize_int8(source: str, target: str) -> Dict[str, int]:
             "quantized": len([name for name in dense if name not in kept_float]), "kept_float": len(kept_float)}
 
 
+def missing_openvino_tools() -> List[str]:
+    """The packages int8 for OpenVINO needs that are not installed (NNCF makes it, OpenVINO reads and writes it),
+    found without importing them."""
+    import importlib.util
+
+    return [name for name in ("nncf", "openvino") if importlib.util.find_spec(name) is None]
+
+
 def calibration_batches(path: str, columns: Sequence[str], row_shape: Sequence[int], batch: int,
                         rows: int) -> List[List[np.ndarray]]:
     """The first `rows` rows of the MindRecord data `path` (src.create_*'s features of the task: `columns`, each row
