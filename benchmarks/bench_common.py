@@ -59,7 +59,8 @@ COMPARE_MODULES = {"torch": ("torch", "transformers"),
                    "onnxruntime": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime"),
                    "openvino": ("torch", "transformers", "onnx", "onnxscript", "onnxruntime", "openvino"),
                    "kernels": ("torch", "transformers"),  # HF's model makes the weights every side shares
-                   "bf16": ("torch", "transformers"), "torch_bf16": ("torch", "transformers"),
+                   "bf16": ("torch", "transformers"), "int8": ("torch", "transformers"),
+                   "torch_bf16": ("torch", "transformers"),
                    "torch_compile": ("torch", "transformers"), "torch_compile_bf16": ("torch", "transformers")}
 STAT_KEYS = ("median_ms", "min_ms", "samples_per_s", "tokens_per_s", "model_tflops", "fraction_of_peak",
              "matmul_gflops", "build_s", "first_s", "peak_rss_mb")
@@ -274,8 +275,8 @@ class Side:
         raise NotImplementedError
 
     def precision(self) -> str:
-        """float32 or bfloat16: the precision of this side's products, in which its peak is measured and its share of
-        the machine's peak taken."""
+        """float32, bfloat16 or int8: the precision of this side's products, in which its peak is measured and its
+        share of the machine's peak taken."""
         return "float32"
 
     def build(self) -> Dict[str, Any]:
@@ -324,27 +325,31 @@ class MindSporeSide(Side):
     def matmul_gflops(self, size: int) -> float:
         """MindSpore's MatMul in float32; in bfloat16, which MindSpore's CPU operations lack, the compiled kernels'
         product (a b^T, the same FLOPs) with bfloat16 products on b's bfloat16 copy, as a bfloat16 network runs its
-        dense layers."""
+        dense layers; in int8 their int8 product (a quantized per row in the call, b once before), as a network
+        served with --precision int8 runs them."""
         import numpy as np
         from mindspore import Tensor, nn, ops
 
         from src import cpu_kernels
 
-        bf16 = self.precision() == "bfloat16"
-        if bf16:
+        precision = self.precision()
+        if precision == "bfloat16":
             cpu_kernels.set_bf16(True)
-        product = cpu_kernels.matmul_nt(copy=True) if bf16 else ops.matmul
+        product = {"bfloat16": cpu_kernels.matmul_nt(copy=True), "int8": cpu_kernels.matmul_int8(False)}.get(
+            precision, ops.matmul)
 
         class _MatMul(nn.Cell):
-            def construct(self, a, b):
-                if bf16:
-                    return product(a, b, cpu_kernels.bf16_copy(b))
-                return product(a, b)
+            def construct(self, *operands):
+                if precision == "bfloat16":
+                    return product(operands[0], operands[1], cpu_kernels.bf16_copy(operands[1]))
+                return product(*operands)
 
         cell = _MatMul()
         rng = np.random.default_rng(0)
-        a, b = (Tensor(rng.standard_normal((size, size), dtype=np.float32)) for _ in range(2))
-        return _best_rate(lambda: cell(a, b).asnumpy(), 2.0 * size ** 3)
+        a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
+        operands = (Tensor(a),) + (tuple(map(Tensor, cpu_kernels.quantize_int8(b))) if precision == "int8" else
+                                   (Tensor(b),))
+        return _best_rate(lambda: cell(*operands).asnumpy(), 2.0 * size ** 3)
 
     def profile(self, steps: int) -> List[Dict[str, Any]]:
         """MindSpore's profiler over `steps` steps; its per-operator-type totals of the host (CPU) kernels."""

@@ -3,7 +3,7 @@ transformers' AlbertForSequenceClassification on PyTorch eager and of ONNX Runti
 
     python benchmarks/bench_infer.py [--network albert_base | --albert_config_file F] [--set KEY=VALUE ...]
         [--batch_size 1,32] [--seq_length 128 | --sweep] [--variant KEY=VALUE ...] [--export static|dynamic]
-        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime,openvino,kernels,bf16] [--profile N]
+        [--steps 10] [--rounds 3] [--threads N] [--compare torch,onnxruntime,openvino,kernels,bf16,int8] [--profile N]
         [--output results.json]
 
 Ours is what a deployment runs: AlbertForSequenceClassification of the config (random weights) exported with
@@ -31,6 +31,9 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
     bf16          torch_bf16: HF's model under torch.autocast("cpu", bfloat16); ours_kernels_bf16: ours_kernels with
                   the products in bfloat16 (src/predict.py --precision bfloat16); CPUs with AVX512_BF16 or AMX-BF16
+    int8          ours_kernels_int8: ours_kernels with the dense products in int8 (src/predict.py --precision int8:
+                  weights quantized at load per output channel, inputs per row in each call); CPUs with VNNI or
+                  AMX-INT8
 
 With --compare every side uses HF's random weights (perturbed, converted to ours), so all logits must agree; the run
 reports each side's max abs difference from ours.
@@ -232,17 +235,21 @@ class OursInfer(common.MindSporeSide):
 
 
 class KernelsInfer(OursInfer):
-    """Our classifier built in this process for model_runtime (on CPU in float32: the compiled kernels), no export;
-    ours_kernels_bf16: with the kernels' products in bfloat16, as `src.predict --precision bfloat16` serves it."""
+    """Our classifier built in this process as `src.predict` serves a .ckpt (serving_runtime: on CPU the compiled
+    kernels), no export; ours_kernels_bf16 / ours_kernels_int8: the dense products in bfloat16 / int8, the weights
+    converted once at load, as `--precision bfloat16` / `int8` serve it."""
 
     def precision(self) -> str:
-        return "bfloat16" if self.spec["side"].endswith("_bf16") else "float32"
+        return {"ours_kernels_bf16": "bfloat16", "ours_kernels_int8": "int8"}.get(self.spec["side"], "float32")
 
     def build(self) -> Dict[str, Any]:
-        from src.device_setup import model_runtime
+        from src import cpu_kernels
+        from src.device_setup import serving_runtime
 
-        runtime = model_runtime(self.device.target, self.precision())
+        precision = self.precision()
+        runtime = serving_runtime(self.device.target, "bfloat16" if precision == "bfloat16" else "float32", precision)
         self.cell = our_classifier(self.spec, runtime)
+        cpu_kernels.convert_weights(self.cell)
         self.inputs = self._inputs()
         return {"kernels": runtime.kernels}
 
@@ -361,12 +368,13 @@ class OpenVinoInfer(common.Side):
 
 SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fused": OrtInfer, "ort_ours": OrtInfer,
          "ort_hf_int8": OrtInfer, "ort_ours_int8": OrtInfer, "ours_kernels": KernelsInfer,
-         "ours_kernels_bf16": KernelsInfer, "torch_bf16": TorchInfer, "ov_hf": OpenVinoInfer, "ov_hf_f32": OpenVinoInfer,
+         "ours_kernels_bf16": KernelsInfer, "ours_kernels_int8": KernelsInfer, "torch_bf16": TorchInfer,
+         "ov_hf": OpenVinoInfer, "ov_hf_f32": OpenVinoInfer,
          "ov_ours": OpenVinoInfer, "ov_ours_int8": OpenVinoInfer, "export": Exporter, "hf_export": HfExporter}
 COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours", "ort_hf_int8",
                                                        "ort_ours_int8"),
                   "openvino": ("ov_hf", "ov_hf_f32", "ov_ours", "ov_ours_int8"), "kernels": ("ours_kernels",),
-                  "bf16": ("torch_bf16", "ours_kernels_bf16")}
+                  "bf16": ("torch_bf16", "ours_kernels_bf16"), "int8": ("ours_kernels_int8",)}
 
 
 def export_worker(spec: Dict[str, Any], side: str) -> Dict[str, Any]:
@@ -421,7 +429,8 @@ def main(argv: List[str]) -> int:
                                          "openvino": "OpenVINO's CPU plugin on HF's and our ONNX exports and on "
                                                      "our NNCF int8 IR (ov_ours_int8)",
                                          "kernels": "our network in-process with the compiled CPU kernels",
-                                         "bf16": "PyTorch's bfloat16 autocast and our kernels' bfloat16 products"})
+                                         "bf16": "PyTorch's bfloat16 autocast and our kernels' bfloat16 products",
+                                         "int8": "our kernels' int8 products (src.predict --precision int8)"})
     parser.add_argument("--export", choices=("static", "dynamic"), default="static",
                         help="static: one MINDIR per batch size; dynamic: a MINDIR with a dynamic batch dimension")
     parser.add_argument("--num_labels", type=int, default=2)

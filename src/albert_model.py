@@ -188,6 +188,10 @@ class Runtime:
         bfloat16 copy by one kernel call per step in the graph (`cpu_kernels.bf16_copy`), which the products read:
         the layers that share weights share the copy (MindSpore merges the identical calls), instead of each
         product rounding them again.
+    serving_weights: for serving a checkpoint with the kernels, the dense layers' weights made once when it is
+        loaded (`cpu_kernels.convert_weights`) instead of per call: "bfloat16" (the copy the bfloat16 products
+        read) or "int8" (int8 values with a float32 scale per output channel; the products quantize their input per
+        row on each call and sum in int32: `cpu_kernels.matmul_int8`); "" otherwise.
     split_heads: attention heads moved between [B, S, H] and [B, N, S, D] by a split and a stack instead of
         transposes: on CPU MindSpore's Transpose kernels each keep about twice their output's size allocated for the
         whole run (~100 MB per layer at batch 32) and are slower than a split and a stack. MindSpore's ONNX export
@@ -201,6 +205,7 @@ class Runtime:
 
     kernels: bool = False
     bf16_weights: bool = False
+    serving_weights: str = ""
     split_heads: bool = False
     broadcast_mask: bool = False
     onnx_patterns: bool = False
@@ -214,7 +219,7 @@ PORTABLE = Runtime()
 def dense_layer(in_size: int, out_size: int, config: AlbertConfig, runtime: Runtime,
                 has_bias: bool = True) -> nn.Dense:
     """A Dense layer initialised as Google's (truncated normal weights, zero bias), run in compute_type."""
-    layer = cpu_kernels.Dense(in_size, out_size, runtime.kernels, runtime.bf16_weights,
+    layer = cpu_kernels.Dense(in_size, out_size, runtime.kernels, runtime.bf16_weights, runtime.serving_weights,
                               weight_init=TruncatedNormal(config.initializer_range), bias_init="zeros",
                               has_bias=has_bias)
     if config.compute_type != "float32" and not runtime.kernels:  # the kernels set their products' precision
@@ -309,14 +314,14 @@ class AlbertAttention(nn.Cell):
         self.output_dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
         self.split_heads = runtime.split_heads
         self.use_kernels = runtime.kernels
-        self.bf16_weights = runtime.bf16_weights
         # With the kernels, attention in one call per layer (forward and backward) unless dropout on the
         # probabilities sits between its softmax and its context; without probabilities kept for networks built for
         # evaluation and serving.
         self.attention_kind = "inference" if not is_training else \
             "fused" if config.attention_probs_dropout_prob == 0 else "with_dropout"
         if self.use_kernels:
-            self.qkv_kernel = cpu_kernels.dense_qkv(runtime.bf16_weights)
+            self.qkv_kernel = cpu_kernels.dense_qkv_int8() if runtime.serving_weights == "int8" else \
+                cpu_kernels.dense_qkv(runtime.bf16_weights)
             self.probs_kernel, self.context_kernel = cpu_kernels.attention(self.num_heads)
             self.fused_kernel = cpu_kernels.fused_attention(self.num_heads)
             self.inference_kernel = cpu_kernels.attention_inference(self.num_heads)
@@ -360,9 +365,12 @@ class AlbertAttention(nn.Cell):
         cells' weights); the products read each head where it lies in [B, S, H] (no split, stack or transpose) and
         take the scale as the products' factor; mask and softmax run inside the product."""
         shape = inputs.shape
-        weights = (self.query.weight, self.key.weight, self.value.weight)
-        if self.bf16_weights:
-            weights += tuple(cpu_kernels.bf16_copy(weight) for weight in weights)
+        # (wq, wk, wv), then their bfloat16 copies or int8 scales where the products read them
+        query_operands, key_operands = self.query.weight_operands(), self.key.weight_operands()
+        value_operands = self.value.weight_operands()
+        weights = ()
+        for i in range(len(query_operands)):
+            weights += (query_operands[i], key_operands[i], value_operands[i])
         query, key, value = self.qkv_kernel(inputs.reshape(-1, shape[-1]), *weights, self.query.bias, self.key.bias,
                                             self.value.bias)
         query, key, value = query.reshape(shape), key.reshape(shape), value.reshape(shape)

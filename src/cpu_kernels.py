@@ -35,8 +35,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import Parameter, Tensor, nn, ops
 
 from src.atomic_files import atomic_path
 
@@ -286,6 +287,28 @@ def bf16_support() -> Tuple[bool, str]:
     return False, "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
 
 
+def int8_implementation() -> str:
+    """The implementation oneDNN picks here for the int8 products (e.g. brg_matmul:avx10_1_512_amx: its name says
+    the ISA), "" when the kernels are not available or oneDNN has none with exact int32 sums (AMX-INT8 or VNNI:
+    elsewhere its int8 kernels saturate 16-bit intermediate sums)."""
+    path = _build()[0]
+    if path is None:
+        return ""
+    library = _library(path)
+    text = ctypes.create_string_buffer(library.Int8Implementation(None, 0) + 1)
+    library.Int8Implementation(text, len(text))
+    return text.value.decode()
+
+
+def int8_support() -> Tuple[bool, str]:
+    """(True, "") when the kernels can run int8 products here (a oneDNN int8 matmul primitive), else (False, why)."""
+    if not available():
+        return False, f"the compiled CPU kernels are not available ({_build()[1]})"
+    if not int8_implementation():
+        return False, f"oneDNN's int8 products here: {onednn().partition('; int8: ')[2][:-1]}"
+    return True, ""
+
+
 def set_bf16(on: bool) -> None:
     """Every product of the kernels in bfloat16 with float32 accumulation (on), or in float32; the rest of the
     network (softmax, LayerNorm, GELU, losses) stays float32 either way. Process-wide, like set_threads."""
@@ -525,17 +548,81 @@ def divide_by_scalar() -> ops.Custom:
     return _kernel("DivideByScalar", lambda x, d: x)
 
 
+def quantize_int8(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """A dense layer's weights [N, K] as int8 values and float32 scales [N], one per output channel, symmetric:
+    q = round(w * 127 / max|w_n|), scale max|w_n| / 127 (a zero row: zeros, scale 0), as the kernels quantize
+    activations per row (src/kernels/dnnl_matmul.cc)."""
+    weights = np.asarray(weights, np.float32)
+    largest = np.abs(weights).max(axis=1)
+    inverse = np.divide(np.float32(127.0), largest, out=np.zeros_like(largest), where=largest > 0)
+    values = np.clip(np.rint(weights * inverse[:, None]), -127, 127).astype(np.int8)
+    return values, (largest / np.float32(127.0)).astype(np.float32)
+
+
+def round_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even, as the kernels' RoundToBf16), still float32
+    (exactly representable in bfloat16, so a cast to it is exact); NaN stays NaN."""
+    values = np.ascontiguousarray(values, np.float32)
+    bits = values.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(values), values, rounded)
+
+
+@lru_cache(maxsize=None)
+def matmul_int8(bias: bool) -> ops.Custom:
+    """(x [M, K] float32, w [N, K] int8, scales [N] float32[, b [N]]) -> x w^T (+ b) [M, N] float32: a dense layer
+    with weights quantized once at load (`quantize_int8`), x quantized per row on each call, summed exactly in int32
+    by oneDNN's int8 matmul primitive. Serving only: no gradient."""
+    if bias:
+        return _kernel("MatMulInt8Bias", lambda x, w, s, b: (x[0], w[0]), lambda x, *_: x)
+    return _kernel("MatMulInt8", lambda x, w, s: (x[0], w[0]), lambda x, *_: x)
+
+
+@lru_cache(maxsize=None)
+def dense_qkv_int8() -> ops.Custom:
+    """(x, wq, wk, wv int8, sq, sk, sv, bq, bk, bv) -> (q, k, v): `dense_qkv` with `matmul_int8`'s weights, x
+    quantized once for the three."""
+    return _kernel("DenseQKVInt8", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x))
+
+
 class Dense(nn.Dense):
     """nn.Dense (same parameters, names and initialisation) computed by `matmul_nt(_bias)` when `use_kernels`,
-    reading the weights' `bf16_copy` with `bf16_weights`."""
+    reading the weights' `bf16_copy` with `bf16_weights`. `serving_weights` ("bfloat16" or "int8") makes the
+    products' weights once, from the loaded values (`convert_weights`, before the first call), instead of per call:
+    their bfloat16 copy, or int8 values and scales for `matmul_int8`."""
 
     def __init__(self, in_channels: int, out_channels: int, use_kernels: bool, bf16_weights: bool = False,
-                 **kwargs):
+                 serving_weights: str = "", **kwargs):
         super().__init__(in_channels, out_channels, **kwargs)
         self.use_kernels = use_kernels
         self.bf16_weights = use_kernels and bf16_weights
-        if use_kernels:
+        self.serving_weights = serving_weights if use_kernels else ""
+        if self.serving_weights == "int8":
+            self.product = matmul_int8(self.has_bias)
+        elif use_kernels:
             self.product = matmul_nt_bias(self.bf16_weights) if self.has_bias else matmul_nt(self.bf16_weights)
+
+    def convert_weights(self) -> None:
+        """The products' weights made once from the weights as loaded (serving_weights): int8 values with their
+        scales, or the bfloat16 copy; constants of the network (no gradient), named after the weights."""
+        weight = self.weight.asnumpy()
+        if self.serving_weights == "int8":
+            values, scales = quantize_int8(weight)
+            self.weight_int8 = Parameter(Tensor(values), name=f"{self.weight.name}_int8", requires_grad=False)
+            self.weight_scales = Parameter(Tensor(scales), name=f"{self.weight.name}_scales", requires_grad=False)
+        elif self.serving_weights == "bfloat16":
+            copy = Tensor(round_to_bf16(weight)).astype(ms.bfloat16)
+            self.weight_bf16 = Parameter(copy, name=f"{self.weight.name}_bf16", requires_grad=False)
+
+    def weight_operands(self) -> tuple:
+        """What the product reads for the weights: (w,), (w, its bfloat16 copy) or (int8 values, scales)."""
+        if self.serving_weights == "int8":
+            return self.weight_int8, self.weight_scales
+        if self.serving_weights == "bfloat16":
+            return self.weight, self.weight_bf16
+        if self.bf16_weights:
+            return self.weight, bf16_copy(self.weight)
+        return (self.weight,)
 
     def construct(self, x):
         shape = x.shape
@@ -544,15 +631,20 @@ class Dense(nn.Dense):
             y = self.matmul(flat, self.weight)
             if self.has_bias:
                 y = self.bias_add(y, self.bias)
-        elif self.bf16_weights and self.has_bias:
-            y = self.product(flat, self.weight, bf16_copy(self.weight), self.bias)
-        elif self.bf16_weights:
-            y = self.product(flat, self.weight, bf16_copy(self.weight))
         elif self.has_bias:
-            y = self.product(flat, self.weight, self.bias)
+            y = self.product(flat, *self.weight_operands(), self.bias)
         else:
-            y = self.product(flat, self.weight)
+            y = self.product(flat, *self.weight_operands())
         return y.reshape(shape[:-1] + (self.out_channels,))
+
+
+def convert_weights(network: nn.Cell) -> int:
+    """`Dense.convert_weights` on every dense layer of `network` that has serving weights (after its checkpoint is
+    loaded, before its first call); returns how many."""
+    layers = [cell for _, cell in network.cells_and_names() if isinstance(cell, Dense) and cell.serving_weights]
+    for layer in layers:
+        layer.convert_weights()
+    return len(layers)
 
 
 class LayerNorm(nn.LayerNorm):

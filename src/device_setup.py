@@ -13,7 +13,7 @@ import os
 import re
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import mindspore as ms
@@ -120,6 +120,18 @@ def model_runtime(target: str, compute_type: str, kernels: bool = True) -> Runti
         cpu_kernels.set_bf16(compute_type == "bfloat16")
         return Runtime(kernels=True, bf16_weights=compute_type == "bfloat16")
     return Runtime(split_heads=True, broadcast_mask=True)
+
+
+def serving_runtime(target: str, compute_type: str, precision: str) -> Runtime:
+    """How a checkpoint is built to serve at `precision` (src.predict --precision): as `model_runtime` builds
+    `compute_type`, and with the compiled kernels the dense layers' weights converted once when the checkpoint is
+    loaded rather than per call (Runtime.serving_weights): their bfloat16 copy for bfloat16, int8 values and scales
+    for int8 (then everything else runs float32: int8 needs the kernels, which the caller checked)."""
+    if precision == "int8":
+        cpu_kernels.set_bf16(False)
+        return Runtime(kernels=True, serving_weights="int8")
+    runtime = model_runtime(target, compute_type)
+    return replace(runtime, serving_weights="bfloat16") if runtime.bf16_weights else runtime
 
 
 def cpu_compute_type_problem(compute_type: str, kernels: bool = True) -> str:

@@ -84,11 +84,16 @@ def head_network(values: Dict[str, object], task: str, task_config: Config, chec
 
 
 def build_head(values: Dict[str, object], task: str, task_config: Config, net, runtime, checkpoint: str):
-    """The task head of `net` built for `runtime`, in inference mode, with every parameter loaded from `values`."""
+    """The task head of `net` built for `runtime`, in inference mode, with every parameter loaded from `values`
+    (and, where runtime.serving_weights says so, the dense layers' serving weights made from them)."""
     from src.utils import load_weights
 
     with as_user_error():
         model = TASKS[task].build_model(task_config, net, False, runtime)
     model.set_train(False)
     load_weights(model, values, name=checkpoint)
+    if runtime.serving_weights:
+        from src.cpu_kernels import convert_weights
+
+        convert_weights(model)
     return model

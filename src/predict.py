@@ -23,7 +23,9 @@ The file's suffix picks the engine:
   in float32 it runs this package's compiled kernels (built with g++ on first use): the fastest for batches on CPU,
   but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned
   with (default: the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature
-  length, --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16).
+  length, --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16), --precision int8
+  in int8 (the dense layers' weights quantized once at load per output channel, their inputs per row on each call;
+  oneDNN's int8 matmul: AMX-INT8, AVX512-VNNI or AVX2).
 
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
 text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id;
@@ -122,11 +124,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--null_score_diff_threshold", type=real, default=0.0, help="squad_v2: answer '' above it")
     parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"),
                         help="MINDIR and .ckpt: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
-    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16"),
-                        help=".ckpt on CPU: bfloat16 runs the compiled kernels' products in bfloat16 with float32 "
-                             "accumulation (needs AVX512_BF16 or AMX-BF16); softmax, LayerNorm and the rest stay "
-                             "float32. .onnx with --engine openvino and .xml: OpenVINO's precision hint (int8 IR: "
-                             "of the parts left float)")
+    parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "int8"),
+                        help=".ckpt on CPU: bfloat16 runs the compiled kernels' dense products in bfloat16 with "
+                             "float32 accumulation (needs AVX512_BF16 or AMX-BF16), int8 in int8 (weights quantized "
+                             "once at load per output channel, inputs per row on each call); softmax, LayerNorm, the "
+                             "attention products and the rest stay float32. .onnx with --engine openvino and .xml: "
+                             "OpenVINO's precision hint (int8 IR: of the parts left float)")
     parser.add_argument("--engine", default="", choices=("onnxruntime", "openvino"),
                         help=".onnx: ONNX Runtime (the default), or OpenVINO's CPU plugin (pip install openvino); an "
                              "OpenVINO IR .xml runs on openvino")
@@ -161,6 +164,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--engine {args.engine} serves an .onnx model (export.py --file_format ONNX): {args.model} "
                         f"(an OpenVINO IR .xml runs on OpenVINO without it)")
     if not args.model.endswith(".ckpt"):
+        if args.precision == "int8":
+            raise UserError(f"--precision int8 quantizes a .ckpt as it loads; an exported model is quantized by "
+                            f"export.py --quantize int8: {args.model}")
         used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]
         used += ["precision"] if args.precision != "float32" and args.engine != "openvino" else []
         if used:
@@ -404,7 +410,7 @@ def onnxruntime_runner(path: str, threads: int) -> Runner:
 def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
     """The checkpoint's task head built in this process for the device, as fine-tuning evaluation builds it: on
     CPU with the compiled kernels (src/cpu_kernels.py), in float32 or with bfloat16 products (--precision)."""
-    from src.device_setup import kernels_status, model_runtime, setup_device
+    from src.device_setup import kernels_status, serving_runtime, setup_device
     from src.finetuned import build_head, head_network
     from src.utils import read_checkpoint
 
@@ -419,28 +425,33 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
         raise UserError(f"--seq_length {shape.seq} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
     check_vocabulary(tokenizer, net.vocab_size)
-    if args.precision == "bfloat16":
-        check_bf16_products(device.target)
+    if args.precision != "float32":
+        check_low_precision_products(device.target, args.precision)
     if device.target == "CPU":  # --precision decides, whatever compute type the checkpoint was trained in
-        net = replace(net, compute_type=args.precision)
-    runtime = model_runtime(device.target, net.compute_type)
+        net = replace(net, compute_type="bfloat16" if args.precision == "bfloat16" else "float32")
+    runtime = serving_runtime(device.target, net.compute_type, args.precision)
     model = build_head(values, args.task, config, net, runtime, args.model)
     engine = kernels_status(device.target) if runtime.kernels else "MindSpore operations"
-    engine += ", bfloat16 products" if args.precision == "bfloat16" else ""
+    engine += f", {args.precision} products" if args.precision != "float32" else ""
     print(f"{args.model}: {args.task} head, {net.num_hidden_layers} layers, hidden {net.hidden_size}, seq {shape.seq}, "
           f"on {device.target} in this process ({engine})", file=sys.stderr)
     return cell_runner(model)
 
 
-def check_bf16_products(target: str) -> None:
-    """--precision bfloat16 is the compiled kernels' bfloat16 products (the CPU's support is checked with the
-    flags): say in one line why they do not run here."""
+def check_low_precision_products(target: str, precision: str) -> None:
+    """--precision bfloat16 and int8 are the compiled kernels' products in that precision (bfloat16: the CPU's
+    support is checked with the flags; int8: oneDNN must have an int8 matmul primitive here): say in one line why
+    they do not run here."""
     from src import cpu_kernels
     from src.device_setup import kernels_status
 
     if target != "CPU" or not cpu_kernels.available():
-        raise UserError(f"--precision bfloat16 runs the compiled CPU kernels' products in bfloat16; here the model "
-                        f"runs on {target} with {kernels_status(target)}")
+        raise UserError(f"--precision {precision} runs the compiled CPU kernels' products in {precision}; here the "
+                        f"model runs on {target} with {kernels_status(target)}")
+    if precision == "int8":
+        supported, why = cpu_kernels.int8_support()
+        if not supported:
+            raise UserError(f"--precision int8: {why}; use --precision float32")
 
 
 def openvino_runner(path: str, threads: int, precision: str) -> Runner:

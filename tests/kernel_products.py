@@ -1,6 +1,9 @@
 """Run by tests/test_cpu_kernels.py::test_products_on_a_lower_isa_forced in a process whose ONEDNN_MAX_CPU_ISA caps
 what oneDNN may use: the dense products (forward and both gradients) against float64 numpy, in float32 and in
-bfloat16 (weights rounded per call, and their bfloat16 copy from the graph), on 1 and 2 threads; the last line printed is the kernels' oneDNN description."""
+bfloat16 (weights rounded per call, and their bfloat16 copy from the graph), and serving's int8 products (where oneDNN
+has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized operands, on 1 and 2
+threads; the last line printed is the kernels' oneDNN
+description."""
 import ctypes
 import sys
 from pathlib import Path
@@ -11,7 +14,8 @@ import numpy as np  # noqa: E402
 
 from src import cpu_kernels  # noqa: E402
 from tests.test_cpu_kernels import (Call, WithCopies, assert_bf16_product, assert_close,  # noqa: E402
-                                    bf16_rounded, dense_grads, forward_and_input_grads)
+                                    bf16_rounded, dense_grads, forward_and_input_grads, int8_operands,
+                                    int8_reference)
 
 
 def main() -> None:
@@ -39,6 +43,10 @@ def main() -> None:
             assert_bf16_product(cell(*tensors).asnumpy(), xb @ wb.T + b, x64 @ w64.T + b)
             assert_bf16_product(dx, dyb @ wb, dy64 @ w64)
             assert_bf16_product(dw, dyb.T @ xb, dy64.T @ x64)
+        cpu_kernels.set_bf16(False)
+        if cpu_kernels.int8_support()[0]:  # int8 needs VNNI or AMX-INT8 (without, it is refused)
+            y = Call(cpu_kernels.matmul_int8(True))(Tensor(x), *int8_operands(w), Tensor(b)).asnumpy()
+            assert_close(y, int8_reference(x, w, b), 1e-6)
     library = cpu_kernels._library(cpu_kernels._build()[0])
     text = ctypes.create_string_buffer(400)
     library.DnnlDescribe(text, 400)

@@ -106,21 +106,26 @@ def test_bench_train_in_bfloat16_against_torch_bfloat16_autocast(tmp_path):
 def test_bench_infer_against_torch_and_the_compiled_kernels(tmp_path):
     """HF on PyTorch and, with --compare kernels, our network in-process on the compiled CPU kernels (not exported):
     same weights, so both sides' logits agree with the exported MINDIR's. Where the CPU has native bfloat16,
-    --compare bf16 adds PyTorch's bfloat16 autocast and our kernels' bfloat16 products: close, not equal."""
+    --compare bf16 adds PyTorch's bfloat16 autocast and our kernels' bfloat16 products, and where it has exact int8
+    products --compare int8 our kernels' int8 ones: close, not equal; each low-precision side's peak in its own
+    precision."""
     pytest.importorskip("transformers")
     out = tmp_path / "infer.json"
     bf16 = ("torch_bf16", "ours_kernels_bf16") if cpu_kernels.bf16_support()[0] else ()
-    compare = "torch,kernels" + (",bf16" if bf16 else "")
+    int8 = ("ours_kernels_int8",) if cpu_kernels.int8_support()[0] else ()
+    compare = "torch,kernels" + (",bf16" if bf16 else "") + (",int8" if int8 else "")
     done = bench("bench_infer.py", *TINY, "--compare", compare, "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
-    result = check_report(out, "infer", "batch", ("torch", "ours_kernels", *bf16))
+    result = check_report(out, "infer", "batch", ("torch", "ours_kernels", *bf16, *int8))
     assert result["speed_ratio"] == result["speed_ratios"]["torch"]
     assert result["sides"]["ours"]["export_s"] > 0
     assert result["sides"]["ours_kernels"]["kernels"] is cpu_kernels.available()
+    assert all(result["sides"][side]["precision"] == "int8" for side in int8)
     diffs = result["logits_max_abs_diff_by_side"]
-    assert set(diffs) == {"torch", "ours_kernels", *bf16}
+    assert set(diffs) == {"torch", "ours_kernels", *bf16, *int8}
     assert max(diffs["torch"], diffs["ours_kernels"]) < 1e-5 < result["logits_max_abs"]
     assert all(0 < diffs[side] < 0.05 * result["logits_max_abs"] for side in bf16)
+    assert all(0 < diffs[side] < 0.1 * result["logits_max_abs"] for side in int8)
     assert "ms/batch" in done.stdout
 
 

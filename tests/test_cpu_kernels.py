@@ -219,6 +219,73 @@ def test_bf16_attention_products_stay_float32_and_so_does_softmax(bf16_products)
     assert np.abs(probs.sum(-1) - 1).max() < 1e-5
 
 
+def int8_rows(x):
+    """x [M, K] quantized per row as the int8 products define it (independently restated here): symmetric, scale
+    max|row| / 127, q = round-half-even(x * (127 / max|row|)) in float32 arithmetic; a zero row: zeros, scale 0."""
+    x = np.asarray(x, np.float32)
+    largest = np.abs(x).max(axis=1)
+    inverse = np.array([np.float32(127) / value if value > 0 else np.float32(0) for value in largest], np.float32)
+    return np.rint(x * inverse[:, None]).astype(np.int64), largest.astype(np.float64) / 127
+
+
+def int8_reference(x, w, b):
+    """The int8 dense layer in exact integers: (q_x q_w^T) s_x s_w (+ b), both operands quantized per row."""
+    (qx, sx), (qw, sw) = int8_rows(x), int8_rows(w)
+    y = (qx @ qw.T).astype(np.float64) * sx[:, None] * sw[None, :]
+    return y if b is None else y + b
+
+
+def int8_operands(w):
+    values, scales = cpu_kernels.quantize_int8(w)
+    qw, sw = int8_rows(w)
+    assert values.dtype == np.int8 and np.array_equal(values, qw) and np.allclose(scales, sw, rtol=1e-7, atol=0)
+    return Tensor(values), Tensor(scales)
+
+
+@needs_kernels
+@pytest.mark.parametrize("m, k, n", [(1, 5, 3), (63, 17, 9), (300, 70, 130), (700, 96, 40)])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_int8_products_are_the_exact_integer_product_of_the_quantized_operands(m, k, n, bias, threads):
+    """Serving's int8 dense layers: the weights quantized per output channel (quantize_int8), the input per row inside
+    the call; the sums exact in int32, then scaled: equal to the integer reference up to float32 rounding, and near
+    the float product (a row 50x larger keeps its own scale). Rows and columns split over the threads alike."""
+    rng = np.random.default_rng(m + n)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,)))
+    x[m // 2] *= 50
+    if m > 2:
+        x[-1] = 0  # a zero row: zeros (plus the bias)
+    values, scales = int8_operands(w)
+    inputs = (Tensor(x), values, scales) + ((Tensor(b),) if bias else ())
+    y = Call(cpu_kernels.matmul_int8(bias))(*inputs).asnumpy()
+    want = int8_reference(x, w, b if bias else None)
+    assert_close(y, want, 1e-6)
+    exact = x.astype(np.float64) @ w.T.astype(np.float64) + (b if bias else 0)
+    assert 0 < np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+@needs_kernels
+def test_int8_query_key_value_layers_share_the_quantized_input(threads):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((200, 64)).astype(np.float32)
+    ws = [rng.standard_normal((48, 64)).astype(np.float32) for _ in range(3)]
+    bs = [rng.standard_normal(48).astype(np.float32) for _ in range(3)]
+    operands = [int8_operands(w) for w in ws]
+    outputs = Call(cpu_kernels.dense_qkv_int8())(Tensor(x), *(o[0] for o in operands), *(o[1] for o in operands),
+                                                 *map(Tensor, bs))
+    for got, w, b in zip(outputs, ws, bs):
+        assert_close(got.asnumpy(), int8_reference(x, w, b), 1e-6)
+
+
+@needs_kernels
+def test_int8_products_keep_nan_and_inf_visible():
+    """A row holding NaN or inf cannot be quantized: its outputs are NaN, the other rows as usual."""
+    x = np.ones((4, 32), np.float32)
+    x[1, 3], x[2, 7] = np.nan, np.inf
+    values, scales = int8_operands(np.ones((8, 32), np.float32))
+    y = Call(cpu_kernels.matmul_int8(False))(Tensor(x), values, scales).asnumpy()
+    assert np.isnan(y[1:3]).all() and np.allclose(y[[0, 3]], 32.0)
+
+
 @needs_kernels
 def test_the_primitive_cache_stays_bounded_as_shapes_change(bf16_products):
     """Serving with ever new batch sizes creates a primitive per shape: the cache keeps at most its capacity."""
@@ -232,17 +299,20 @@ def test_the_primitive_cache_stays_bounded_as_shapes_change(bf16_products):
 
 
 @needs_kernels
-@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE"])
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI"])
 def test_products_on_a_lower_isa_forced(isa):
     """ONEDNN_MAX_CPU_ISA caps what oneDNN may use (as on an older CPU): the kernels still compute every dense product
-    right, float32 and bfloat16 math, and say which implementation oneDNN picked (tests/kernel_products.py)."""
+    right, float32, bfloat16 and int8, and say which implementations oneDNN picked (tests/kernel_products.py)."""
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa, GLOG_v="3")
     result = subprocess.run([sys.executable, str(Path(__file__).with_name("kernel_products.py"))], env=env,
                             capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     described = result.stdout.strip().splitlines()[-1]
-    assert described.startswith("oneDNN 3.") and "; bfloat16: " in described, described
+    assert described.startswith("oneDNN 3.") and "; bfloat16: " in described and "; int8: " in described, described
     assert "amx" not in described and (isa != "AVX2" or "avx512" not in described), described
+    # int8 only with exact int32 sums: VNNI (where the CPU has it) or AMX-INT8, never below
+    int8 = described.split("; int8: ")[1]
+    assert int8.startswith("none (") if isa != "AVX512_CORE_VNNI" else "none" in int8 or "vnni" in int8, described
 
 
 def _gelu_tanh(x):

@@ -13,7 +13,9 @@
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <immintrin.h>
 
+#include <cmath>
 #include <initializer_list>
+#include <limits>
 
 #include "dnnl_primitives.h"
 #include "parallel.h"
@@ -289,6 +291,132 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
   return status;
 }
 
+// Serving's int8 products (src.predict --precision int8): y = x w^T (+ b) with w quantized once at load, int8 per
+// output channel with float32 scales (cpu_kernels.quantize_int8), and x quantized on each call per row, symmetric:
+// q = round(x * 127 / max|row|), scale max|row| / 127. The int8 product sums exactly in int32 (a oneDNN matmul
+// primitive: AMX-INT8, AVX512-VNNI or AVX2, as oneDNN picks), and each row's sums become float32 through both scales
+// while the thread's block is in cache. A row holding NaN or inf gets a NaN scale, so its outputs are NaN.
+const int64_t kInt8ChunkRows = 128;  // rows of a thread's block per primitive call (its int32 sums stay in cache)
+
+struct QuantizedRows {
+  const int8_t *values;
+  const float *scales;
+};
+
+// Row `row` [k] quantized into q, its scale returned (NaN when the row holds NaN or inf). The test for those is a
+// comparison: the build's -fno-signed-zeros lets GCC fold x * 0 to 0 even for NaN.
+float QuantizeRow(const float *row, int64_t k, int8_t *q) {
+  const float kLargest = std::numeric_limits<float>::max();
+  float largest = 0.0f;
+  bool finite = true;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  __m512 most = _mm512_setzero_ps();
+  __mmask16 unusual = 0;  // lanes that saw NaN or inf (|v| > FLT_MAX or unordered)
+  for (; i + 16 <= k; i += 16) {
+    const __m512 v = _mm512_abs_ps(_mm512_loadu_ps(row + i));
+    most = _mm512_max_ps(most, v);
+    unusual |= _mm512_cmp_ps_mask(v, _mm512_set1_ps(kLargest), _CMP_NLE_UQ);
+  }
+  largest = _mm512_reduce_max_ps(most);
+  finite = unusual == 0;
+#endif
+  for (int64_t j = i; j < k; ++j) {
+    const float v = std::fabs(row[j]);
+    largest = std::max(largest, v);
+    finite = finite && v <= kLargest;
+  }
+  if (!finite || largest == 0.0f) {
+    std::fill(q, q + k, 0);
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  const float inverse = 127.0f / largest;
+  i = 0;
+#ifdef __AVX512F__
+  const __m512 times = _mm512_set1_ps(inverse);
+  for (; i + 16 <= k; i += 16) {  // rounded to nearest even (the default rounding mode), |value| <= 127
+    const __m512i value = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + i), times));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i), _mm512_cvtsepi32_epi8(value));
+  }
+#endif
+  for (; i < k; ++i) {
+    q[i] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[i] * inverse))));
+  }
+  return largest / 127.0f;
+}
+
+QuantizedRows QuantizeRows(const float *x, int64_t rows, int64_t k) {
+  thread_local std::vector<int8_t> values;
+  thread_local std::vector<float> scales;
+  if (static_cast<int64_t>(values.size()) < rows * k) values.resize(rows * k);
+  if (static_cast<int64_t>(scales.size()) < rows) scales.resize(rows);
+  int8_t *q = values.data();
+  float *s = scales.data();
+  albert::ParallelFor(rows, 16, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: activations to int8");
+    for (int64_t r = begin; r < end; ++r) s[r] = QuantizeRow(x + r * k, k, q + r * k);
+  });
+  return QuantizedRows{q, s};
+}
+
+// Rows and columns `block` of y [m, n] = x w^T (+ bias): x quantized rows [m, k], w [n, k] int8 with scales [n].
+int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, const int8_t *w,
+              const float *w_scales, const float *bias, float *y) {
+  const int64_t columns = block.c1 - block.c0;
+  thread_local std::vector<int32_t> sums;
+  if (static_cast<int64_t>(sums.size()) < kInt8ChunkRows * columns) sums.resize(kInt8ChunkRows * columns);
+  for (int64_t r0 = block.r0; r0 < block.r1; r0 += kInt8ChunkRows) {
+    const int64_t rows = std::min(kInt8ChunkRows, block.r1 - r0);
+    {
+      ALBERT_PROFILE("thread: matmul primitive int8");
+      const albert::dnnl::Shape shape{false, true, false, false, rows, columns, k, k, k, columns, albert::dnnl::kS8};
+      if (!albert::dnnl::Run(shape, x.values + r0 * k, w + block.c0 * k, nullptr, sums.data())) return 3;
+    }
+    ALBERT_PROFILE("thread: int8 sums to float32");
+    for (int64_t r = 0; r < rows; ++r) {
+      const float row_scale = x.scales[r0 + r];
+      const int32_t *from = sums.data() + r * columns;
+      const float *scales = w_scales + block.c0;
+      float *to = y + (r0 + r) * n + block.c0;
+      if (bias) {
+        const float *b = bias + block.c0;
+        for (int64_t c = 0; c < columns; ++c) to[c] = static_cast<float>(from[c]) * (row_scale * scales[c]) + b[c];
+      } else {
+        for (int64_t c = 0; c < columns; ++c) to[c] = static_cast<float>(from[c]) * (row_scale * scales[c]);
+      }
+    }
+  }
+  return 0;
+}
+
+// `count` dense layers sharing their input, in int8: (x [M, K] float32, w_0..w_{count-1} [N, K] int8,
+// s_0.. [N] float32 (w's scales), with `biases` b_0.. [N] float32) -> y_0.. [M, N] float32; x quantized once.
+int DenseInt8(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const int w_at = 1, s_at = 1 + count, b_at = s_at + count, y_at = b_at + (biases ? count : 0);
+  for (int i = 0; i < y_at + count; ++i) {
+    const bool int8 = i >= w_at && i < s_at, vector = i >= s_at && i < y_at;
+    if (std::strcmp(dtypes[i], int8 ? "int8" : "float32") != 0 || ndims[i] != (vector ? 1 : 2)) return 1;
+  }
+  if (!SameShapes(ndims, shapes, w_at + 1, count - 1, w_at) || !SameShapes(ndims, shapes, s_at + 1, y_at - s_at - 1,
+                                                                           s_at) ||
+      !SameShapes(ndims, shapes, y_at + 1, count - 1, y_at) || shapes[0][1] != shapes[w_at][1] ||
+      shapes[s_at][0] != shapes[w_at][0] || shapes[y_at][0] != shapes[0][0] || shapes[y_at][1] != shapes[w_at][0]) {
+    return 1;
+  }
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[w_at][0];
+  const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, k);
+  return ForBlocks(true, m, n, [&](const Block &block) {
+    int status = 0;
+    for (int i = 0; i < count && status == 0; ++i) {
+      status = Int8Block(block, n, k, x, static_cast<const int8_t *>(params[w_at + i]),
+                         static_cast<const float *>(params[s_at + i]),
+                         biases ? static_cast<const float *>(params[b_at + i]) : nullptr,
+                         static_cast<float *>(params[y_at + i]));
+    }
+    return status;
+  });
+}
+
 // Multi-head attention on the [B, S, H] activations as they are: head n of batch row b is columns n*D .. n*D+D-1
 // of that row's [S, H] block (leading dimension H), so no head is moved to [B, N, S, D] and back. The S x S
 // matrices are [B, N, S, S]. Every (b, n) pair is one single-threaded sgemm (or two), and the pairs are split over
@@ -512,14 +640,40 @@ int HeadGemm(HeadProductKind kind, void **params, int *ndims, int64_t **shapes, 
   });
 }
 
+// The implementation oneDNN picks for a matmul primitive of `type` (albert::dnnl::kBf16 or kS8) on this CPU (its
+// name says the ISA: e.g. brg_matmul:avx10_1_512_amx), "" when there is none or no primitive API.
+std::string PrimitiveImplementation(int type) {
+  const albert::dnnl::Api &api = albert::dnnl::GetApi();
+  if (!api.missing.empty()) return "";
+  albert::dnnl::Matmul probe;
+  albert::dnnl::Shape shape{false, true, false, false, 256, 256, 256, 256, 256, 256, type};
+  const std::string name = albert::dnnl::Create(api, shape, &probe) ? probe.implementation : "";
+  albert::dnnl::Release(api, &probe);
+  return name;
+}
+
+// True for an int8 implementation with exact int32 sums: AMX-INT8 or VNNI. Without them oneDNN's int8 kernels add
+// pairs of u8 x s8 products in 16 bits (vpmaddubsw), which saturate for full-range operands (measured: wrong sums
+// under ONEDNN_MAX_CPU_ISA=AVX2); oneDNN's documentation advises 7-bit weights there.
+bool ExactInt8(const std::string &implementation) {
+  return implementation.find("vnni") != std::string::npos || implementation.find("amx") != std::string::npos;
+}
+
+int CopyOut(const std::string &text, char *out, int size) {
+  if (out && size > 0) {
+    std::strncpy(out, text.c_str(), size - 1);
+    out[size - 1] = '\0';
+  }
+  return static_cast<int>(text.size());
+}
 }  // namespace
 
 extern "C" {
 void SetThreads(int threads) { albert::Threads() = std::max(1, threads); }
 void SetBf16(int on) { Bf16() = on != 0; }
 void SetProfile(int on) { albert::SetProfiling(on); }
-// "oneDNN X.Y.Z (...)" naming the implementation oneDNN picks for a bfloat16 matmul primitive on this CPU (its ISA:
-// e.g. brg_matmul:avx10_1_512_amx), or why the primitives are not used; into out (at most size bytes,
+// "oneDNN X.Y.Z (float32: ...; bfloat16: ...; int8: ...)": how each precision's dense products run here (the
+// primitive implementations name the ISA), or why the primitives are not used; into out (at most size bytes,
 // NUL-terminated). Returns the length needed.
 int DnnlDescribe(char *out, int size) {
   const albert::dnnl::Api &api = albert::dnnl::GetApi();
@@ -532,20 +686,23 @@ int DnnlDescribe(char *out, int size) {
   }
   text += " (float32: dnnl_sgemm; bfloat16: ";
   if (!api.missing.empty()) {
-    text += "dnnl_gemm_bf16bf16f32 (no matmul primitives: " + api.missing + ")";
-  } else {
-    albert::dnnl::Matmul probe;
-    const albert::dnnl::Shape shape{false, true, false, false, 256, 256, 256, 256, 256, 256};
-    text += albert::dnnl::Create(api, shape, &probe) ? "matmul primitive " + probe.implementation
-                                                     : "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)";
-    albert::dnnl::Release(api, &probe);
+    text += "dnnl_gemm_bf16bf16f32 (no matmul primitives: " + api.missing + "); int8: none)";
+    return CopyOut(text, out, size);
   }
-  text += ")";
-  if (out && size > 0) {
-    std::strncpy(out, text.c_str(), size - 1);
-    out[size - 1] = '\0';
-  }
-  return static_cast<int>(text.size());
+  const std::string bf16 = PrimitiveImplementation(albert::dnnl::kBf16);
+  const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
+  text += bf16.empty() ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)" : "matmul primitive " + bf16;
+  text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
+                       : ExactInt8(int8) ? "matmul primitive " + int8
+                                         : "none (oneDNN's int8 matmul here, " + int8 + ", has neither VNNI nor AMX: "
+                                           "its 16-bit sums saturate)");
+  return CopyOut(text + ")", out, size);
+}
+// The int8 matmul primitive's implementation (see PrimitiveImplementation) into out; "" when there is none with
+// exact sums (ExactInt8).
+int Int8Implementation(char *out, int size) {
+  const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
+  return CopyOut(ExactInt8(int8) ? int8 : "", out, size);
 }
 // Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
 int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
@@ -604,6 +761,20 @@ int DenseQKV(int, void **p, int *d, int64_t **s, const char **t, void *, void *)
 int DenseQKVCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseQKVCopy");
   return DenseThree(true, p, d, s, t);
+}
+// Serving's int8 dense layers (see DenseInt8): (x, w int8, scales) -> x w^T; (x, w, scales, b) -> x w^T + b;
+// (x, wq, wk, wv, sq, sk, sv, bq, bk, bv) -> (q, k, v).
+int MatMulInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulInt8");
+  return DenseInt8(1, false, p, d, s, t);
+}
+int MatMulInt8Bias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulInt8Bias");
+  return DenseInt8(1, true, p, d, s, t);
+}
+int DenseQKVInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKVInt8");
+  return DenseInt8(3, true, p, d, s, t);
 }
 // x float32 (any shape) -> x rounded to bfloat16: a dense layer's weights, once per step (cpu_kernels.bf16_copy).
 int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {

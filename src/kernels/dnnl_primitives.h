@@ -1,4 +1,5 @@
-// oneDNN matmul primitives from the libdnnl inside the MindSpore wheel, for the dense layers' products.
+// oneDNN matmul primitives from the libdnnl inside the MindSpore wheel, for the dense layers' products: bfloat16
+// operands with float32 results, or int8 operands with int32 results (serving's --precision int8).
 //
 // Why: on bfloat16 operands (the dense layers' weights converted once per step by the graph, activations once per
 // call by the kernels) a matmul primitive packs them for the matrix unit itself (AMX on Intel, AVX512-BF16 elsewhere:
@@ -47,6 +48,8 @@ struct Version {
 const int kCpuEngine = 1;           // dnnl_cpu
 const int kBf16 = 2;                // dnnl_bf16
 const int kF32 = 3;                 // dnnl_f32
+const int kS32 = 4;                 // dnnl_s32
+const int kS8 = 5;                  // dnnl_s8
 const int kQueryImplInfo = 8;       // dnnl_query_impl_info_str
 const int kQueryScratchpadMd = 136; // dnnl_query_scratchpad_md
 const int kScratchpadUser = 1;      // dnnl_scratchpad_mode_user
@@ -131,14 +134,16 @@ inline const Api &GetApi() {
   return api;
 }
 
-// One product's shape and layout: c[m, n] float32 (leading dimension ldc) = op(a) op(b) (+ bias[n] float32)
-// (+ c when accumulate), a and b bfloat16, op(a) [m, k] read transposed when ta, op(b) [k, n] when tb.
+// One product's shape and layout: c[m, n] (leading dimension ldc) = op(a) op(b) (+ bias[n] float32) (+ c when
+// accumulate), op(a) [m, k] read transposed when ta, op(b) [k, n] when tb. a and b are bfloat16 and c float32
+// (type kBf16), or a and b int8 and c int32 (type kS8: exact integer sums).
 struct Shape {
   bool ta, tb, bias, accumulate;
   int64_t m, n, k, lda, ldb, ldc;
+  int type = kBf16;
 
-  std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> Key() const {
-    return std::make_tuple(ta, tb, bias, accumulate, m, n, k, lda, ldb, ldc);
+  std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int> Key() const {
+    return std::make_tuple(ta, tb, bias, accumulate, m, n, k, lda, ldb, ldc, type);
   }
 };
 
@@ -176,9 +181,9 @@ inline std::string Implementation(const Api &api, Handle description) {
 
 // Creates the primitive for `shape`; false when oneDNN has none for it (the caller keeps the BLAS-style call).
 inline bool Create(const Api &api, const Shape &shape, Matmul *matmul) {
-  matmul->a = Desc(api, shape.m, shape.k, shape.lda, shape.ta, kBf16);
-  matmul->b = Desc(api, shape.k, shape.n, shape.ldb, shape.tb, kBf16);
-  matmul->c = Desc(api, shape.m, shape.n, shape.ldc, false, kF32);
+  matmul->a = Desc(api, shape.m, shape.k, shape.lda, shape.ta, shape.type);
+  matmul->b = Desc(api, shape.k, shape.n, shape.ldb, shape.tb, shape.type);
+  matmul->c = Desc(api, shape.m, shape.n, shape.ldc, false, shape.type == kS8 ? kS32 : kF32);
   if (shape.bias) matmul->bias = Desc(api, 1, shape.n, shape.n, false, kF32);
   Handle attr = nullptr, post_ops = nullptr;
   bool ok = matmul->a && matmul->b && matmul->c && (!shape.bias || matmul->bias) && api.attr_create(&attr) == 0 &&
@@ -245,7 +250,7 @@ class Cache {
   }
 
  private:
-  typedef std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t> Key;
+  typedef std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int> Key;
   struct Entry {
     std::shared_ptr<const Matmul> matmul;
     std::list<Key>::iterator position;
@@ -258,7 +263,7 @@ class Cache {
 
 // Runs the product of `shape` through its primitive on this thread; false (nothing written) when the primitives
 // are not available or oneDNN has none for the shape, so the caller runs the BLAS-style call instead.
-inline bool Run(const Shape &shape, const uint16_t *a, const uint16_t *b, const float *bias, float *c) {
+inline bool Run(const Shape &shape, const void *a, const void *b, const float *bias, void *c) {
   const Api &api = GetApi();
   if (!api.missing.empty()) return false;
   const std::shared_ptr<const Matmul> matmul = Cache::Get().Find(shape);
@@ -271,8 +276,8 @@ inline bool Run(const Shape &shape, const uint16_t *a, const uint16_t *b, const 
   thread_local std::vector<char> scratch;
   if (scratch.size() < matmul->scratchpad_size) scratch.resize(matmul->scratchpad_size);
   Handle memory[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
-  bool ok = api.memory_create(&memory[0], matmul->a, api.engine, const_cast<uint16_t *>(a)) == 0 &&
-            api.memory_create(&memory[1], matmul->b, api.engine, const_cast<uint16_t *>(b)) == 0 &&
+  bool ok = api.memory_create(&memory[0], matmul->a, api.engine, const_cast<void *>(a)) == 0 &&
+            api.memory_create(&memory[1], matmul->b, api.engine, const_cast<void *>(b)) == 0 &&
             api.memory_create(&memory[2], matmul->c, api.engine, c) == 0 &&
             (!matmul->scratchpad || api.memory_create(&memory[3], matmul->scratchpad, api.engine, scratch.data()) == 0) &&
             (!shape.bias || api.memory_create(&memory[4], matmul->bias, api.engine, const_cast<float *>(bias)) == 0);
