@@ -411,11 +411,23 @@ class AlbertLayer(nn.Cell):
         self.full_layer_layer_norm = layer_norm(config.hidden_size, config, runtime)
         self.activation = Activation(config.hidden_act, runtime.kernels, runtime.onnx_patterns)
         self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+        # Served in int8 with the tanh GELU: the whole feed-forward network in one kernel call.
+        self.int8_feed_forward = runtime.serving_weights == "int8" and self.activation.use_kernels
+        if self.int8_feed_forward:
+            self.feed_forward_kernel = cpu_kernels.feed_forward_int8()
+
+    def _feed_forward(self, inputs):
+        if not self.int8_feed_forward:
+            return self.ffn_output(self.activation(self.ffn(inputs)))
+        shape = inputs.shape
+        output = self.feed_forward_kernel(inputs.reshape(-1, shape[-1]), *self.ffn.weight_operands(), self.ffn.bias,
+                                          *self.ffn_output.weight_operands(), self.ffn_output.bias)
+        return output.reshape(shape)
 
     def construct(self, hidden_states, attention_bias):
         hidden_states = self.attention(hidden_states, attention_bias)
         inputs = self.full_layer_layer_norm(hidden_states) if self.preln else hidden_states
-        output = self.dropout(self.ffn_output(self.activation(self.ffn(inputs)))).astype(ms.float32)
+        output = self.dropout(self._feed_forward(inputs)).astype(ms.float32)
         if self.preln:
             return hidden_states + output
         return self.full_layer_layer_norm(hidden_states + output)

@@ -585,6 +585,14 @@ def dense_qkv_int8() -> ops.Custom:
     return _kernel("DenseQKVInt8", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x))
 
 
+@lru_cache(maxsize=None)
+def feed_forward_int8() -> ops.Custom:
+    """(x [M, H], w1 [I, H] int8, s1, b1 [I], w2 [H, I] int8, s2, b2 [H]) -> gelu(x w1^T + b1) w2^T + b2 [M, H]
+    (the tanh GELU): a block's feed-forward network served in int8 in one call, its [M, I] activations kept in cache
+    chunk by chunk (src/kernels/dnnl_matmul.cc, FeedForward). Serving only: no gradient."""
+    return _kernel("FeedForwardInt8", lambda x, *_: x, lambda x, *_: x)
+
+
 class Dense(nn.Dense):
     """nn.Dense (same parameters, names and initialisation) computed by `matmul_nt(_bias)` when `use_kernels`,
     reading the weights' `bf16_copy` with `bf16_weights`. `serving_weights` ("bfloat16" or "int8") makes the

@@ -177,6 +177,12 @@ def check_args(args: argparse.Namespace) -> None:
         supported, why = bf16_support()
         if not supported:
             raise UserError(f"--precision bfloat16 needs native bfloat16 dot products: {why}; use --precision float32")
+    if args.precision == "int8":
+        from src.cpu_kernels import int8_support
+
+        supported, why = int8_support()
+        if not supported:
+            raise UserError(f"--precision int8: {why}; use --precision float32")
     text_flags = [flag for flag in ("text_a", "text_b", "article", "question", "context") if getattr(args, flag)]
     if args.input_file:
         if text_flags or args.option:
@@ -439,19 +445,14 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
 
 
 def check_low_precision_products(target: str, precision: str) -> None:
-    """--precision bfloat16 and int8 are the compiled kernels' products in that precision (bfloat16: the CPU's
-    support is checked with the flags; int8: oneDNN must have an int8 matmul primitive here): say in one line why
-    they do not run here."""
+    """--precision bfloat16 and int8 are the compiled kernels' products in that precision (the CPU's support for
+    them is checked with the flags): say in one line why they do not run here."""
     from src import cpu_kernels
     from src.device_setup import kernels_status
 
     if target != "CPU" or not cpu_kernels.available():
         raise UserError(f"--precision {precision} runs the compiled CPU kernels' products in {precision}; here the "
                         f"model runs on {target} with {kernels_status(target)}")
-    if precision == "int8":
-        supported, why = cpu_kernels.int8_support()
-        if not supported:
-            raise UserError(f"--precision int8: {why}; use --precision float32")
 
 
 def openvino_runner(path: str, threads: int, precision: str) -> Runner:

@@ -277,6 +277,26 @@ def test_int8_query_key_value_layers_share_the_quantized_input(threads):
 
 
 @needs_kernels
+@pytest.mark.parametrize("m", [1, 130, 700])
+def test_int8_feed_forward_in_one_call_equals_its_three_steps(m, threads):
+    """gelu(x w1^T + b1) w2^T + b2 with both products in int8, the activations quantized per row between them: the
+    integer reference of each product around Google's GELU formula (in float64; a value on a rounding boundary may
+    quantize one step apart, hence the tolerance), and near the float network."""
+    rng = np.random.default_rng(m)
+    hidden, inner = 48, 160
+    x = rng.standard_normal((m, hidden)).astype(np.float32)
+    w1, w2 = (rng.standard_normal(shape).astype(np.float32) * 0.2 for shape in ((inner, hidden), (hidden, inner)))
+    b1, b2 = (rng.standard_normal(size).astype(np.float32) for size in (inner, hidden))
+    y = Call(cpu_kernels.feed_forward_int8())(Tensor(x), *int8_operands(w1), Tensor(b1), *int8_operands(w2),
+                                               Tensor(b2)).asnumpy()
+    gelu = _gelu_tanh(torch.tensor(int8_reference(x, w1, b1))).numpy()
+    assert_close(y, int8_reference(gelu.astype(np.float32), w2, b2), 1e-4)
+    exact_gelu = _gelu_tanh(torch.tensor(x.astype(np.float64) @ w1.T.astype(np.float64) + b1)).numpy()
+    exact = exact_gelu @ w2.T.astype(np.float64) + b2
+    assert 0 < np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+@needs_kernels
 def test_int8_products_keep_nan_and_inf_visible():
     """A row holding NaN or inf cannot be quantized: its outputs are NaN, the other rows as usual."""
     x = np.ones((4, 32), np.float32)

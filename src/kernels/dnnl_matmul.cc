@@ -417,6 +417,58 @@ int DenseInt8(int count, bool biases, void **params, int *ndims, int64_t **shape
   });
 }
 
+// A transformer block's feed-forward network served in int8, each thread's rows in chunks that stay in cache:
+// (x [M, H] float32, w1 [I, H] int8, s1 [I], b1 [I], w2 [H, I] int8, s2 [H], b2 [H]) -> y = gelu(x w1^T + b1) w2^T
+// + b2 [M, H] (the tanh GELU), the same as DenseInt8, GeluTanh and DenseInt8 in turn, but the [M, I] activations
+// never leave the thread: each chunk's intermediate rows are made, put through GELU, quantized and multiplied while
+// in cache (on ALBERT-base at batch 32 the three passes over that 50 MB tensor were a fifth of the serving time).
+int FeedForward(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  for (int i = 0; i < 8; ++i) {
+    const bool int8 = i == 1 || i == 4, vector = i == 2 || i == 3 || i == 5 || i == 6;
+    if (std::strcmp(dtypes[i], int8 ? "int8" : "float32") != 0 || ndims[i] != (vector ? 1 : 2)) return 1;
+  }
+  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[1][0];
+  if (shapes[1][1] != hidden || shapes[2][0] != inner || shapes[3][0] != inner || shapes[4][0] != hidden ||
+      shapes[4][1] != inner || shapes[5][0] != hidden || shapes[6][0] != hidden || shapes[7][0] != m ||
+      shapes[7][1] != hidden) {
+    return 1;
+  }
+  const int8_t *w1 = static_cast<const int8_t *>(params[1]), *w2 = static_cast<const int8_t *>(params[4]);
+  const float *s1 = static_cast<const float *>(params[2]), *b1 = static_cast<const float *>(params[3]);
+  const float *s2 = static_cast<const float *>(params[5]), *b2 = static_cast<const float *>(params[6]);
+  float *y = static_cast<float *>(params[7]);
+  const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, hidden);
+  std::vector<int> status(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(m, 1, [&](int64_t part, int64_t begin, int64_t end) {
+    thread_local std::vector<float> activations, scales;
+    thread_local std::vector<int8_t> quantized;
+    activations.resize(kInt8ChunkRows * inner);
+    quantized.resize(kInt8ChunkRows * inner);
+    scales.resize(kInt8ChunkRows);
+    for (int64_t r0 = begin; r0 < end && status[part] == 0; r0 += kInt8ChunkRows) {
+      const int64_t rows = std::min(kInt8ChunkRows, end - r0);
+      float *h = activations.data();
+      status[part] = Int8Block(Block{0, rows, 0, inner}, inner, hidden,
+                               QuantizedRows{x.values + r0 * hidden, x.scales + r0}, w1, s1, b1, h);
+      if (status[part] != 0) break;
+      {
+        ALBERT_PROFILE("thread: feed-forward gelu and int8");
+        for (int64_t r = 0; r < rows; ++r) {
+          float *row = h + r * inner;
+          for (int64_t c = 0; c < inner; ++c) row[c] = albert::Gelu(row[c]);
+          scales[r] = QuantizeRow(row, inner, quantized.data() + r * inner);
+        }
+      }
+      status[part] = Int8Block(Block{0, rows, 0, hidden}, hidden, inner,
+                               QuantizedRows{quantized.data(), scales.data()}, w2, s2, b2, y + r0 * hidden);
+    }
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (status[p] != 0) return 3;
+  }
+  return 0;
+}
+
 // Multi-head attention on the [B, S, H] activations as they are: head n of batch row b is columns n*D .. n*D+D-1
 // of that row's [S, H] block (leading dimension H), so no head is moved to [B, N, S, D] and back. The S x S
 // matrices are [B, N, S, S]. Every (b, n) pair is one single-threaded sgemm (or two), and the pairs are split over
@@ -775,6 +827,11 @@ int MatMulInt8Bias(int, void **p, int *d, int64_t **s, const char **t, void *, v
 int DenseQKVInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseQKVInt8");
   return DenseInt8(3, true, p, d, s, t);
+}
+// (x, w1, s1, b1, w2, s2, b2) -> gelu(x w1^T + b1) w2^T + b2: a block's feed-forward network in int8 (FeedForward).
+int FeedForwardInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FeedForwardInt8");
+  return FeedForward(p, d, s, t);
 }
 // x float32 (any shape) -> x rounded to bfloat16: a dense layer's weights, once per step (cpu_kernels.bf16_copy).
 int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {

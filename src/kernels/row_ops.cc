@@ -16,12 +16,6 @@ namespace {
 const int64_t kMinRowsPerThread = 16;
 const int64_t kMinElementsPerThread = 1 << 14;
 
-// Google's GELU, tanh form: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (= 0.5 x (1 + tanh(...))).
-const float kGeluScale = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
-const float kGeluCubic = 0.044715f;
-
-inline float Sigmoid(float z) { return 1.0f / (1.0f + albert::Exp(-z)); }
-
 }  // namespace
 
 extern "C" {
@@ -34,10 +28,7 @@ int GeluTanh(int, void **params, int *ndims, int64_t **shapes, const char **dtyp
   float *y = static_cast<float *>(params[1]);
   albert::ParallelFor(albert::Size(0, ndims, shapes), kMinElementsPerThread, [&](int64_t, int64_t begin,
                                                                                   int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float v = x[i];
-      y[i] = v * Sigmoid(kGeluScale * (v + kGeluCubic * v * v * v));
-    }
+    for (int64_t i = begin; i < end; ++i) y[i] = albert::Gelu(x[i]);
   });
   return 0;
 }
@@ -53,8 +44,8 @@ int GeluTanhGrad(int, void **params, int *ndims, int64_t **shapes, const char **
                                                                                   int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float v = x[i];
-      const float s = Sigmoid(kGeluScale * (v + kGeluCubic * v * v * v));
-      dx[i] = dy[i] * (s + v * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * kGeluCubic * v * v));
+      const float s = albert::Sigmoid(albert::kGeluScale * (v + albert::kGeluCubic * v * v * v));
+      dx[i] = dy[i] * (s + v * s * (1.0f - s) * albert::kGeluScale * (1.0f + 3.0f * albert::kGeluCubic * v * v));
     }
   });
   return 0;
@@ -199,8 +190,7 @@ int CrossEntropy(int, void **params, int *ndims, int64_t **shapes, const char **
   albert::ParallelFor(rows, 1, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float *row = logits + r * cols;
-      float top = row[0];
-      for (int64_t c = 1; c < cols; ++c) top = std::max(top, row[c]);
+      const float top = albert::RowMax(row, nullptr, cols);
       float total = 0.0f;
       for (int64_t c = 0; c < cols; ++c) total += albert::Exp(row[c] - top);
       lse[r] = top + std::log(total);

@@ -3,6 +3,8 @@
 #ifndef ALBERT_KERNELS_VECTOR_MATH_H_
 #define ALBERT_KERNELS_VECTOR_MATH_H_
 
+#include <immintrin.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -34,10 +36,40 @@ inline float Exp(float x) {
   return p * scale_a * scale_b;
 }
 
+// Google's GELU, tanh form: x * sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (= 0.5 x (1 + tanh(...))).
+const float kGeluScale = 1.5957691216057308f;  // 2 * sqrt(2 / pi)
+const float kGeluCubic = 0.044715f;
+
+inline float Sigmoid(float z) { return 1.0f / (1.0f + Exp(-z)); }
+
+inline float Gelu(float x) { return x * Sigmoid(kGeluScale * (x + kGeluCubic * x * x * x)); }
+
+// max(a[c] + b[c]) over c < n (n >= 1; b may be null: max(a[c])), in AVX-512 where the CPU has it: GCC does not
+// vectorize a float max reduction without -ffinite-math-only (the scalar loop was 70% of a softmax row's time). A
+// NaN may or may not win; callers add the maximum to every element, so a row holding NaN ends NaN either way.
+inline float RowMax(const float *a, const float *b, int64_t n) {
+  float top = a[0] + (b ? b[0] : 0.0f);
+  int64_t c = 1;
+#ifdef __AVX512F__
+  if (n >= 16) {
+    __m512 most = _mm512_set1_ps(top);
+    for (c = 0; c + 16 <= n; c += 16) {
+      const __m512 v = _mm512_loadu_ps(a + c);
+      most = _mm512_max_ps(most, b ? _mm512_add_ps(v, _mm512_loadu_ps(b + c)) : v);
+    }
+    top = _mm512_reduce_max_ps(most);
+  }
+#endif
+  for (; c < n; ++c) {
+    const float v = a[c] + (b ? b[c] : 0.0f);
+    top = v > top ? v : top;
+  }
+  return top;
+}
+
 // p = softmax(s + bias) over one row of n; p may be s (in place).
 inline void SoftmaxRow(const float *s, const float *bias, float *p, int64_t n) {
-  float top = s[0] + bias[0];
-  for (int64_t c = 1; c < n; ++c) top = s[c] + bias[c] > top ? s[c] + bias[c] : top;
+  const float top = RowMax(s, bias, n);
   float total = 0.0f;
   for (int64_t c = 0; c < n; ++c) {
     p[c] = Exp(s[c] + bias[c] - top);
