@@ -5,7 +5,7 @@ this package's process, ONNX Runtime and OpenVINO.
         [--init_checkpoint albert_base_v2.ckpt] [--set KEY=VALUE ...] [--epochs 3] [--squad_epochs 2]
         [--learning_rate 1e-4] [--squad_learning_rate 2e-4] [--train_batch_size 32] [--seq_length 128]
         [--squad_seq_length 384] [--max_train_rows N] [--max_dev_rows N] [--batch_size 32] [--threads 0]
-        [--paths fp32,bf16,int8,ov_bf16,ov_f32,ov_int8] [--calibration_rows 300] [--output results.json]
+        [--paths fp32,bf16,int8,ckpt_int8,ov_bf16,ov_f32,ov_int8] [--calibration_rows 300] [--output results.json]
 
 Each task goes the way a user goes, with the package's own tools, each in its own process:
 
@@ -17,10 +17,10 @@ Each task goes the way a user goes, with the package's own tools, each in its ow
    (ov_bf16, ov_f32) and --file_format ONNX --quantize int8 --engine openvino calibrated on the first
    --calibration_rows rows of the training MindRecord (ov_int8: NNCF's int8 OpenVINO IR);
 4. the dev set as src.predict requests, answered on each path of --paths (PATHS): the .ckpt in float32 (fp32, the
-   reference, always run), the .ckpt with --precision bfloat16 (bf16), the int8 .onnx on ONNX Runtime (int8), the
-   float32 .onnx on OpenVINO with the precision hint bfloat16 (ov_bf16, OpenVINO's default on CPUs with AMX or
-   AVX512_BF16) and float32 (ov_f32), and the int8 IR on OpenVINO (ov_int8, the parts left float with the bfloat16
-   hint where the CPU has it, else float32).
+   reference, always run), the .ckpt with --precision bfloat16 (bf16) and with --precision int8 (ckpt_int8), the int8
+   .onnx on ONNX Runtime (int8), the float32 .onnx on OpenVINO with the precision hint bfloat16 (ov_bf16, OpenVINO's
+   default on CPUs with AMX or AVX512_BF16) and float32 (ov_f32), and the int8 IR on OpenVINO (ov_int8, the parts
+   left float with the bfloat16 hint where the CPU has it, else float32).
 
 Reported per task: the task's metrics on each path (MRPC accuracy and F1, CoLA MCC, SQuAD EM and F1 by the official
 v1.1 rules of src.squad_postprocess; all in percent), their deltas from float32, the share of predictions equal to
@@ -33,7 +33,8 @@ Without --init_checkpoint the network starts from random weights at the size of 
 be downloaded everywhere): modest scores, the point being the deltas. With --init_checkpoint (e.g. albert-base-v2
 from src.convert_checkpoint) the network is the checkpoint's and SCRATCH_NET is not applied; --set applies either way.
 bf16 and ov_bf16 are skipped, with their reason, on CPUs without native bfloat16 dot products (bf16 also without the
-compiled kernels), the OpenVINO paths without openvino (ov_int8: or nncf) installed.
+compiled kernels), ckpt_int8 without the kernels' exact int8 products (VNNI or AMX-INT8), the OpenVINO paths without
+openvino (ov_int8: or nncf) installed.
 """
 import argparse
 import json
@@ -51,9 +52,11 @@ import bench_common as common
 from bench_common import ROOT, UserError, WorkerError
 
 PROBE_FLAG = "--probe"  # internal: `bench_accuracy.py --probe SPEC.json` computes SQuAD logits in its own process
-PATHS = ("fp32", "bf16", "int8", "ov_bf16", "ov_f32", "ov_int8")
+PATHS = ("fp32", "bf16", "int8", "ckpt_int8", "ov_bf16", "ov_f32", "ov_int8")
 PATH_TEXT = {"fp32": "src.predict on the .ckpt, float32", "bf16": "src.predict on the .ckpt, --precision bfloat16",
              "int8": "src.predict on export.py --file_format ONNX --quantize int8 (ONNX Runtime)",
+             "ckpt_int8": "src.predict on the .ckpt, --precision int8 (weights quantized at load per output channel, "
+                          "inputs per row)",
              "ov_bf16": "src.predict --engine openvino --precision bfloat16 on export.py --file_format ONNX",
              "ov_f32": "src.predict --engine openvino --precision float32 on export.py --file_format ONNX",
              "ov_int8": "src.predict on export.py --file_format ONNX --quantize int8 --engine openvino (NNCF, "
@@ -206,8 +209,8 @@ def fine_tune(args: argparse.Namespace, script: str, folder: Path, data: Dict[st
 # The exports of the paths: model key -> (file name, export.py flags, suffix); a path's model is MODEL_OF[path].
 EXPORTS = {"onnx_int8": ("model_int8", ["--quantize", "int8"], ".onnx"), "onnx": ("model", [], ".onnx"),
            "ov_int8": ("model_ov_int8", ["--quantize", "int8", "--engine", "openvino"], ".xml")}
-MODEL_OF = {"fp32": "ckpt", "bf16": "ckpt", "int8": "onnx_int8", "ov_bf16": "onnx", "ov_f32": "onnx",
-            "ov_int8": "ov_int8"}
+MODEL_OF = {"fp32": "ckpt", "bf16": "ckpt", "ckpt_int8": "ckpt", "int8": "onnx_int8", "ov_bf16": "onnx",
+            "ov_f32": "onnx", "ov_int8": "ov_int8"}
 
 
 def export_models(args: argparse.Namespace, task: str, checkpoint: str, seq: int, folder: Path, train: Path,
@@ -231,8 +234,8 @@ def export_models(args: argparse.Namespace, task: str, checkpoint: str, seq: int
 def path_flags(path: str, models: Dict[str, str], seq: int) -> List[str]:
     """src.predict's model flags of one serving path."""
     bf16 = path in ("bf16", "ov_bf16") or (path == "ov_int8" and not bf16_missing())
-    precision = "bfloat16" if bf16 else "float32"
-    if path in ("fp32", "bf16"):
+    precision = "int8" if path == "ckpt_int8" else "bfloat16" if bf16 else "float32"
+    if path in ("fp32", "bf16", "ckpt_int8"):
         return ["--model", models["ckpt"], "--seq_length", str(seq), "--precision", precision, "--device_target",
                 "CPU"]
     if path == "int8":
@@ -482,8 +485,10 @@ def skip_reasons(paths: Sequence[str]) -> Dict[str, str]:
             reasons[path] = f"not installed: {', '.join(missing)} (requirements-dev.txt)"
         elif path in ("bf16", "ov_bf16") and bf16_missing():
             reasons[path] = bf16_missing()
-        elif path == "bf16" and not cpu_kernels.available():
+        elif path in ("bf16", "ckpt_int8") and not cpu_kernels.available():
             reasons[path] = f"the compiled CPU kernels are unavailable: {cpu_kernels.status()}"
+        elif path == "ckpt_int8" and not cpu_kernels.int8_support()[0]:
+            reasons[path] = cpu_kernels.int8_support()[1]
     return reasons
 
 

@@ -327,6 +327,10 @@ class AlbertAttention(nn.Cell):
             self.inference_kernel = cpu_kernels.attention_inference(self.num_heads)
             self.scale_tensor, self.one = Tensor([self.scale], ms.float32), Tensor([1.0], ms.float32)
             self.heads_tensor = Tensor([self.num_heads], ms.int32)
+        # Served in int8 (post-LN): the output layer, residual and LayerNorm in one call.
+        self.int8_output_norm = runtime.serving_weights == "int8" and not self.preln
+        if self.int8_output_norm:
+            self.output_norm_kernel = cpu_kernels.dense_residual_norm_int8()
         else:  # batched products on [B, N, ...] as they are (no broadcasting, key used untransposed)
             self.scores_matmul = ops.BatchMatMul(transpose_b=True)
             self.context_matmul = ops.BatchMatMul()
@@ -388,6 +392,12 @@ class AlbertAttention(nn.Cell):
             context = self._attend_compiled(inputs, attention_bias)
         else:
             context = self._attend(inputs, attention_bias)
+        if self.int8_output_norm:  # LayerNorm(hidden_states + dense(context)) in one call
+            shape = hidden_states.shape
+            return self.output_norm_kernel(context.reshape(-1, shape[-1]), *self.dense.weight_operands(),
+                                           self.dense.bias, hidden_states.reshape(-1, shape[-1]),
+                                           self.LayerNorm.gamma, self.LayerNorm.beta,
+                                           self.LayerNorm.epsilon_tensor).reshape(shape)
         projected = self.output_dropout(self.dense(context)).astype(ms.float32)
         if self.preln:
             return hidden_states + projected
@@ -411,23 +421,30 @@ class AlbertLayer(nn.Cell):
         self.full_layer_layer_norm = layer_norm(config.hidden_size, config, runtime)
         self.activation = Activation(config.hidden_act, runtime.kernels, runtime.onnx_patterns)
         self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
-        # Served in int8 with the tanh GELU: the whole feed-forward network in one kernel call.
+        # Served in int8 with the tanh GELU: the whole feed-forward network in one kernel call, with the residual
+        # and LayerNorm after it in post-LN blocks.
         self.int8_feed_forward = runtime.serving_weights == "int8" and self.activation.use_kernels
         if self.int8_feed_forward:
-            self.feed_forward_kernel = cpu_kernels.feed_forward_int8()
+            self.feed_forward_kernel = cpu_kernels.feed_forward_int8(not self.preln)
 
-    def _feed_forward(self, inputs):
-        if not self.int8_feed_forward:
-            return self.ffn_output(self.activation(self.ffn(inputs)))
+    def _int8_feed_forward(self, inputs):
+        """The int8 kernel's feed-forward network of `inputs` (post-LN: LayerNorm(inputs + it))."""
         shape = inputs.shape
-        output = self.feed_forward_kernel(inputs.reshape(-1, shape[-1]), *self.ffn.weight_operands(), self.ffn.bias,
-                                          *self.ffn_output.weight_operands(), self.ffn_output.bias)
-        return output.reshape(shape)
+        operands = (inputs.reshape(-1, shape[-1]), *self.ffn.weight_operands(), self.ffn.bias,
+                    *self.ffn_output.weight_operands(), self.ffn_output.bias)
+        if not self.preln:
+            norm = self.full_layer_layer_norm
+            operands += (norm.gamma, norm.beta, norm.epsilon_tensor)
+        return self.feed_forward_kernel(*operands).reshape(shape)
 
     def construct(self, hidden_states, attention_bias):
         hidden_states = self.attention(hidden_states, attention_bias)
         inputs = self.full_layer_layer_norm(hidden_states) if self.preln else hidden_states
-        output = self.dropout(self._feed_forward(inputs)).astype(ms.float32)
+        if self.int8_feed_forward and not self.preln:
+            return self._int8_feed_forward(inputs)
+        if self.int8_feed_forward:
+            return hidden_states + self._int8_feed_forward(inputs)
+        output = self.dropout(self.ffn_output(self.activation(self.ffn(inputs)))).astype(ms.float32)
         if self.preln:
             return hidden_states + output
         return self.full_layer_layer_norm(hidden_states + output)

@@ -586,11 +586,19 @@ def dense_qkv_int8() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def feed_forward_int8() -> ops.Custom:
+def feed_forward_int8(norm: bool = False) -> ops.Custom:
     """(x [M, H], w1 [I, H] int8, s1, b1 [I], w2 [H, I] int8, s2, b2 [H]) -> gelu(x w1^T + b1) w2^T + b2 [M, H]
     (the tanh GELU): a block's feed-forward network served in int8 in one call, its [M, I] activations kept in cache
-    chunk by chunk (src/kernels/dnnl_matmul.cc, FeedForward). Serving only: no gradient."""
-    return _kernel("FeedForwardInt8", lambda x, *_: x, lambda x, *_: x)
+    chunk by chunk (src/kernels/dnnl_matmul.cc, FeedForward). With `norm`, (..., gamma, beta [H], eps [1]) ->
+    LayerNorm(x + that): a post-LN block's end too. Serving only: no gradient."""
+    return _kernel("FeedForwardNormInt8" if norm else "FeedForwardInt8", lambda x, *_: x, lambda x, *_: x)
+
+
+@lru_cache(maxsize=None)
+def dense_residual_norm_int8() -> ops.Custom:
+    """(x [M, K], w [N, K] int8, s, b [N], residual [M, N], gamma, beta [N], eps [1]) -> LayerNorm(residual + x w^T
+    + b): attention's output layer, residual and LayerNorm (post-LN) served in int8 in one call."""
+    return _kernel("DenseResidualNormInt8", lambda x, w, s, b, residual, *_: residual, lambda x, *_: x)
 
 
 class Dense(nn.Dense):

@@ -233,19 +233,21 @@ def test_bench_data_every_mode_on_tiny_settings(tmp_path, assets):
 TINY_NET = ["--set", "hidden_size=32", "--set", "embedding_size=16", "--set", "num_hidden_layers=2",
             "--set", "num_attention_heads=2", "--set", "intermediate_size=64", "--epochs", "1", "--squad_epochs", "1",
             "--train_batch_size", "16", "--batch_size", "8", "--max_train_rows", "48"]
-ACCURACY_PATHS = ("fp32", "bf16", "int8") if cpu_kernels.bf16_support()[0] else ("fp32", "int8")
+# Every in-process and ONNX Runtime path this CPU can run (the OpenVINO paths: test_openvino_serving.py).
+ACCURACY_PATHS = tuple(path for path, runs in (("fp32", True), ("bf16", cpu_kernels.bf16_support()[0]), ("int8", True),
+                                               ("ckpt_int8", cpu_kernels.int8_support()[0])) if runs)
 
 
 def run_accuracy_bench(tmp_path, assets, *args: str) -> Tuple[dict, Path]:
     pytest.importorskip("onnxruntime")
     work, out = tmp_path / "work", tmp_path / "accuracy.json"
     done = bench("bench_accuracy.py", "--workdir", str(work), "--assets", str(assets), *TINY_NET, *args,
-                 "--paths", "fp32,bf16,int8", "--output", str(out))  # the OpenVINO paths: test_openvino_serving.py
+                 "--paths", "fp32,bf16,int8,ckpt_int8", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "max |logit diff|" in done.stdout
     report = json.loads(out.read_text())
     assert report["environment"]["commit"] and report["environment"]["cpu_model"]
-    assert [p for p in ("fp32", "bf16", "int8") if p in next(iter(report["tasks"].values()))["paths"]] == \
+    assert [p for p in ("fp32", "bf16", "int8", "ckpt_int8") if p in next(iter(report["tasks"].values()))["paths"]] == \
         list(ACCURACY_PATHS)
     assert bool(report["bf16_skipped"]) == ("bf16" not in ACCURACY_PATHS)
     return report, work
@@ -309,6 +311,8 @@ def test_bench_accuracy_mrpc_slice_against_the_dev_labels(tmp_path, assets):
     assert "MatMulInteger" in {node.op_type for node in onnx.load(str(folder / "model_int8.onnx")).graph.node}
     if "bf16" in ACCURACY_PATHS:
         assert "bfloat16 products" in (folder / "predict_bf16.log").read_text()
+    if "ckpt_int8" in ACCURACY_PATHS:
+        assert "int8 products" in (folder / "predict_ckpt_int8.log").read_text()
         assert 0 < result["paths"]["bf16"]["max_abs_logit_diff"]
 
 

@@ -276,24 +276,47 @@ def test_int8_query_key_value_layers_share_the_quantized_input(threads):
         assert_close(got.asnumpy(), int8_reference(x, w, b), 1e-6)
 
 
+def _layer_norm(x, gamma, beta, eps):
+    return torch.nn.functional.layer_norm(torch.tensor(x), x.shape[-1:], torch.tensor(gamma, dtype=torch.float64),
+                                          torch.tensor(beta, dtype=torch.float64), eps).numpy()
+
+
 @needs_kernels
 @pytest.mark.parametrize("m", [1, 130, 700])
-def test_int8_feed_forward_in_one_call_equals_its_three_steps(m, threads):
-    """gelu(x w1^T + b1) w2^T + b2 with both products in int8, the activations quantized per row between them: the
-    integer reference of each product around Google's GELU formula (in float64; a value on a rounding boundary may
-    quantize one step apart, hence the tolerance), and near the float network."""
+@pytest.mark.parametrize("norm", [False, True], ids=["plain", "residual_norm"])
+def test_int8_feed_forward_in_one_call_equals_its_steps(m, norm, threads):
+    """gelu(x w1^T + b1) w2^T + b2 with both products in int8, the activations quantized per row between them (and
+    with `norm`, LayerNorm(x + that)): the integer reference of each product around Google's GELU formula (float64;
+    a value on a rounding boundary may quantize one step apart, hence the tolerance), and near the float network."""
     rng = np.random.default_rng(m)
     hidden, inner = 48, 160
     x = rng.standard_normal((m, hidden)).astype(np.float32)
     w1, w2 = (rng.standard_normal(shape).astype(np.float32) * 0.2 for shape in ((inner, hidden), (hidden, inner)))
-    b1, b2 = (rng.standard_normal(size).astype(np.float32) for size in (inner, hidden))
-    y = Call(cpu_kernels.feed_forward_int8())(Tensor(x), *int8_operands(w1), Tensor(b1), *int8_operands(w2),
-                                               Tensor(b2)).asnumpy()
+    b1, b2, gamma, beta = (rng.standard_normal(size).astype(np.float32) for size in (inner, hidden, hidden, hidden))
+    extra = (Tensor(gamma), Tensor(beta), Tensor([1e-6], ms.float32)) if norm else ()
+    y = Call(cpu_kernels.feed_forward_int8(norm))(Tensor(x), *int8_operands(w1), Tensor(b1), *int8_operands(w2),
+                                                   Tensor(b2), *extra).asnumpy()
     gelu = _gelu_tanh(torch.tensor(int8_reference(x, w1, b1))).numpy()
-    assert_close(y, int8_reference(gelu.astype(np.float32), w2, b2), 1e-4)
+    want = int8_reference(gelu.astype(np.float32), w2, b2)
     exact_gelu = _gelu_tanh(torch.tensor(x.astype(np.float64) @ w1.T.astype(np.float64) + b1)).numpy()
     exact = exact_gelu @ w2.T.astype(np.float64) + b2
+    if norm:
+        want, exact = (_layer_norm(x + value, gamma, beta, 1e-6) for value in (want, exact))
+    assert_close(y, want, 1e-4)
     assert 0 < np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+@needs_kernels
+@pytest.mark.parametrize("m", [1, 300])
+def test_int8_output_layer_with_residual_and_layer_norm_in_one_call(m, threads):
+    rng = np.random.default_rng(m + 1)
+    x, residual = (rng.standard_normal((m, 64)).astype(np.float32) for _ in range(2))
+    w = rng.standard_normal((64, 64)).astype(np.float32) * 0.2
+    b, gamma, beta = (rng.standard_normal(64).astype(np.float32) for _ in range(3))
+    y = Call(cpu_kernels.dense_residual_norm_int8())(Tensor(x), *int8_operands(w), Tensor(b), Tensor(residual),
+                                                      Tensor(gamma), Tensor(beta),
+                                                      Tensor([1e-12], ms.float32)).asnumpy()
+    assert_close(y, _layer_norm(residual + int8_reference(x, w, b), gamma, beta, 1e-12), 1e-5)
 
 
 @needs_kernels

@@ -225,8 +225,8 @@ def test_int8_is_refused_where_it_cannot_run_and_on_exported_models(heads, expor
 def test_served_weights_are_made_once_at_load(monkeypatch):
     """A network served in bfloat16 reads its weights' bfloat16 copy made when loaded: no rounding kernel runs per
     request, and the results are bit-identical to rounding per call (the training path); served in int8, every dense
-    product is an int8 kernel reading the weights quantized at load (the feed-forward network one call per layer),
-    and the outputs stay near float32's."""
+    product is an int8 kernel reading the weights quantized at load (the feed-forward network and attention's output
+    one call each per layer, with their residual and LayerNorm), and the outputs stay near float32's."""
     import mindspore as ms
     from mindspore import Tensor
 
@@ -266,8 +266,11 @@ def test_served_weights_are_made_once_at_load(monkeypatch):
         if cpu_kernels.int8_support()[0]:
             _, int8, counts = served(serving_runtime("CPU", "float32", "int8"), reference)
             layers = TINY["num_hidden_layers"]
-            assert counts["DenseQKVInt8"][0] == counts["FeedForwardInt8"][0] == layers
-            assert counts["MatMulInt8Bias"][0] == layers + 2  # attention's output, the projection, the pooler
+            # per layer: query/key/value; attention's output, residual and LayerNorm; the feed-forward network with
+            # its residual and LayerNorm (post-LN); the embeddings' projection and the pooler besides
+            assert counts["DenseQKVInt8"][0] == counts["DenseResidualNormInt8"][0] == layers
+            assert counts["FeedForwardNormInt8"][0] == layers and counts["MatMulInt8Bias"][0] == 2
+            assert counts["LayerNorm"][0] == 1  # the embeddings'; the blocks' inside the int8 calls
             assert not {"MatMulNT", "MatMulNTBias", "MatMulNTCopy", "MatMulNTBiasCopy", "DenseQKV",
                         "DenseQKVCopy"} & set(counts)  # no float dense product left
             for got, want in zip(int8, fp32):

@@ -417,56 +417,124 @@ int DenseInt8(int count, bool biases, void **params, int *ndims, int64_t **shape
   });
 }
 
-// A transformer block's feed-forward network served in int8, each thread's rows in chunks that stay in cache:
-// (x [M, H] float32, w1 [I, H] int8, s1 [I], b1 [I], w2 [H, I] int8, s2 [H], b2 [H]) -> y = gelu(x w1^T + b1) w2^T
-// + b2 [M, H] (the tanh GELU), the same as DenseInt8, GeluTanh and DenseInt8 in turn, but the [M, I] activations
-// never leave the thread: each chunk's intermediate rows are made, put through GELU, quantized and multiplied while
-// in cache (on ALBERT-base at batch 32 the three passes over that 50 MB tensor were a fifth of the serving time).
-int FeedForward(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  for (int i = 0; i < 8; ++i) {
-    const bool int8 = i == 1 || i == 4, vector = i == 2 || i == 3 || i == 5 || i == 6;
-    if (std::strcmp(dtypes[i], int8 ? "int8" : "float32") != 0 || ndims[i] != (vector ? 1 : 2)) return 1;
+// Rows [0, rows) of y [., n] = LayerNorm(y + residual) in place, a row at a time: the residual add and LayerNorm
+// after a product, while its rows are in cache.
+void ResidualNormRows(float *y, const float *residual, const float *gamma, const float *beta, float eps, int64_t rows,
+                      int64_t n) {
+  ALBERT_PROFILE("thread: residual and LayerNorm");
+  for (int64_t r = 0; r < rows; ++r) {
+    float *row = y + r * n, mean, rstd;
+    const float *add = residual + r * n;
+    for (int64_t c = 0; c < n; ++c) row[c] += add[c];
+    albert::LayerNormRow(row, gamma, beta, eps, n, row, &mean, &rstd);
   }
-  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[1][0];
-  if (shapes[1][1] != hidden || shapes[2][0] != inner || shapes[3][0] != inner || shapes[4][0] != hidden ||
-      shapes[4][1] != inner || shapes[5][0] != hidden || shapes[6][0] != hidden || shapes[7][0] != m ||
-      shapes[7][1] != hidden) {
-    return 1;
+}
+
+// True when tensors [first, first + count) are float32 vectors of n.
+bool Vectors(const int *ndims, int64_t **shapes, const char **dtypes, int first, int count, int64_t n) {
+  for (int i = first; i < first + count; ++i) {
+    if (std::strcmp(dtypes[i], "float32") != 0 || ndims[i] != 1 || shapes[i][0] != n) return false;
   }
-  const int8_t *w1 = static_cast<const int8_t *>(params[1]), *w2 = static_cast<const int8_t *>(params[4]);
-  const float *s1 = static_cast<const float *>(params[2]), *b1 = static_cast<const float *>(params[3]);
-  const float *s2 = static_cast<const float *>(params[5]), *b2 = static_cast<const float *>(params[6]);
-  float *y = static_cast<float *>(params[7]);
-  const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, hidden);
+  return true;
+}
+
+// True when tensor i is a 2-D [rows, cols] tensor of `dtype`.
+bool Matrix2D(const int *ndims, int64_t **shapes, const char **dtypes, int i, const char *dtype, int64_t rows,
+              int64_t cols) {
+  return std::strcmp(dtypes[i], dtype) == 0 && ndims[i] == 2 && shapes[i][0] == rows && shapes[i][1] == cols;
+}
+
+// Runs fn(r0, rows) over chunks of at most kInt8ChunkRows rows of [0, m), each thread on its own rows; fn returns a
+// status (0: done).
+template <typename Fn>
+int ForRowChunks(int64_t m, Fn fn) {
   std::vector<int> status(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(m, 1, [&](int64_t part, int64_t begin, int64_t end) {
-    thread_local std::vector<float> activations, scales;
-    thread_local std::vector<int8_t> quantized;
-    activations.resize(kInt8ChunkRows * inner);
-    quantized.resize(kInt8ChunkRows * inner);
-    scales.resize(kInt8ChunkRows);
     for (int64_t r0 = begin; r0 < end && status[part] == 0; r0 += kInt8ChunkRows) {
-      const int64_t rows = std::min(kInt8ChunkRows, end - r0);
-      float *h = activations.data();
-      status[part] = Int8Block(Block{0, rows, 0, inner}, inner, hidden,
-                               QuantizedRows{x.values + r0 * hidden, x.scales + r0}, w1, s1, b1, h);
-      if (status[part] != 0) break;
-      {
-        ALBERT_PROFILE("thread: feed-forward gelu and int8");
-        for (int64_t r = 0; r < rows; ++r) {
-          float *row = h + r * inner;
-          for (int64_t c = 0; c < inner; ++c) row[c] = albert::Gelu(row[c]);
-          scales[r] = QuantizeRow(row, inner, quantized.data() + r * inner);
-        }
-      }
-      status[part] = Int8Block(Block{0, rows, 0, hidden}, hidden, inner,
-                               QuantizedRows{quantized.data(), scales.data()}, w2, s2, b2, y + r0 * hidden);
+      status[part] = fn(r0, std::min(kInt8ChunkRows, end - r0));
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
     if (status[p] != 0) return 3;
   }
   return 0;
+}
+
+// Attention's output layer served in int8 with the residual and LayerNorm after it (post-LN blocks):
+// (x [M, K], w [N, K] int8, s [N], b [N], residual [M, N], gamma [N], beta [N], eps [1]) -> y [M, N] =
+// LayerNorm(residual + x w^T + b), each chunk of rows normalized while in cache.
+int DenseResidualNorm(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (ndims[0] != 2 || ndims[1] != 2) return 1;
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) || !Matrix2D(ndims, shapes, dtypes, 1, "int8", n, k) ||
+      !Vectors(ndims, shapes, dtypes, 2, 2, n) || !Matrix2D(ndims, shapes, dtypes, 4, "float32", m, n) ||
+      !Vectors(ndims, shapes, dtypes, 5, 2, n) || !Vectors(ndims, shapes, dtypes, 7, 1, 1) ||
+      !Matrix2D(ndims, shapes, dtypes, 8, "float32", m, n)) {
+    return 1;
+  }
+  const int8_t *w = static_cast<const int8_t *>(params[1]);
+  const float *scales = static_cast<const float *>(params[2]), *bias = static_cast<const float *>(params[3]);
+  const float *residual = static_cast<const float *>(params[4]);
+  const float *gamma = static_cast<const float *>(params[5]), *beta = static_cast<const float *>(params[6]);
+  const float eps = *static_cast<const float *>(params[7]);
+  float *y = static_cast<float *>(params[8]);
+  const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, k);
+  return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
+    const int status = Int8Block(Block{r0, r0 + rows, 0, n}, n, k, x, w, scales, bias, y);
+    if (status == 0) ResidualNormRows(y + r0 * n, residual + r0 * n, gamma, beta, eps, rows, n);
+    return status;
+  });
+}
+
+// A transformer block's feed-forward network served in int8, each thread's rows in chunks that stay in cache:
+// (x [M, H] float32, w1 [I, H] int8, s1 [I], b1 [I], w2 [H, I] int8, s2 [H], b2 [H]) -> y = gelu(x w1^T + b1) w2^T
+// + b2 [M, H] (the tanh GELU), the same as DenseInt8, GeluTanh and DenseInt8 in turn, but the [M, I] activations
+// never leave the thread: each chunk's intermediate rows are made, put through GELU, quantized and multiplied while
+// in cache (on ALBERT-base at batch 32 the three passes over that 50 MB tensor were a fifth of the serving time).
+// With `norm`, three more inputs (gamma, beta [H], eps [1]) make y = LayerNorm(x + that), a post-LN block's end.
+int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (ndims[0] != 2 || ndims[1] != 2) return 1;
+  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[1][0];
+  const int out = norm ? 10 : 7;
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, 1, "int8", inner, hidden) || !Vectors(ndims, shapes, dtypes, 2, 2, inner) ||
+      !Matrix2D(ndims, shapes, dtypes, 4, "int8", hidden, inner) || !Vectors(ndims, shapes, dtypes, 5, 2, hidden) ||
+      (norm && (!Vectors(ndims, shapes, dtypes, 7, 2, hidden) || !Vectors(ndims, shapes, dtypes, 9, 1, 1))) ||
+      !Matrix2D(ndims, shapes, dtypes, out, "float32", m, hidden)) {
+    return 1;
+  }
+  const float *input = static_cast<const float *>(params[0]);
+  const int8_t *w1 = static_cast<const int8_t *>(params[1]), *w2 = static_cast<const int8_t *>(params[4]);
+  const float *s1 = static_cast<const float *>(params[2]), *b1 = static_cast<const float *>(params[3]);
+  const float *s2 = static_cast<const float *>(params[5]), *b2 = static_cast<const float *>(params[6]);
+  float *y = static_cast<float *>(params[out]);
+  const QuantizedRows x = QuantizeRows(input, m, hidden);
+  return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
+    thread_local std::vector<float> activations, scales;
+    thread_local std::vector<int8_t> quantized;
+    activations.resize(kInt8ChunkRows * inner);
+    quantized.resize(kInt8ChunkRows * inner);
+    scales.resize(kInt8ChunkRows);
+    float *h = activations.data();
+    int status = Int8Block(Block{0, rows, 0, inner}, inner, hidden,
+                           QuantizedRows{x.values + r0 * hidden, x.scales + r0}, w1, s1, b1, h);
+    if (status != 0) return status;
+    {
+      ALBERT_PROFILE("thread: feed-forward gelu and int8");
+      for (int64_t r = 0; r < rows; ++r) {
+        float *row = h + r * inner;
+        for (int64_t c = 0; c < inner; ++c) row[c] = albert::Gelu(row[c]);
+        scales[r] = QuantizeRow(row, inner, quantized.data() + r * inner);
+      }
+    }
+    status = Int8Block(Block{0, rows, 0, hidden}, hidden, inner, QuantizedRows{quantized.data(), scales.data()}, w2,
+                       s2, b2, y + r0 * hidden);
+    if (status == 0 && norm) {
+      ResidualNormRows(y + r0 * hidden, input + r0 * hidden, static_cast<const float *>(params[7]),
+                       static_cast<const float *>(params[8]), *static_cast<const float *>(params[9]), rows, hidden);
+    }
+    return status;
+  });
 }
 
 // Multi-head attention on the [B, S, H] activations as they are: head n of batch row b is columns n*D .. n*D+D-1
@@ -831,7 +899,17 @@ int DenseQKVInt8(int, void **p, int *d, int64_t **s, const char **t, void *, voi
 // (x, w1, s1, b1, w2, s2, b2) -> gelu(x w1^T + b1) w2^T + b2: a block's feed-forward network in int8 (FeedForward).
 int FeedForwardInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FeedForwardInt8");
-  return FeedForward(p, d, s, t);
+  return FeedForward(false, p, d, s, t);
+}
+// (x, w1, s1, b1, w2, s2, b2, gamma, beta, eps) -> LayerNorm(x + gelu(x w1^T + b1) w2^T + b2).
+int FeedForwardNormInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FeedForwardNormInt8");
+  return FeedForward(true, p, d, s, t);
+}
+// (x, w, s, b, residual, gamma, beta, eps) -> LayerNorm(residual + x w^T + b) (DenseResidualNorm).
+int DenseResidualNormInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseResidualNormInt8");
+  return DenseResidualNorm(p, d, s, t);
 }
 // x float32 (any shape) -> x rounded to bfloat16: a dense layer's weights, once per step (cpu_kernels.bf16_copy).
 int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {

@@ -66,17 +66,7 @@ int LayerNorm(int, void **params, int *ndims, int64_t **shapes, const char **dty
   const int64_t rows = shapes[0][0], cols = shapes[0][1];
   albert::ParallelFor(rows, kMinRowsPerThread, [&](int64_t, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float *xr = x + r * cols;
-      double sum = 0.0;
-      for (int64_t c = 0; c < cols; ++c) sum += xr[c];
-      const float mean = static_cast<float>(sum / cols);
-      double squares = 0.0;
-      for (int64_t c = 0; c < cols; ++c) squares += static_cast<double>(xr[c] - mean) * (xr[c] - mean);
-      const float rstd = static_cast<float>(1.0 / std::sqrt(squares / cols + eps));
-      float *yr = y + r * cols;
-      for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mean) * rstd * gamma[c] + beta[c];
-      mean_out[r] = mean;
-      rstd_out[r] = rstd;
+      albert::LayerNormRow(x + r * cols, gamma, beta, eps, cols, y + r * cols, mean_out + r, rstd_out + r);
     }
   });
   return 0;

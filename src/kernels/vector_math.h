@@ -79,6 +79,21 @@ inline void SoftmaxRow(const float *s, const float *bias, float *p, int64_t n) {
   for (int64_t c = 0; c < n; ++c) p[c] *= inverse;
 }
 
+// y = (x - mean) * rstd * gamma + beta over one row of n, rstd = 1 / sqrt(var + eps), the sums in double; y may be x.
+// Returns (mean, rstd) through the pointers.
+inline void LayerNormRow(const float *x, const float *gamma, const float *beta, float eps, int64_t n, float *y,
+                         float *mean_out, float *rstd_out) {
+  double sum = 0.0;
+  for (int64_t c = 0; c < n; ++c) sum += x[c];
+  const float mean = static_cast<float>(sum / n);
+  double squares = 0.0;
+  for (int64_t c = 0; c < n; ++c) squares += static_cast<double>(x[c] - mean) * (x[c] - mean);
+  const float rstd = static_cast<float>(1.0 / std::sqrt(squares / n + eps));
+  for (int64_t c = 0; c < n; ++c) y[c] = (x[c] - mean) * rstd * gamma[c] + beta[c];
+  *mean_out = mean;
+  *rstd_out = rstd;
+}
+
 // ds = p * (dp - sum(dp * p)) over one row of n: the gradient of softmax's input from that of its output.
 inline void SoftmaxGradRow(const float *p, const float *dp, float *ds, int64_t n) {
   float dot = 0.0f;
