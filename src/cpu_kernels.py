@@ -16,7 +16,8 @@ depends on, oneDNN's content included) and loaded as Custom ops of type "aot", e
 is code this process runs: it is loaded from the cache only when this user owns it and its folder, neither is a
 symlink and nobody else can write them; otherwise it is built in a private folder of the process. Cells use them
 when their `albert_model.Runtime` says so: `src.device_setup.model_runtime` asks for them on CPU in float32, and in
-bfloat16 for their products (`set_bf16`), when `available()`. MindSpore's own operations are used instead, with
+bfloat16 for their products (`set_bf16`), when `available()`; `serving_runtime` for a checkpoint served with int8
+dense products (`int8_support()`), their weights quantized at load (`convert_weights`). MindSpore's own operations are used instead, with
 results equal up to float32 rounding, on other devices, in float16, and when no C++ compiler or oneDNN library is
 found, the compilation fails, the library does not load (a cached one that does not is built again, once),
 `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says which; bfloat16 is
@@ -235,12 +236,18 @@ def onednn() -> str:
     """oneDNN's version and the matmul implementation it picks here for bfloat16 products (which names the ISA, e.g.
     brg_matmul:avx10_1_512_amx), or why they use the BLAS-style call; "" without the kernels. Respects
     ONEDNN_MAX_CPU_ISA, as the products do."""
+    return _library_text("DnnlDescribe")
+
+
+def _library_text(function: str) -> str:
+    """The text the kernel library's `function` writes (its convention: (out, size) -> the length it needs); "" without
+    the kernels."""
     path = _build()[0]
     if path is None:
         return ""
-    library = _library(path)
-    text = ctypes.create_string_buffer(library.DnnlDescribe(None, 0) + 1)
-    library.DnnlDescribe(text, len(text))
+    write = getattr(_library(path), function)
+    text = ctypes.create_string_buffer(write(None, 0) + 1)
+    write(text, len(text))
     return text.value.decode()
 
 
@@ -291,13 +298,7 @@ def int8_implementation() -> str:
     """The implementation oneDNN picks here for the int8 products (e.g. brg_matmul:avx10_1_512_amx: its name says
     the ISA), "" when the kernels are not available or oneDNN has none with exact int32 sums (AMX-INT8 or VNNI:
     elsewhere its int8 kernels saturate 16-bit intermediate sums)."""
-    path = _build()[0]
-    if path is None:
-        return ""
-    library = _library(path)
-    text = ctypes.create_string_buffer(library.Int8Implementation(None, 0) + 1)
-    library.Int8Implementation(text, len(text))
-    return text.value.decode()
+    return _library_text("Int8Implementation")
 
 
 def int8_support() -> Tuple[bool, str]:
@@ -338,13 +339,10 @@ def start_profile() -> None:
 
 def stop_profile() -> Dict[str, Tuple[int, float]]:
     """The counts since start_profile, {name: (calls, milliseconds)}; profiling off again."""
-    library = _library(_build()[0])
-    size = library.ProfileReport(None, 0) + 1
-    report = ctypes.create_string_buffer(size)
-    library.ProfileReport(report, size)
-    library.SetProfile(0)
+    report = _library_text("ProfileReport")
+    _library(_build()[0]).SetProfile(0)
     counts = {}
-    for line in report.value.decode().splitlines():
+    for line in report.splitlines():
         name, calls, nanos = line.rsplit(" ", 2)
         counts[name] = (int(calls), int(nanos) / 1e6)
     return counts

@@ -10,6 +10,8 @@
 // at 128 x 128 x 64 ran at 0.55-0.85x sgemm's rate through dnnl_gemm_bf16bf16f32, and the fused attention with its
 // products as bfloat16 primitives (q, k, v and each pair's probabilities rounded) measured no faster than with sgemm
 // at 128 positions, forward and backward. Softmax, LayerNorm and everything else stay float32.
+// Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
+// feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN.
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <immintrin.h>
 
