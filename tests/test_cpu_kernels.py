@@ -23,6 +23,9 @@ from src import cpu_kernels  # noqa: E402
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 needs_kernels = pytest.mark.skipif(not cpu_kernels.available(),
                                    reason=f"compiled CPU kernels unavailable: {cpu_kernels.status()}")
+# Serving's int8 products need oneDNN's exact int8 sums (VNNI or AMX-INT8); elsewhere --precision int8 is refused.
+needs_int8 = pytest.mark.skipif(not cpu_kernels.int8_support()[0],
+                                reason=f"int8 products: {cpu_kernels.int8_support()[1]}")
 
 
 @pytest.fixture(autouse=True)
@@ -243,6 +246,7 @@ def int8_operands(w):
 
 
 @needs_kernels
+@needs_int8
 @pytest.mark.parametrize("m, k, n", [(1, 5, 3), (63, 17, 9), (300, 70, 130), (700, 96, 40)])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 def test_int8_products_are_the_exact_integer_product_of_the_quantized_operands(m, k, n, bias, threads):
@@ -264,6 +268,7 @@ def test_int8_products_are_the_exact_integer_product_of_the_quantized_operands(m
 
 
 @needs_kernels
+@needs_int8
 def test_int8_query_key_value_layers_share_the_quantized_input(threads):
     rng = np.random.default_rng(5)
     x = rng.standard_normal((200, 64)).astype(np.float32)
@@ -282,6 +287,7 @@ def _layer_norm(x, gamma, beta, eps):
 
 
 @needs_kernels
+@needs_int8
 @pytest.mark.parametrize("m", [1, 130, 700])
 @pytest.mark.parametrize("norm", [False, True], ids=["plain", "residual_norm"])
 def test_int8_feed_forward_in_one_call_equals_its_steps(m, norm, threads):
@@ -307,6 +313,7 @@ def test_int8_feed_forward_in_one_call_equals_its_steps(m, norm, threads):
 
 
 @needs_kernels
+@needs_int8
 @pytest.mark.parametrize("m", [1, 300])
 def test_int8_output_layer_with_residual_and_layer_norm_in_one_call(m, threads):
     rng = np.random.default_rng(m + 1)
@@ -320,6 +327,7 @@ def test_int8_output_layer_with_residual_and_layer_norm_in_one_call(m, threads):
 
 
 @needs_kernels
+@needs_int8
 def test_int8_products_keep_nan_and_inf_visible():
     """A row holding NaN or inf cannot be quantized: its outputs are NaN, the other rows as usual."""
     x = np.ones((4, 32), np.float32)
