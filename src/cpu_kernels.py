@@ -489,17 +489,19 @@ def fused_attention(num_heads: int) -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def attention_inference(num_heads: int) -> ops.Custom:
+def attention_inference(num_heads: int, bf16: bool = False) -> ops.Custom:
     """(q, k, v [B, S, H], bias, scale [1], heads [1] int32 = num_heads) -> context [B, S, H]: `fused_attention`
     for networks built for evaluation and serving, writing no probabilities (each pair's live in the thread's
-    scratch); differentiated all the same (the backward computes the probabilities again)."""
+    scratch); differentiated all the same (the backward computes the probabilities again, in float32). With `bf16`
+    (int8 serving), its products in bfloat16, a batch row's heads in one oneDNN call each (AttentionBf16)."""
     probs, _ = attention(num_heads)
     grad = _attention_grad()
 
     def bprop(q, k, v, bias, scale, heads, out, dout):
         dq, dk, dv = grad(probs(q, k, bias, scale), dout, q, k, v, scale)
         return dq, dk, dv, ops.zeros_like(bias), ops.zeros_like(scale), ops.zeros_like(heads)
-    return _kernel("FusedAttentionInference", lambda q, *_: q, lambda q, *_: q, bprop)
+    return _kernel("FusedAttentionInferenceBf16" if bf16 else "FusedAttentionInference", lambda q, *_: q,
+                   lambda q, *_: q, bprop)
 
 
 @lru_cache(maxsize=None)

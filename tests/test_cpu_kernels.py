@@ -493,6 +493,39 @@ def test_attention_in_one_call_equals_torch_values_and_gradients(batch, seq, hea
 
 
 @needs_kernels
+@pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
+    (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row")])
+def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(batch, seq, heads, head_size,
+                                                                                mask, threads):
+    """Int8 serving's attention: each batch row's heads in two bfloat16 products, q * scale, k, v and the softmax's
+    probabilities rounded to bfloat16 (ties to even), softmax(q k^T + mask) in float32: equal to that computation in
+    float64 from the rounded operands (a probability on a rounding boundary may round one step apart), and close to
+    the float32 attention."""
+    hidden = heads * head_size
+    rng = np.random.default_rng(batch * 100 + seq)
+    q, k, v = (rng.standard_normal((batch, seq, hidden)).astype(np.float32) for _ in range(3))
+    if mask == "full":
+        bias = (rng.standard_normal((batch, heads, seq, seq)) * 3).astype(np.float32)
+    else:
+        bias = np.where(rng.random((batch, 1, 1, seq)) < 0.3, -10000.0, 0.0).astype(np.float32)
+        bias[..., 0] = 0.0
+    scale = np.float32(head_size ** -0.5)
+    inputs = [Tensor(q), Tensor(k), Tensor(v), Tensor(bias), Tensor([scale], ms.float32), Tensor([heads], ms.int32)]
+    got = Call(cpu_kernels.attention_inference(heads, bf16=True))(*inputs).asnumpy()
+
+    def split(x):
+        return bf16_rounded(x).astype(np.float64).reshape(batch, seq, heads, head_size).transpose(0, 2, 1, 3)
+
+    scores = split(q * scale) @ split(k).transpose(0, 1, 3, 2) + bias
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    want = (bf16_rounded(probs).astype(np.float64) @ split(v)).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
+    assert_close(got, want, 1e-3)
+    float32 = Call(cpu_kernels.attention_inference(heads))(*inputs).asnumpy()
+    assert np.abs(got - float32).max() < 0.02 * max(1.0, np.abs(float32).max())
+
+
+@needs_kernels
 def test_cross_entropy_equals_torch_and_the_one_hot_product(threads):
     """Per-row NLL over a vocabulary and its gradient as torch's cross_entropy; a label outside the vocabulary
     gives 0 and no gradient, as the portable path's one-hot product does."""

@@ -137,13 +137,18 @@ inline const Api &GetApi() {
 // One product's shape and layout: c[m, n] (leading dimension ldc) = op(a) op(b) (+ bias[n] float32) (+ c when
 // accumulate), op(a) [m, k] read transposed when ta, op(b) [k, n] when tb. a and b are bfloat16 and c float32
 // (type kBf16), or a and b int8 and c int32 (type kS8: exact integer sums).
+// With batch > 1, `batch` such products at once (no bias), matrix i of a, b and c starting i * batch_a, i * batch_b
+// and i * batch_c elements after the first (attention's heads, side by side in a row of [S, H]).
 struct Shape {
   bool ta, tb, bias, accumulate;
   int64_t m, n, k, lda, ldb, ldc;
   int type = kBf16;
+  int64_t batch = 1, batch_a = 0, batch_b = 0, batch_c = 0;
 
-  std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int> Key() const {
-    return std::make_tuple(ta, tb, bias, accumulate, m, n, k, lda, ldb, ldc, type);
+  std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t, int64_t,
+             int64_t, int64_t>
+  Key() const {
+    return std::make_tuple(ta, tb, bias, accumulate, m, n, k, lda, ldb, ldc, type, batch, batch_a, batch_b, batch_c);
   }
 };
 
@@ -166,11 +171,15 @@ inline void Release(const Api &api, Matmul *matmul) {
   }
 }
 
-// A row-major [rows, cols] view with leading dimension ld, or its transpose (read column-major) when transposed.
-inline Handle Desc(const Api &api, int64_t rows, int64_t cols, int64_t ld, bool transposed, int type) {
-  Dims dims = {rows, cols}, strides = {transposed ? 1 : ld, transposed ? ld : 1};
+// A row-major [rows, cols] view with leading dimension ld, or its transpose (read column-major) when transposed;
+// with batch > 1, [batch, rows, cols], matrix i starting i * step elements after the first.
+inline Handle Desc(const Api &api, int64_t rows, int64_t cols, int64_t ld, bool transposed, int type,
+                   int64_t batch = 1, int64_t step = 0) {
+  Dims dims = {batch, rows, cols}, strides = {step, transposed ? 1 : ld, transposed ? ld : 1};
+  const int first = batch > 1 ? 0 : 1;  // 2-D without a batch
   Handle desc = nullptr;
-  return api.memory_desc_create_with_strides(&desc, 2, dims, type, strides) == 0 ? desc : nullptr;
+  return api.memory_desc_create_with_strides(&desc, 3 - first, dims + first, type, strides + first) == 0 ? desc
+                                                                                                          : nullptr;
 }
 
 // The name of the implementation oneDNN chose for a primitive description (it names the ISA).
@@ -181,9 +190,10 @@ inline std::string Implementation(const Api &api, Handle description) {
 
 // Creates the primitive for `shape`; false when oneDNN has none for it (the caller keeps the BLAS-style call).
 inline bool Create(const Api &api, const Shape &shape, Matmul *matmul) {
-  matmul->a = Desc(api, shape.m, shape.k, shape.lda, shape.ta, shape.type);
-  matmul->b = Desc(api, shape.k, shape.n, shape.ldb, shape.tb, shape.type);
-  matmul->c = Desc(api, shape.m, shape.n, shape.ldc, false, shape.type == kS8 ? kS32 : kF32);
+  matmul->a = Desc(api, shape.m, shape.k, shape.lda, shape.ta, shape.type, shape.batch, shape.batch_a);
+  matmul->b = Desc(api, shape.k, shape.n, shape.ldb, shape.tb, shape.type, shape.batch, shape.batch_b);
+  matmul->c = Desc(api, shape.m, shape.n, shape.ldc, false, shape.type == kS8 ? kS32 : kF32, shape.batch,
+                   shape.batch_c);
   if (shape.bias) matmul->bias = Desc(api, 1, shape.n, shape.n, false, kF32);
   Handle attr = nullptr, post_ops = nullptr;
   bool ok = matmul->a && matmul->b && matmul->c && (!shape.bias || matmul->bias) && api.attr_create(&attr) == 0 &&
@@ -250,7 +260,9 @@ class Cache {
   }
 
  private:
-  typedef std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int> Key;
+  typedef std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
+                     int64_t, int64_t, int64_t>
+      Key;
   struct Entry {
     std::shared_ptr<const Matmul> matmul;
     std::list<Key>::iterator position;
