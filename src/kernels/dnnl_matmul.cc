@@ -11,7 +11,8 @@
 // products as bfloat16 primitives (q, k, v and each pair's probabilities rounded) measured no faster than with sgemm
 // at 128 positions, forward and backward. Softmax, LayerNorm and everything else stay float32.
 // Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
-// feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN.
+// feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; its
+// attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair.
 // See src/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <immintrin.h>
 
