@@ -327,13 +327,13 @@ class AlbertAttention(nn.Cell):
             self.inference_kernel = cpu_kernels.attention_inference(self.num_heads, runtime.serving_weights == "int8")
             self.scale_tensor, self.one = Tensor([self.scale], ms.float32), Tensor([1.0], ms.float32)
             self.heads_tensor = Tensor([self.num_heads], ms.int32)
+        else:  # batched products on [B, N, ...] as they are (no broadcasting, key used untransposed)
+            self.scores_matmul = ops.BatchMatMul(transpose_b=True)
+            self.context_matmul = ops.BatchMatMul()
         # Served in int8 (post-LN): the output layer, residual and LayerNorm in one call.
         self.int8_output_norm = runtime.serving_weights == "int8" and not self.preln
         if self.int8_output_norm:
             self.output_norm_kernel = cpu_kernels.dense_residual_norm_int8()
-        else:  # batched products on [B, N, ...] as they are (no broadcasting, key used untransposed)
-            self.scores_matmul = ops.BatchMatMul(transpose_b=True)
-            self.context_matmul = ops.BatchMatMul()
 
     def _split_heads(self, x):
         """[B, S, H] -> [B, N, S, D]."""

@@ -276,5 +276,15 @@ def test_served_weights_are_made_once_at_load(monkeypatch):
                         "DenseQKVCopy"} & set(counts)  # no float dense product left
             for got, want in zip(int8, fp32):
                 assert 0 < np.abs(got - want).max() < 0.1 * np.abs(want).max()
+            # pre-LN blocks: the feed-forward network in one call, the residuals and LayerNorms outside it
+            preln = AlbertConfig(**TINY, ln_type="preln")
+            reference = AlbertModel(preln, is_training=False, runtime=serving_runtime("CPU", "float32", "float32"))
+            reference.set_train(False)
+            model = AlbertModel(preln, is_training=False, runtime=serving_runtime("CPU", "float32", "int8"))
+            ms.load_param_into_net(model, reference.parameters_dict(), strict_load=True)
+            model.set_train(False)
+            cpu_kernels.convert_weights(model)
+            for got, want in zip(model(*batch), reference(*batch)):
+                assert 0 < np.abs(got.asnumpy() - want.asnumpy()).max() < 0.1 * np.abs(want.asnumpy()).max()
     finally:
         cpu_kernels.set_bf16(False)
