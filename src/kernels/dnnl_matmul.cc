@@ -330,7 +330,7 @@ float QuantizeRow(const float *row, int64_t k, int8_t *q) {
     finite = finite && v <= kLargest;
   }
   if (!finite || largest == 0.0f) {
-    std::fill(q, q + k, 0);
+    std::memset(q, 0, static_cast<size_t>(std::max<int64_t>(k, 0)));
     return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }
   const float inverse = 127.0f / largest;
