@@ -17,11 +17,12 @@ is code this process runs: it is loaded from the cache only when this user owns 
 symlink and nobody else can write them; otherwise it is built in a private folder of the process. Cells use them
 when their `albert_model.Runtime` says so: `src.device_setup.model_runtime` asks for them on CPU in float32, and in
 bfloat16 for their products (`set_bf16`), when `available()`; `serving_runtime` for a checkpoint served with int8
-dense products (`int8_support()`), their weights quantized at load (`convert_weights`). MindSpore's own operations are used instead, with
-results equal up to float32 rounding, on other devices, in float16, and when no C++ compiler or oneDNN library is
-found, the compilation fails, the library does not load (a cached one that does not is built again, once),
-`MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says which; bfloat16 is
-then refused). Exported models never use them (export.py's `export_runtime`), so a MINDIR never needs the .so.
+dense products (`int8_support()`), their weights quantized at load (`convert_weights`). MindSpore's own operations
+are used instead, with results equal up to float32 rounding, on other devices, in float16, and when no C++ compiler
+or oneDNN library is found, the compilation fails, the library does not load (a cached one that does not is built
+again, once), `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says which;
+bfloat16 and int8 are then refused). Exported models never use them (export.py's `export_runtime`), so a MINDIR
+never needs the .so.
 """
 import atexit
 import ctypes
@@ -302,7 +303,8 @@ def int8_implementation() -> str:
 
 
 def int8_support() -> Tuple[bool, str]:
-    """(True, "") when the kernels can run int8 products here (a oneDNN int8 matmul primitive), else (False, why)."""
+    """(True, "") when the kernels can run int8 products here (a oneDNN int8 matmul primitive with exact int32 sums),
+    else (False, why)."""
     if not available():
         return False, f"the compiled CPU kernels are not available ({_build()[1]})"
     if not int8_implementation():

@@ -24,8 +24,8 @@ The file's suffix picks the engine:
   but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned
   with (default: the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature
   length, --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16), --precision int8
-  in int8 (the dense layers' weights quantized once at load per output channel, their inputs per row on each call;
-  oneDNN's int8 matmul: AMX-INT8, AVX512-VNNI or AVX2).
+  the dense layers' in int8 (weights quantized once at load per output channel, inputs per row on each call; CPUs
+  whose oneDNN int8 matmul is AMX-INT8 or VNNI) and attention's in bfloat16.
 
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
 text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id;
@@ -126,10 +126,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="MINDIR and .ckpt: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "int8"),
                         help=".ckpt on CPU: bfloat16 runs the compiled kernels' dense products in bfloat16 with "
-                             "float32 accumulation (needs AVX512_BF16 or AMX-BF16), int8 in int8 (weights quantized "
-                             "once at load per output channel, inputs per row on each call); softmax, LayerNorm, the "
-                             "attention products and the rest stay float32. .onnx with --engine openvino and .xml: "
-                             "OpenVINO's precision hint (int8 IR: of the parts left float)")
+                             "float32 accumulation (needs AVX512_BF16 or AMX-BF16); int8 runs them in int8 (weights "
+                             "quantized once at load per output channel, inputs per row on each call; needs VNNI or "
+                             "AMX-INT8) and attention's products in bfloat16; softmax, LayerNorm and the rest stay "
+                             "float32. .onnx with --engine openvino and .xml: OpenVINO's precision hint (int8 IR: "
+                             "of the parts left float)")
     parser.add_argument("--engine", default="", choices=("onnxruntime", "openvino"),
                         help=".onnx: ONNX Runtime (the default), or OpenVINO's CPU plugin (pip install openvino); an "
                              "OpenVINO IR .xml runs on openvino")
@@ -415,7 +416,7 @@ def onnxruntime_runner(path: str, threads: int) -> Runner:
 
 def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
     """The checkpoint's task head built in this process for the device, as fine-tuning evaluation builds it: on
-    CPU with the compiled kernels (src/cpu_kernels.py), in float32 or with bfloat16 products (--precision)."""
+    CPU with the compiled kernels (src/cpu_kernels.py), in float32 or with bfloat16 or int8 products (--precision)."""
     from src.device_setup import kernels_status, serving_runtime, setup_device
     from src.finetuned import build_head, head_network
     from src.utils import read_checkpoint

@@ -297,8 +297,9 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
 // Serving's int8 products (src.predict --precision int8): y = x w^T (+ b) with w quantized once at load, int8 per
 // output channel with float32 scales (cpu_kernels.quantize_int8), and x quantized on each call per row, symmetric:
 // q = round(x * 127 / max|row|), scale max|row| / 127. The int8 product sums exactly in int32 (a oneDNN matmul
-// primitive: AMX-INT8, AVX512-VNNI or AVX2, as oneDNN picks), and each row's sums become float32 through both scales
-// while the thread's block is in cache. A row holding NaN or inf gets a NaN scale, so its outputs are NaN.
+// primitive on AMX-INT8 or VNNI: cpu_kernels.int8_support refuses the others, see ExactInt8), and each row's sums
+// become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets a NaN
+// scale, so its outputs are NaN.
 const int64_t kInt8ChunkRows = 128;  // rows of a thread's block per primitive call (its int32 sums stay in cache)
 
 struct QuantizedRows {
@@ -392,21 +393,35 @@ int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, 
   return 0;
 }
 
+// True when tensors [first, first + count) are float32 vectors of n.
+bool Vectors(const int *ndims, int64_t **shapes, const char **dtypes, int first, int count, int64_t n) {
+  for (int i = first; i < first + count; ++i) {
+    if (std::strcmp(dtypes[i], "float32") != 0 || ndims[i] != 1 || shapes[i][0] != n) return false;
+  }
+  return true;
+}
+
+// True when tensor i is a 2-D [rows, cols] tensor of `dtype`.
+bool Matrix2D(const int *ndims, int64_t **shapes, const char **dtypes, int i, const char *dtype, int64_t rows,
+              int64_t cols) {
+  return std::strcmp(dtypes[i], dtype) == 0 && ndims[i] == 2 && shapes[i][0] == rows && shapes[i][1] == cols;
+}
+
 // `count` dense layers sharing their input, in int8: (x [M, K] float32, w_0..w_{count-1} [N, K] int8,
 // s_0.. [N] float32 (w's scales), with `biases` b_0.. [N] float32) -> y_0.. [M, N] float32; x quantized once.
 int DenseInt8(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int w_at = 1, s_at = 1 + count, b_at = s_at + count, y_at = b_at + (biases ? count : 0);
-  for (int i = 0; i < y_at + count; ++i) {
-    const bool int8 = i >= w_at && i < s_at, vector = i >= s_at && i < y_at;
-    if (std::strcmp(dtypes[i], int8 ? "int8" : "float32") != 0 || ndims[i] != (vector ? 1 : 2)) return 1;
-  }
-  if (!SameShapes(ndims, shapes, w_at + 1, count - 1, w_at) || !SameShapes(ndims, shapes, s_at + 1, y_at - s_at - 1,
-                                                                           s_at) ||
-      !SameShapes(ndims, shapes, y_at + 1, count - 1, y_at) || shapes[0][1] != shapes[w_at][1] ||
-      shapes[s_at][0] != shapes[w_at][0] || shapes[y_at][0] != shapes[0][0] || shapes[y_at][1] != shapes[w_at][0]) {
+  if (ndims[0] != 2 || ndims[w_at] != 2) return 1;
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[w_at][0];
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) || !Vectors(ndims, shapes, dtypes, s_at, y_at - s_at, n)) {
     return 1;
   }
-  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[w_at][0];
+  for (int i = 0; i < count; ++i) {
+    if (!Matrix2D(ndims, shapes, dtypes, w_at + i, "int8", n, k) ||
+        !Matrix2D(ndims, shapes, dtypes, y_at + i, "float32", m, n)) {
+      return 1;
+    }
+  }
   const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, k);
   return ForBlocks(true, m, n, [&](const Block &block) {
     int status = 0;
@@ -431,20 +446,6 @@ void ResidualNormRows(float *y, const float *residual, const float *gamma, const
     for (int64_t c = 0; c < n; ++c) row[c] += add[c];
     albert::LayerNormRow(row, gamma, beta, eps, n, row, &mean, &rstd);
   }
-}
-
-// True when tensors [first, first + count) are float32 vectors of n.
-bool Vectors(const int *ndims, int64_t **shapes, const char **dtypes, int first, int count, int64_t n) {
-  for (int i = first; i < first + count; ++i) {
-    if (std::strcmp(dtypes[i], "float32") != 0 || ndims[i] != 1 || shapes[i][0] != n) return false;
-  }
-  return true;
-}
-
-// True when tensor i is a 2-D [rows, cols] tensor of `dtype`.
-bool Matrix2D(const int *ndims, int64_t **shapes, const char **dtypes, int i, const char *dtype, int64_t rows,
-              int64_t cols) {
-  return std::strcmp(dtypes[i], dtype) == 0 && ndims[i] == 2 && shapes[i][0] == rows && shapes[i][1] == cols;
 }
 
 // Runs fn(r0, rows) over chunks of at most kInt8ChunkRows rows of [0, m), each thread on its own rows; fn returns a
@@ -744,8 +745,10 @@ int AttentionBf16(void **params, int *ndims, int64_t **shapes, const char **dtyp
                                           albert::dnnl::kBf16, n, seq * seq, d, d};
   std::vector<int> failed(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
-    std::vector<float> scores(n * seq * seq);
-    std::vector<uint16_t> probs(n * seq * seq);
+    thread_local std::vector<float> scores;
+    thread_local std::vector<uint16_t> probs;
+    scores.resize(n * seq * seq);
+    probs.resize(n * seq * seq);
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
       const int64_t row = b * seq * hidden;
       {
