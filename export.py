@@ -3,7 +3,7 @@ to an HF transformers model folder with its tokenizer.
 
     python export.py --config_path task_squad_v1_config.yaml --export_ckpt_file albert_squad_v1-1000.ckpt \
         --export_file_name out/albert_squad_v1 --file_format MINDIR [--export_seq_length 384] [--dynamic_batch true]
-    python export.py ... --file_format ONNX --quantize int8      # int8 for ONNX Runtime (src/quantize.py)
+    python export.py ... --file_format ONNX --quantize int8      # int8 for ONNX Runtime (src/serving/quantize.py)
     python export.py ... --file_format ONNX --quantize int8 --engine openvino --calibration_file train.mindrecord
         # int8 for OpenVINO (NNCF, calibrated on the data's first rows): <name>.xml + <name>.bin
     python export.py --file_format HF --task classifier --export_ckpt_file albert_classifier-800.ckpt \
@@ -15,13 +15,14 @@ to an HF transformers model folder with its tokenizer.
 pretrain_config.yaml), else from its keys when only one task's yaml has them all; --task overrides both (and without
 --config_path uses the shipped yaml). Without either, the head is detected from the checkpoint's weights (and said).
 Task yaml keys are flags here too (--num_class 3). The network is the yaml's albert_config_file, else the config saved
-beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the yaml's albert_network; then net_cfg.
+beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the yaml's albert_network; then
+net_cfg.
 
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
 (input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;
 see `python -m src.predict` for running it on raw text. --file_format HF writes a folder for
-`from_pretrained` instead (src/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE or
-SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.
+`from_pretrained` instead (src/export/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE
+or SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.
 """
 import inspect
 import os
@@ -35,9 +36,9 @@ from typing import List, Optional, Sequence, Tuple
 
 from model_utils.config import Config, flatten, load_yaml_documents, parse_cli, suggestion
 from model_utils.errors import UserError, run_cli
-from src.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
-                              replace_folder)
-from src.tasks import TASKS, Signature
+from src.common.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
+                                     replace_folder)
+from src.tasks.registry import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
 EXPORT_CONFIG = ROOT / "export_config.yaml"
@@ -126,8 +127,8 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str, str]:
 def detect_task(checkpoint: str, flags: List[str]) -> Tuple[str, List[str]]:
     """The task of a checkpoint exported without --config_path or --task, told by its weights and said in a line,
     and the task yaml flags with a classifier's class count added (unless they set num_class)."""
-    from src.finetuned import detected_task
-    from src.utils import read_checkpoint
+    from src.serving.finetuned_heads import detected_task
+    from src.common.checkpoint_io import read_checkpoint
 
     check_checkpoint_given(checkpoint)
     values = read_checkpoint(checkpoint)
@@ -165,7 +166,7 @@ def check_request(args: Config, task: str) -> None:
         raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
                         f"shapes): drop --dynamic_batch or use --file_format MINDIR")
     if args.file_format == "HF":
-        from src.hf_export import check_hf_request
+        from src.export.hf_export import check_hf_request
 
         check_hf_request(args, task, output_name(args))
         return
@@ -198,7 +199,7 @@ def check_openvino_request(args: Config) -> None:
         raise UserError("--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file (a "
                         "MindRecord of the task's features made by src.create_finetune_data or src.create_squad_data, "
                         "e.g. the fine-tuning train set)")
-    from src.quantize import missing_openvino_tools
+    from src.serving.quantize import missing_openvino_tools
 
     missing = missing_openvino_tools()
     if missing:
@@ -228,14 +229,14 @@ def planned_outputs(file_name: str, file_format: str, engine: str = "onnxruntime
 
 
 def export_runtime(file_format: str, target: str, compute_type: str):
-    """How a network is built for export to `file_format` on `target` (a src.albert_model.Runtime): never with the
+    """How a network is built for export to `file_format` on `target` (a src.model.albert.Runtime): never with the
     compiled CPU kernels (the file must load where this machine's .so is not). MINDIR and AIR keep the layout the
     network has on `target` without them. ONNX moves the heads by transposes (MindSpore's ONNX export has no Unstack
     converter), adds the mask by broadcasting, and writes LayerNorm and the tanh GELU as the patterns ONNX Runtime
     fuses.
     A compute type `target` cannot run is refused as for training."""
-    from src.albert_model import Runtime
-    from src.device_setup import model_runtime
+    from src.model.albert import Runtime
+    from src.devices.device_setup import model_runtime
 
     on_device = model_runtime(target, compute_type, kernels=False)
     if file_format == "ONNX":
@@ -246,8 +247,8 @@ def export_runtime(file_format: str, target: str, compute_type: str):
 def build_network(args: Config, task: str, task_config: Config, source: str, target: str):
     """The task head with the checkpoint's weights (every parameter loaded), in inference mode, built for export
     from `target`."""
-    from src.finetuned import build_head, head_network
-    from src.utils import read_checkpoint
+    from src.serving.finetuned_heads import build_head, head_network
+    from src.common.checkpoint_io import read_checkpoint
 
     checkpoint = args.export_ckpt_file
     values = read_checkpoint(checkpoint)
@@ -317,7 +318,7 @@ def _export_staged(model, inputs: Sequence[object], base: str, file_format: str,
 
 
 def _quantize_in_place(path: str) -> None:
-    from src.quantize import quantize_int8
+    from src.serving.quantize import quantize_int8
 
     float_copy = path + ".float32"
     os.replace(path, float_copy)
@@ -329,7 +330,7 @@ def _quantize_in_place(path: str) -> None:
 
 def _quantize_openvino_in_place(base: str, suffix: str, calibration: Sequence[List[object]]) -> None:
     """The staged ONNX file <base><suffix> replaced by NNCF's int8 OpenVINO IR <base>.xml + <base>.bin."""
-    from src.quantize import quantize_openvino
+    from src.serving.quantize import quantize_openvino
 
     counts = quantize_openvino(base + suffix, base + ".xml", calibration)
     os.remove(base + suffix)
@@ -343,8 +344,8 @@ def _describe(signature: Signature) -> str:
 
 def export_hf_folder(args: Config, task: str, task_config: Config, source: str, config_path: str) -> int:
     """--file_format HF: weights, tokenizer files and model card, no device involved."""
-    from src.hf_export import export_hf, summary_lines
-    from src.run_log import log_to
+    from src.export.hf_export import export_hf, summary_lines
+    from src.common.run_log import log_to
 
     done = export_hf(args, task, task_config, source, output_name(args), config_path)
     log_to(os.path.dirname(os.path.abspath(output_name(args))))
@@ -357,7 +358,7 @@ def main(argv: List[str]) -> int:
     check_request(args, task)
     if args.file_format == "HF":
         return export_hf_folder(args, task, task_config, source, config_path)
-    from src.device_setup import pick_device_target, setup_device
+    from src.devices.device_setup import pick_device_target, setup_device
 
     if args.file_format == "AIR" and pick_device_target(args.device_target) != "Ascend":
         raise UserError("AIR export needs an Ascend device; use MINDIR or ONNX")
@@ -370,7 +371,7 @@ def main(argv: List[str]) -> int:
     shape = TASKS[task].input_shape(task_config, batch, seq)
     calibration = None
     if args.engine == "openvino":  # read before any work: bad data stops the run at once
-        from src.quantize import calibration_batches
+        from src.serving.quantize import calibration_batches
 
         calibration = calibration_batches(args.calibration_file, TASKS[task].head_inputs, shape[1:], batch,
                                           args.calibration_rows)
@@ -383,7 +384,7 @@ def main(argv: List[str]) -> int:
         inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
     written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize, args.overwrite,
                                 calibration)
-    from src.run_log import log_to
+    from src.common.run_log import log_to
 
     log_to(os.path.dirname(os.path.abspath(output_name(args))))
     shown_batch = "batch" if batch is None else batch

@@ -34,9 +34,9 @@ def metrics_from_sums(sums: np.ndarray) -> Dict[str, float]:
 
 def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -> np.ndarray:
     """This rank's metric sums over rows rank, rank + group_size, ... of the data (rank 0 shows the progress)."""
-    from src.dataset import count_rows, create_pretraining_dataset
-    from src.inference import cell_runner, run_padded
-    from src.progress import progress
+    from src.data.pipelines import count_rows, create_pretraining_dataset
+    from src.common.fixed_shape_batches import cell_runner, run_padded
+    from src.common.progress import progress
 
     rows = np.arange(count_rows(data_dir))[rank::group_size]
     sums = np.zeros(6, np.float64)
@@ -51,7 +51,7 @@ def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -
 
 
 def eval_network_config(config):
-    from src.run_config import config_beside, data_meta, network_config
+    from src.training.network_config import config_beside, data_meta, network_config
 
     beside = config_beside(config.eval_ckpt)
     net = network_config(config, data_meta(config.eval_data_dir).get("tokenizer", {}).get("vocab_size"), beside)
@@ -64,15 +64,15 @@ def main(argv: List[str]) -> int:
         if not config[key]:
             raise UserError(f"set --{key}")
 
-    from src.albert_for_pre_training import AlbertPretrainEvalCell
-    from src.atomic_files import save_json_atomic
-    from src.checkpoints import checkpoint_step
-    from src.dataset import check_schema
-    from src.device_setup import all_ranks_sum, model_runtime, setup_device
-    from src.run_config import check_data_fits, data_meta
-    from src.run_log import log_to
-    from src.summaries import write_metrics
-    from src.utils import load_weights
+    from src.model.pretraining_heads import AlbertPretrainEvalCell
+    from src.common.atomic_files import save_json_atomic
+    from src.training.checkpoints import checkpoint_step
+    from src.data.pipelines import check_schema
+    from src.devices.device_setup import all_ranks_sum, model_runtime, setup_device
+    from src.training.network_config import check_data_fits, data_meta
+    from src.common.run_log import log_to
+    from src.training.summaries import write_metrics
+    from src.common.checkpoint_io import load_weights
 
     seq_shape = check_schema(config.eval_data_dir, config.schema_dir)
     net, source = eval_network_config(config)

@@ -23,7 +23,7 @@ Each task goes the way a user goes, with the package's own tools, each in its ow
    left float with the bfloat16 hint where the CPU has it, else float32).
 
 Reported per task: the task's metrics on each path (MRPC accuracy and F1, CoLA MCC, SQuAD EM and F1 by the official
-v1.1 rules of src.squad_postprocess; all in percent), their deltas from float32, the share of predictions equal to
+v1.1 rules of src.tasks.squad_metrics; all in percent), their deltas from float32, the share of predictions equal to
 float32's (labels; SQuAD: identical answer strings) and the largest |logit| difference from float32 (classifier:
 every dev row; SQuAD: the start/end logits of the answerable positions of the first --squad_logit_rows features, as
 src.predict's answers carry no logits). The float32 metrics are also held against the fine-tuning run's own
@@ -31,10 +31,10 @@ evaluation. The answers of every path stay in WORK/<task>/answers_<path>.jsonl, 
 
 Without --init_checkpoint the network starts from random weights at the size of SCRATCH_NET (public weights cannot
 be downloaded everywhere): modest scores, the point being the deltas. With --init_checkpoint (e.g. albert-base-v2
-from src.convert_checkpoint) the network is the checkpoint's and SCRATCH_NET is not applied; --set applies either way.
-bf16 and ov_bf16 are skipped, with their reason, on CPUs without native bfloat16 dot products (bf16 also without the
-compiled kernels), ckpt_int8 without the kernels' exact int8 products (VNNI or AMX-INT8), the OpenVINO paths without
-openvino (ov_int8: or nncf) installed.
+from src.conversion.convert_checkpoint) the network is the checkpoint's and SCRATCH_NET is not applied; --set applies
+either way. bf16 and ov_bf16 are skipped, with their reason, on CPUs without native bfloat16 dot products (bf16 also
+without the compiled kernels), ckpt_int8 without the kernels' exact int8 products (VNNI or AMX-INT8), the OpenVINO paths
+without openvino (ov_int8: or nncf) installed.
 """
 import argparse
 import json
@@ -181,7 +181,7 @@ def network_flags(args: argparse.Namespace) -> List[str]:
 
 
 def newest_checkpoint(folder: Path, task: str) -> str:
-    from src.checkpoints import list_checkpoints
+    from src.training.checkpoints import list_checkpoints
 
     found = list_checkpoints(str(folder / "checkpoints"), f"albert_{task}")
     if not found:
@@ -273,8 +273,8 @@ def percent(values: Dict[str, float]) -> Dict[str, float]:
 
 
 def classifier_metrics(names: Sequence[str], labels: Sequence[int], predictions: Sequence[int]) -> Dict[str, float]:
-    """The task's GLUE metrics in percent (src.assessment_method)."""
-    from src import assessment_method as am
+    """The task's GLUE metrics in percent (src.tasks.assessment_method)."""
+    from src.tasks import assessment_method as am
 
     functions: Dict[str, Callable[[Sequence[int], Sequence[int]], float]] = {
         "accuracy": am.accuracy, "f1": am.f1, "mcc": am.matthews_correlation}
@@ -304,7 +304,7 @@ def score_classifier(glue: Glue, label_names: List[str], labels: List[int],
 def score_squad(dataset: List[dict], answers: Dict[str, List[Dict[str, Any]]],
                 logit_diff: Dict[str, float]) -> Dict[str, Dict[str, Any]]:
     """Official v1.1 EM/F1 of each path; agreement: the share of answer strings identical to fp32's."""
-    from src.squad_postprocess import evaluate_v1
+    from src.tasks.squad_metrics import evaluate_v1
 
     texts = {path: {row["id"]: row["answer"] for row in rows} for path, rows in answers.items()}
     metrics = {path: evaluate_v1(dataset, predicted) for path, predicted in texts.items()}
@@ -323,7 +323,7 @@ def first_tsv_rows(source: Path, target: Path, rows: int, header: bool) -> Path:
 
 def glue_data(args: argparse.Namespace, task: str, folder: Path) -> Dict[str, Path]:
     """train/dev MindRecord of the (first rows of the) task's files, by src.create_finetune_data; the dev tsv."""
-    from src.create_finetune_data import TSV_TASKS
+    from src.data.tsv_tasks import TSV_TASKS
     from src.create_finetune_data import main as create
 
     glue = GLUE[task]
@@ -340,7 +340,8 @@ def glue_data(args: argparse.Namespace, task: str, folder: Path) -> Dict[str, Pa
 
 
 def run_classifier_task(args: argparse.Namespace, task: str, folder: Path, paths: Sequence[str]) -> Dict[str, Any]:
-    from src.create_finetune_data import label_list, read_tsv_examples
+    from src.data.tsv_tasks import label_list
+    from src.create_finetune_data import read_tsv_examples
 
     glue = GLUE[task]
     data = glue_data(args, task, folder)
@@ -447,7 +448,7 @@ def probe_main(spec_file: str) -> int:
     from mindspore.mindrecord import FileReader
 
     from src import predict
-    from src.tasks import TASKS
+    from src.tasks.registry import TASKS
 
     spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
     args = predict.parse_args(spec["predict"])
@@ -466,7 +467,7 @@ def probe_main(spec_file: str) -> int:
 # ------------------------------------------------------------------------------------------------ report
 def bf16_missing() -> str:
     """Empty where the CPU has native bfloat16 dot products, else why not (one line)."""
-    from src import cpu_kernels
+    from src.model import cpu_kernels
 
     return cpu_kernels.bf16_support()[1] if not cpu_kernels.bf16_support()[0] else ""
 
@@ -475,7 +476,7 @@ def skip_reasons(paths: Sequence[str]) -> Dict[str, str]:
     """Why each of `paths` that cannot run here is skipped (one line each)."""
     import importlib.util
 
-    from src import cpu_kernels
+    from src.model import cpu_kernels
 
     reasons = {}
     for path in paths:

@@ -102,7 +102,7 @@ def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default
     """The flags both benchmarks take (`compare`: --compare choice -> its help); the caller adds its own."""
     parser = ArgumentParser(description=doc.splitlines()[0], allow_abbrev=False,
                             formatter_class=argparse.RawDescriptionHelpFormatter, epilog=doc)
-    parser.add_argument("--network", default="albert_base", help="preset name (src/albert_model.py PRESETS)")
+    parser.add_argument("--network", default="albert_base", help="preset name (src/model/albert.py PRESETS)")
     parser.add_argument("--albert_config_file", default="", help="an AlbertConfig json instead of the preset")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set num_hidden_layers=2 (repeatable)")
@@ -151,7 +151,7 @@ def parse_overrides(items: Sequence[str], flag: str) -> Dict[str, Any]:
     """['num_hidden_layers=2', ...] -> {'num_hidden_layers': 2}; keys must be AlbertConfig fields."""
     from dataclasses import fields
 
-    from src.albert_model import AlbertConfig
+    from src.model.albert import AlbertConfig
 
     known = [f.name for f in fields(AlbertConfig)]
     changes: Dict[str, Any] = {}
@@ -168,7 +168,7 @@ def parse_overrides(items: Sequence[str], flag: str) -> Dict[str, Any]:
 
 def resolve_configs(args: argparse.Namespace) -> List[Tuple[str, Dict[str, Any]]]:
     """(label, our AlbertConfig as a dict) of the base config and of each --variant, validated."""
-    from src.albert_model import AlbertConfig
+    from src.model.albert import AlbertConfig
 
     with as_user_error():
         base = AlbertConfig.from_json_file(args.albert_config_file) if args.albert_config_file \
@@ -313,9 +313,9 @@ class MindSporeSide(Side):
     def set_threads(self, threads: int) -> None:
         import mindspore as ms
 
-        from src.device_setup import setup_device
+        from src.devices.device_setup import setup_device
 
-        from src import cpu_kernels
+        from src.model import cpu_kernels
 
         self.device = setup_device("CPU", cpu_threads=threads, seed=int(self.spec["seed"]))
         # oneDNN's version and the implementations (ISA) it picks on this CPU, as the kernels' status line says.
@@ -330,7 +330,7 @@ class MindSporeSide(Side):
         import numpy as np
         from mindspore import Tensor, nn, ops
 
-        from src import cpu_kernels
+        from src.model import cpu_kernels
 
         precision = self.precision()
         if precision == "bfloat16":
@@ -357,7 +357,7 @@ class MindSporeSide(Side):
 
         from mindspore import Profiler
 
-        from src import cpu_kernels
+        from src.model import cpu_kernels
 
         folder = Path(self.spec["workdir"]) / "ms_profile"
         kernels = cpu_kernels.available()
@@ -485,7 +485,7 @@ def hf_state_to_ours(path: str) -> Dict[str, Any]:
     pretraining heads; task heads such as classifier.* keep their names)."""
     import numpy as np
 
-    from src.convert_checkpoint import hf_name
+    from src.conversion.convert_checkpoint import hf_name
 
     weights = {}
     with np.load(path) as state:

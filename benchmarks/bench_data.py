@@ -188,9 +188,9 @@ def plot_scale(rows: List[Dict[str, object]], path: str, title: str) -> None:
 def bench_stages(args: argparse.Namespace, workdir: Path) -> List[Dict[str, object]]:
     """Each stage of the tool timed alone on one core: where the time goes."""
     from src import create_pretraining_data as cpd
-    from src.corpus import Corpus
-    from src.mindrecord_io import ColumnTable, MindRecordFile
-    from src.tokenization import FullTokenizer
+    from src.data.corpus import Corpus
+    from src.data.mindrecord_io import ColumnTable, MindRecordFile
+    from src.data.tokenization import FullTokenizer
 
     corpus = make_corpus(source_corpus(args.corpus, workdir), args.stage_mb, workdir / "stages.txt")
     tokenizer = FullTokenizer(None, True, args.spm_model_file)
@@ -211,7 +211,7 @@ def bench_stages(args: argparse.Namespace, workdir: Path) -> List[Dict[str, obje
     timings["pair + mask (x dupe_factor)"] = time.perf_counter() - start - timings["tokenize (SentencePiece)"]
     import mindspore.mindrecord  # noqa: F401  (its import, ~2 s once per process, is not writing time)
     start = time.perf_counter()
-    output = MindRecordFile(workdir / "stages.mindrecord", cpd.schema(options), "stages")
+    output = MindRecordFile(workdir / "stages.mindrecord", cpd.mindrecord_schema(options), "stages")
     for arrays in instances:
         output.write(ColumnTable(arrays))
     output.commit()

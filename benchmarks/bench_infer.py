@@ -20,13 +20,13 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   documented recipe, quant_pre_process then quantize_dynamic with its defaults (int8 weights, uint8
                   activations quantized per call; without the pre-processing its weights, behind Transpose nodes, stay
                   float);
-                  ort_ours_int8: our ONNX file made int8 as `export.py --quantize int8` makes it (src/quantize.py)
-    openvino      the ONNX files compiled by OpenVINO for its CPU plugin (needs `pip install openvino`; nncf too):
-                  ov_hf: HF's file with OpenVINO's CPU defaults (on CPUs with AMX or AVX512_BF16 that means bfloat16
-                  math: INFERENCE_PRECISION_HINT bf16); ov_hf_f32: the same with the hint f32; ov_ours: our file
-                  with the defaults; ov_ours_int8: our file made int8 by NNCF as `export.py --quantize int8 --engine
-                  openvino` makes it (src/quantize.py; calibrated on CALIBRATION_BATCHES batches of the benchmark's
-                  kind of input: random tokens, as the weights are random), the IR with the defaults
+                  ort_ours_int8: our ONNX file made int8 as `export.py --quantize int8` makes it
+    (src/serving/quantize.py) openvino      the ONNX files compiled by OpenVINO for its CPU plugin (needs `pip install
+                  openvino`; nncf too): ov_hf: HF's file with OpenVINO's CPU defaults (on CPUs with AMX or AVX512_BF16
+                  that means bfloat16 math: INFERENCE_PRECISION_HINT bf16); ov_hf_f32: the same with the hint f32;
+                  ov_ours: our file with the defaults; ov_ours_int8: our file made int8 by NNCF as `export.py --quantize
+                  int8 --engine openvino` makes it (src/serving/quantize.py; calibrated on CALIBRATION_BATCHES batches
+                  of the benchmark's kind of input: random tokens, as the weights are random), the IR with the defaults
     kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
                   (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
     bf16          torch_bf16: HF's model under torch.autocast("cpu", bfloat16); ours_kernels_bf16: ours_kernels with
@@ -75,9 +75,9 @@ def classifier_inputs(config: Dict[str, Any], batch: int, seq: int, seed: int) -
 
 def our_classifier(spec: Dict[str, Any], runtime: Any) -> Any:
     """Our AlbertForSequenceClassification of the spec for `runtime`, in eval mode, with the shared weights."""
-    from src.albert_model import AlbertConfig
-    from src.finetune_eval_model import AlbertForSequenceClassification
-    from src.utils import load_weights
+    from src.model.albert import AlbertConfig
+    from src.model.task_heads import AlbertForSequenceClassification
+    from src.common.checkpoint_io import load_weights
 
     model = AlbertForSequenceClassification(AlbertConfig(**spec["config"]), spec["num_labels"], runtime=runtime)
     model.set_train(False)
@@ -109,7 +109,7 @@ class Exporter(common.MindSporeSide):
         return next(path for path in written if path.endswith(suffix)), time.perf_counter() - start
 
     def build(self) -> Dict[str, Any]:
-        from src.quantize import quantize_int8, quantize_openvino
+        from src.serving.quantize import quantize_int8, quantize_openvino
 
         spec = self.spec
         batch = spec["batch_size"]
@@ -243,8 +243,8 @@ class KernelsInfer(OursInfer):
         return {"ours_kernels_bf16": "bfloat16", "ours_kernels_int8": "int8"}.get(self.spec["side"], "float32")
 
     def build(self) -> Dict[str, Any]:
-        from src import cpu_kernels
-        from src.device_setup import serving_runtime
+        from src.model import cpu_kernels
+        from src.devices.device_setup import serving_runtime
 
         precision = self.precision()
         runtime = serving_runtime(self.device.target, "bfloat16" if precision == "bfloat16" else "float32", precision)

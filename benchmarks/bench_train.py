@@ -58,7 +58,7 @@ import bench_common as common  # noqa: E402
 from model_utils.errors import UserError  # noqa: E402
 
 PRETRAIN_YAML = ROOT / "pretrain_config.yaml"
-NO_DECAY_PARTS = ("LayerNorm", "layer_norm", "bias")  # as src.optimization, for HF's parameter names
+NO_DECAY_PARTS = ("LayerNorm", "layer_norm", "bias")  # as src.training.optimization, for HF's parameter names
 
 
 def pretraining_batch(config: Dict[str, Any], batch: int, seq: int, predictions: int, seed: int) -> Dict[str, Any]:
@@ -102,11 +102,13 @@ class OursTrain(common.MindSporeSide):
     def build(self) -> Dict[str, Any]:
         from mindspore import Tensor
 
-        from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertTrainOneStepCell
-        from src.albert_model import AlbertConfig
-        from src.device_setup import kernels_status, model_runtime
-        from src.optimization import build_optimizer
-        from src.utils import load_weights
+        from src.model.pretraining_heads import AlbertNetworkWithLoss
+
+        from src.training.train_step import AlbertTrainOneStepCell
+        from src.model.albert import AlbertConfig
+        from src.devices.device_setup import kernels_status, model_runtime
+        from src.training.optimization import build_optimizer
+        from src.common.checkpoint_io import load_weights
 
         train = self.spec["train"]
         config = AlbertConfig(**self.spec["config"])
@@ -197,7 +199,7 @@ class TorchTrain(common.TorchSide):
 
 
 def _lr_factor(adam: Dict[str, Any], total_steps: int):
-    """src.optimization.PolynomialWarmupSchedule as a LambdaLR factor (lr / peak)."""
+    """src.training.optimization.PolynomialWarmupSchedule as a LambdaLR factor (lr / peak)."""
     peak, end = float(adam["learning_rate"]), float(adam["end_learning_rate"])
     warmup, power = int(adam["warmup_steps"]), float(adam["power"])
     decay = int(adam.get("decay_steps", 0) or 0)

@@ -3,7 +3,7 @@
 A traceback tells a user nothing about which file or key was wrong, so entry points raise `UserError`
 with a message naming the culprit and `run_cli` prints just that line. `--verbose` shows the traceback, and
 MindSpore's own warnings (its plugin loader's lines about absent Ascend/GPU libraries on every start), which are
-hidden otherwise unless GLOG_v is set. `run_cli` also tees the command's output into its log (src/run_log.py).
+hidden otherwise unless GLOG_v is set. `run_cli` also tees the command's output into its log (src/common/run_log.py).
 The model's config and cells refuse a value with ValueError, in their own terms; entry points wrap the calls that
 load a config or build a network from the user's values in `as_user_error()`.
 """
@@ -38,7 +38,7 @@ def run_cli(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[
     MindSpore log its warnings. Entry points import MindSpore inside `main`, after this sets GLOG_v.
     Returns the exit code; callers do `sys.exit(run_cli(main))`.
     """
-    from src.run_log import captured_output, command_name  # src imports this module: not at the top
+    from src.common.run_log import captured_output, command_name  # src imports this module: not at the top
 
     args = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in args

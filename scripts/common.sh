@@ -11,7 +11,7 @@
 # Commands run in the caller's current directory (the python scripts are named by absolute path), so relative
 # paths in flags mean what they mean to the user. Their output is logged here (with MindSpore's C++ lines, which
 # Python cannot see): ALBERT_LOG_TEED=1 tells the python commands not to write their own log as well
-# (src/run_log.py).
+# (src/common/run_log.py).
 
 ALBERT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -47,10 +47,10 @@ command again on every node resumes from the newest checkpoint (keep OUTPUT_DIR 
 HELP
 }
 
-# albert_launch_check preflight|explain [flags]: src/distributed_launch.py (standard library only: no MindSpore
+# albert_launch_check preflight|explain [flags]: src/devices/distributed_launch.py (standard library only: no MindSpore
 # import) checks an msrun setup before the launch and names the failed rank or node after a failed job.
 albert_launch_check() {
-  "${PYTHON:-python}" "$ALBERT_ROOT/src/distributed_launch.py" "$@"
+  "${PYTHON:-python}" "$ALBERT_ROOT/src/devices/distributed_launch.py" "$@"
 }
 
 # albert_check_mpirun: MindSpore's MPI support is built against Open MPI 4.x (libmpi.so.40); say so before a launch

@@ -33,7 +33,7 @@ DEVICE_TARGET="${DEVICE_TARGET:-auto}"
 DEVICE_ID="${DEVICE_ID:-0}"
 
 # run LOG_FILE command...: echo the command, run it with its output also in LOG_FILE, return its exit code. The
-# python commands write no log of their own (src/run_log.py).
+# python commands write no log of their own (src/common/run_log.py).
 export ALBERT_LOG_TEED=1
 run() {
   local log="$1"; shift

@@ -3,7 +3,7 @@ in bounded memory so that corpora of tens of GB can be prepared on one machine o
 
 Input: files, globs and folders (comma-separated) of plain text (one sentence per line, a blank line between
 documents), one document per line, JSON lines, WikiExtractor output (either format) or Parquet, optionally
-gzip/bz2-compressed, the format found from each file's content; see src/corpus.py.
+gzip/bz2-compressed, the format found from each file's content; see src/data/corpus.py.
 
     python -m src.create_pretraining_data --input_file wiki_extracted/ --output_file data/pretrain.mindrecord \
         --spm_model_file 30k-clean.model --max_seq_length 512 --max_predictions_per_seq 76 --dupe_factor 10 \
@@ -65,16 +65,15 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from model_utils.errors import UserError, run_cli
-from src.corpus import Corpus, Document
-from src.data_utils import (check_max_seq_length, full_disk_reported, parse_tool_config,
-                            resolve_input_files, tokenizer_from_config)
-from src.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
-from src.progress import progress
-from src.run_log import log_to
-from src.tokenization import FullTokenizer
+from src.data.corpus import Corpus, Document
+from src.data.input_text import (check_max_seq_length, full_disk_reported, parse_tool_config, resolve_input_files,
+                                 tokenizer_from_config)
+from src.data import schema
+from src.data.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
+from src.common.progress import progress
+from src.common.run_log import log_to
+from src.data.tokenization import FullTokenizer
 
-COLUMNS = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
-           "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")
 FILE_BYTES = 256 << 20  # default size of an output file
 MAX_TASK_BYTES = 32 << 20  # of text per task (one output file): bounds a worker's memory at low dupe_factor
 
@@ -238,12 +237,10 @@ class InstanceMaker:
             yield self.stack(rows)
 
     def stack(self, rows: Sequence[Tuple[List[int], List[int], int, List[int], List[int]]]) -> Dict[str, np.ndarray]:
-        seq, preds, n = self.options.max_seq_length, self.options.max_predictions_per_seq, len(rows)
-        arrays = {name: np.zeros((n, seq), np.int32) for name in ("input_ids", "input_mask", "segment_ids")}
+        sizes = {"seq": self.options.max_seq_length, "predictions": self.options.max_predictions_per_seq}
+        arrays = {column.name: np.zeros((len(rows), *(sizes[dim] for dim in column.dims)), column.dtype)
+                  for column in schema.PRETRAINING.columns}
         arrays["input_ids"][:] = self.tokenizer.pad_id
-        arrays["next_sentence_labels"] = np.zeros(n, np.int32)
-        arrays.update({name: np.zeros((n, preds), np.int32) for name in ("masked_lm_positions", "masked_lm_ids")})
-        arrays["masked_lm_weights"] = np.zeros((n, preds), np.float32)
         for i, (ids, segments, label, positions, originals) in enumerate(rows):
             arrays["input_ids"][i, :len(ids)] = ids
             arrays["input_mask"][i, :len(ids)] = 1
@@ -281,7 +278,7 @@ def _write_task(args: Tuple[List[Document], int, Path]) -> "Summary":
     """A worker's job: the instances of some consecutive documents, written as one MindRecord file at `path`."""
     documents, dupe_factor, path = args
     summary = Summary(_WORKER_MAKER.options.max_seq_length - 3)
-    output = MindRecordFile(path, schema(_WORKER_MAKER.options), "albert pretraining")
+    output = MindRecordFile(path, mindrecord_schema(_WORKER_MAKER.options), "albert pretraining")
     for document in documents:
         sentences = _WORKER_MAKER.tokenize_document(document)
         summary.add_document(document, sentences)
@@ -455,13 +452,8 @@ class Summary:
                 "sop_swapped_fraction": round(self.swapped / max(self.instances, 1), 4)}
 
 
-def schema(options: MaskingOptions) -> Dict[str, Dict[str, object]]:
-    seq, preds = options.max_seq_length, options.max_predictions_per_seq
-    return {"input_ids": {"type": "int32", "shape": [seq]}, "input_mask": {"type": "int32", "shape": [seq]},
-            "segment_ids": {"type": "int32", "shape": [seq]}, "next_sentence_labels": {"type": "int32"},
-            "masked_lm_positions": {"type": "int32", "shape": [preds]},
-            "masked_lm_ids": {"type": "int32", "shape": [preds]},
-            "masked_lm_weights": {"type": "float32", "shape": [preds]}}
+def mindrecord_schema(options: MaskingOptions) -> Dict[str, Dict[str, object]]:
+    return schema.PRETRAINING.mindrecord(seq=options.max_seq_length, predictions=options.max_predictions_per_seq)
 
 
 def row_bytes(options: MaskingOptions) -> int:
@@ -512,7 +504,8 @@ def create_pretraining_data(config) -> Dict[str, object]:
     tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor, per_file))
     needed = corpus.total_bytes * rows_per_byte(options, config.dupe_factor) * row_bytes(options)
     with full_disk_reported(output_file, int(needed)), \
-            RecordWriter(output_file, schema(options), "albert pretraining", overwrite=config.overwrite) as out:
+            RecordWriter(output_file, mindrecord_schema(options), "albert pretraining",
+                         overwrite=config.overwrite) as out:
         with progress("input", corpus.total_bytes, "B", enabled=config.progress, unit_scale=True) as bar:
             for done in write_tasks(tasks, out, tokenizer, options, config.dupe_factor, config.random_seed,
                                     config.num_workers):
@@ -521,7 +514,8 @@ def create_pretraining_data(config) -> Dict[str, object]:
         summary.check(corpus, part)
         stats = dict(summary.as_dict(), **corpus.counts.as_dict(), input_files=len(paths),
                      input_bytes=corpus.total_bytes, warnings=summary.warnings() + corpus.counts.warnings())
-        meta = {"kind": "pretraining", "columns": list(COLUMNS), "max_seq_length": options.max_seq_length,
+        meta = {"kind": "pretraining", "columns": list(schema.PRETRAINING.names),
+                "max_seq_length": options.max_seq_length,
                 "max_predictions_per_seq": options.max_predictions_per_seq, "tokenizer": tokenizer.describe(),
                 "options": {"masked_lm_prob": options.masked_lm_prob, "short_seq_prob": options.short_seq_prob,
                             "ngram": options.ngram, "dupe_factor": config.dupe_factor,

@@ -12,8 +12,8 @@ import sys
 from typing import Dict, List
 
 from model_utils.errors import UserError, run_cli
-from src.atomic_files import atomic_path
-from src.run_log import log_to
+from src.common.atomic_files import atomic_path
+from src.common.run_log import log_to
 
 LOSS_KEYS = ("loss", "mlm_loss", "sop_loss")
 

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Iterator, List, Sequence
 
 from model_utils.errors import UserError, run_cli
-from src.atomic_files import atomic_path, check_outputs
-from src.corpus import DEFAULT_TEXT_KEY, Corpus
-from src.data_utils import parse_tool_config, resolve_input_files
-from src.run_log import log_to
-from src.tokenization import preprocess_text
+from src.common.atomic_files import atomic_path, check_outputs
+from src.data.corpus import DEFAULT_TEXT_KEY, Corpus
+from src.data.input_text import parse_tool_config, resolve_input_files
+from src.common.run_log import log_to
+from src.data.tokenization import preprocess_text
 
 SEED = 12345
 

@@ -34,7 +34,7 @@ def spm_path(assets) -> str:
 
 @pytest.fixture(scope="session")
 def tokenizer(spm_path):
-    from src.tokenization import FullTokenizer
+    from src.data.tokenization import FullTokenizer
     return FullTokenizer(None, True, spm_path)
 
 

@@ -77,7 +77,7 @@ def install(point: str, count: int) -> None:
             os.replace, os.link = publishing(replace), publishing(link)
     elif point == "weights_nan":
         import numpy as np
-        from src import train_loop
+        from src.training import train_loop
 
         step_end, reached = train_loop.StepCounter.on_train_step_end, on_nth(count)
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from src import cpu_kernels  # noqa: E402
+from src.model import cpu_kernels  # noqa: E402
 from tests.test_cpu_kernels import (Call, WithCopies, assert_bf16_product, assert_close,  # noqa: E402
                                     bf16_rounded, dense_grads, forward_and_input_grads, int8_operands,
                                     int8_reference)

@@ -3,8 +3,8 @@ so that the training driver's sink path - sink size, epoch count, callbacks once
 
     python -m tests.sink_emulation run_pretrain.py [flags...]
 
-`src.device_setup.setup_device` reports the device as GPU (MindSpore itself stays on CPU; the network is built as
-for GPU: model_runtime("GPU", ...)), and `Model.train` with
+`src.devices.device_setup.setup_device` reports the device as GPU (MindSpore itself stays on CPU; the network is built
+as for GPU: model_runtime("GPU", ...)), and `Model.train` with
 `dataset_sink_mode=True` does what MindSpore documents for a sink: `epoch` sinks of `sink_size` steps, the callbacks'
 `on_train_step_end` once per sink with the last step's outputs. Every Model.train call is printed
 (`sink emulation: Model.train ...`) so that tests can count them.
@@ -15,8 +15,8 @@ from dataclasses import replace
 
 from mindspore.train import Callback, Model
 
-import src.device_setup as device_setup
-import src.train_loop as train_loop
+import src.devices.device_setup as device_setup
+import src.training.train_loop as train_loop
 
 
 class OncePerSink(Callback):

@@ -12,12 +12,12 @@ from mindspore import Tensor
 from mindspore.nn.utils import no_init_parameters
 
 from hf_reference import random_batch
-from src import cpu_kernels
-from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining
-from src.albert_model import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertModel, Runtime, \
+from src.model import cpu_kernels
+from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
+from src.model.albert import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertModel, Runtime, \
     count_parameters
-from src.finetune_eval_model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
-                                     AlbertForSequenceClassification, AlbertForSquadV2)
+from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
+                                  AlbertForSquadV2)
 
 TINY = dict(vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
             intermediate_size=40, max_position_embeddings=32)
@@ -188,7 +188,7 @@ def test_float16_model_runs_softmax_and_layer_norm_in_float32(pynative, monkeypa
     import mindspore as ms
     from mindspore import ops
 
-    from src import albert_model, cpu_kernels
+    from src.model import albert as albert_model, cpu_kernels
 
     config = AlbertConfig(compute_type="float16", **TINY)
     net = AlbertModel(config)
@@ -355,7 +355,7 @@ def device_unreadable(monkeypatch):
 
 
 def test_the_spy_catches_a_device_read(device_unreadable):
-    from src.device_checks import is_ascend_910a
+    from src.devices.device_checks import is_ascend_910a
 
     with pytest.raises(AssertionError, match="get_context"):
         is_ascend_910a()

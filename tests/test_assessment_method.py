@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError
-from src.assessment_method import (METHODS, accuracy, f1, matthews_correlation, pearson_correlation,
-                                   spearman_correlation)
+from src.tasks.assessment_method import (METHODS, accuracy, f1, matthews_correlation, pearson_correlation,
+                                         spearman_correlation)
 
 
 def test_hand_worked_binary_case():

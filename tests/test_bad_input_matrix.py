@@ -2,11 +2,11 @@
 `error: ...` on stderr that names the culprit (file, line or key), exit code 2, no traceback (unless --verbose),
 and nothing written where the run would have put its outputs.
 
-`MATRIX` is the table (docs/troubleshooting.md and docs/troubleshooting_CN.md, "Bad-input matrix", show it to users). A row: entry point, the bad
-input in words, the arguments, fragments the error line must hold, and how the bad input is made. In argv and
-fragments, {fx} is this module's fixture folder (tiny data and checkpoints, made once), {tmp} the row's own folder,
-{bad} the bad input made there, {out} where the run would write (it must stay absent or empty), {assets} the real
-test assets, {spm} ALBERT's SentencePiece model and {root} the project.
+`MATRIX` is the table (docs/troubleshooting.md and docs/troubleshooting_CN.md, "Bad-input matrix", show it to users). A
+row: entry point, the bad input in words, the arguments, fragments the error line must hold, and how the bad input is
+made. In argv and fragments, {fx} is this module's fixture folder (tiny data and checkpoints, made once), {tmp} the
+row's own folder, {bad} the bad input made there, {out} where the run would write (it must stay absent or empty),
+{assets} the real test assets, {spm} ALBERT's SentencePiece model and {root} the project.
 
 Rows run in-process through `run_cli(main, argv)`, so MindSpore is imported once, not once per row. There the
 device setup is stubbed (a started runtime cannot be reset) and the work itself (training, evaluation, export)
@@ -78,9 +78,9 @@ _HOLDERS: List[subprocess.Popen] = []  # processes holding a lock for a row; the
 
 
 def held_lock() -> Maker:
-    """{bad} is a lock file held by another process, as a first run holds its output's (src.atomic_files)."""
+    """{bad} is a lock file held by another process, as a first run holds its output's (src.common.atomic_files)."""
     def make(bad: Path, fx: Path) -> None:
-        script = ("import sys; from src.atomic_files import lock_output; lock_output(sys.argv[1], 'x'); "
+        script = ("import sys; from src.common.atomic_files import lock_output; lock_output(sys.argv[1], 'x'); "
                   "print('locked', flush=True); sys.stdin.read()")
         holder = subprocess.Popen([sys.executable, "-c", script, str(bad)], cwd=ROOT, env=ENV, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True)
@@ -171,7 +171,7 @@ def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
         import mindspore as ms
         import numpy as np
 
-        from src.utils import DIGEST_KEY
+        from src.common.checkpoint_io import DIGEST_KEY
 
         items = [{"name": name, "data": value} for name, value in ms.load_checkpoint(str(fx / source)).items()
                  if not (drop and name.startswith(drop)) and name != DIGEST_KEY]
@@ -184,9 +184,9 @@ def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
 def classifier_checkpoint(classes: int) -> Maker:
     """{bad}: a tiny classifier of `classes` outputs (one: RACE's head, or a regression's) with its config beside."""
     def make(bad: Path, fx: Path) -> None:
-        from src.albert_model import AlbertConfig
-        from src.finetune_eval_model import AlbertForSequenceClassification
-        from src.utils import save_checkpoint_atomic
+        from src.model.albert import AlbertConfig
+        from src.model.task_heads import AlbertForSequenceClassification
+        from src.common.checkpoint_io import save_checkpoint_atomic
 
         config = AlbertConfig.from_json_file(str(fx / "cls.ckpt.json"))
         save_checkpoint_atomic(AlbertForSequenceClassification(config, classes), str(bad))
@@ -910,15 +910,15 @@ def fx(tmp_path_factory, assets) -> Path:
 
 def _save_checkpoints(folder: Path) -> None:
     """pre.ckpt (pretraining network), wide.ckpt (hidden 48: another config), v1000.ckpt (a 1000-token vocabulary),
-    cls.ckpt (a 2-class classifier), each with its config json beside it as src.convert_checkpoint writes it; and
-    hf_vocab100.safetensors, HF-named weights whose word embeddings have 100 rows."""
+    cls.ckpt (a 2-class classifier), each with its config json beside it as src.convert_checkpoint writes it;
+    and hf_vocab100.safetensors, HF-named weights whose word embeddings have 100 rows."""
     import numpy as np
     from safetensors.numpy import save_file
 
-    from src.albert_for_pre_training import AlbertPreTraining
-    from src.albert_model import AlbertConfig
-    from src.finetune_eval_model import AlbertForSequenceClassification
-    from src.utils import save_checkpoint_atomic
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.model.albert import AlbertConfig
+    from src.model.task_heads import AlbertForSequenceClassification
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     tiny = AlbertConfig.from_preset("albert_tiny", vocab_size=30000, hidden_size=32, embedding_size=16,
                                     num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -941,24 +941,24 @@ def no_work(monkeypatch):
     before it."""
     import export
     import pretrain_eval
-    import src.device_setup
-    import src.finetune
-    import src.hf_export
+    import src.devices.device_setup
+    import src.training.finetune
+    import src.export.hf_export
     import src.predict
-    import src.tasks
-    import src.train_loop
+    import src.tasks.registry
+    import src.training.train_loop
 
     def reached(*args, **kwargs):
         raise AssertionError("the run reached its work: the bad input was not caught before it")
 
-    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
-    for module, name in ((src.train_loop, "train"), (src.finetune, "_predict_rows"), (pretrain_eval, "evaluate"),
+    monkeypatch.setattr(src.devices.device_setup, "setup_device", lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
+    for module, name in ((src.training.train_loop, "train"), (src.training.finetune, "_predict_rows"), (pretrain_eval, "evaluate"),
                          (export, "export_atomically"), (src.predict, "run_rows"),
-                         (src.hf_export, "write_model_folder")):
+                         (src.export.hf_export, "write_model_folder")):
         monkeypatch.setattr(module, name, reached)
-    src.tasks.squad_eval_maps.cache_clear()  # a row's damaged copy must be read, not an earlier row's files
+    src.tasks.registry.squad_eval_maps.cache_clear()  # a row's damaged copy must be read, not an earlier row's files
     yield
-    src.tasks.squad_eval_maps.cache_clear()
+    src.tasks.registry.squad_eval_maps.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------------------- checks
@@ -1027,7 +1027,7 @@ def test_every_entry_point_is_in_the_matrix():
 
 
 ARGPARSE_TOOLS = ("src.predict", "src.squad_postprocess", "src.convert_checkpoint", "src.plot_metrics",
-                  "src.model_summary", "src.distributed_launch")
+                  "src.model_summary", "src.devices.distributed_launch")
 
 
 def _actions(parser) -> List:

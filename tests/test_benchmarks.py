@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_common  # noqa: E402
-from src import cpu_kernels  # noqa: E402
+from src.model import cpu_kernels  # noqa: E402
 
 TINY = ["--set", "vocab_size=100", "--set", "hidden_size=32", "--set", "embedding_size=16",
         "--set", "num_hidden_layers=2", "--set", "num_attention_heads=2", "--set", "intermediate_size=64",
@@ -87,7 +87,8 @@ def test_bench_train_against_torch(tmp_path):
                     reason=f"bfloat16 training: {cpu_kernels.bf16_support()[1] or cpu_kernels.status()}")
 def test_bench_train_in_bfloat16_against_torch_bfloat16_autocast(tmp_path):
     """--compute_type bfloat16: our step with the kernels' bfloat16 products beside HF on PyTorch under bfloat16
-    autocast, both held to the bfloat16 product peak (the float32 sides of test_bench_train_against_torch to sgemm's)."""
+    autocast, both held to the bfloat16 product peak (the float32 sides of test_bench_train_against_torch to
+    sgemm's)."""
     pytest.importorskip("transformers")
     out = tmp_path / "train_bf16.json"
     done = bench("bench_train.py", *TINY, "--compute_type", "bfloat16", "--compare", "torch_bf16", "--output", str(out))

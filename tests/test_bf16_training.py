@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from src import cpu_kernels
+from src.model import cpu_kernels
 from tests.finetune_helpers import make_glue
 from tests.pretrain_helpers import digest, metrics_by_step, ok, pretrain, run
 
@@ -44,10 +44,10 @@ def loss_and_gradients(compute_type: str, weights: dict, batch: list):
     import mindspore as ms
     from mindspore import Tensor
 
-    from src.albert_for_pre_training import AlbertNetworkWithLoss
-    from src.albert_model import AlbertConfig
-    from src.device_setup import model_runtime
-    from src.utils import load_weights
+    from src.model.pretraining_heads import AlbertNetworkWithLoss
+    from src.model.albert import AlbertConfig
+    from src.devices.device_setup import model_runtime
+    from src.common.checkpoint_io import load_weights
 
     net = AlbertNetworkWithLoss(AlbertConfig(**TINY, compute_type=compute_type), is_training=True,
                                 runtime=model_runtime("CPU", compute_type))
@@ -63,8 +63,8 @@ pytestmark = needs_bf16
 def test_first_loss_and_gradients_stay_within_bfloat16_rounding_of_float32(float32_afterwards):
     import mindspore as ms
 
-    from src.albert_for_pre_training import AlbertNetworkWithLoss
-    from src.albert_model import AlbertConfig
+    from src.model.pretraining_heads import AlbertNetworkWithLoss
+    from src.model.albert import AlbertConfig
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(3)
@@ -93,9 +93,9 @@ def test_each_weight_is_rounded_to_bfloat16_once_per_step_whatever_the_layers_sh
     import mindspore as ms
     from mindspore import ParameterTuple, Tensor, nn, ops
 
-    from src.albert_for_pre_training import AlbertNetworkWithLoss
-    from src.albert_model import AlbertConfig
-    from src.device_setup import model_runtime
+    from src.model.pretraining_heads import AlbertNetworkWithLoss
+    from src.model.albert import AlbertConfig
+    from src.devices.device_setup import model_runtime
 
     class Gradients(nn.Cell):
         def __init__(self, net):
@@ -123,11 +123,11 @@ def test_each_weight_is_rounded_to_bfloat16_once_per_step_whatever_the_layers_sh
 def test_a_cpu_without_native_bfloat16_is_refused_in_one_line(data, tmp_path, monkeypatch, capsys,
                                                             float32_afterwards):
     import run_pretrain
-    import src.device_setup
+    import src.devices.device_setup
     from model_utils.errors import run_cli
 
     # In this process MindSpore's runtime is already started: the device setup is taken as done.
-    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    monkeypatch.setattr(src.devices.device_setup, "setup_device", lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
     why = "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, why))
     argv = pretrain(data, tmp_path / "out", "--train_steps", "1", "--net_cfg.compute_type", "bfloat16")[1:]
@@ -172,9 +172,9 @@ def test_a_bfloat16_run_killed_mid_step_resumes_bit_identically_with_float32_che
 
 @pytest.mark.slow
 def test_a_converted_hf_model_fine_tuned_in_bfloat16_ends_where_float32_does(tmp_path):
-    """A model in HF's format (random weights made by transformers, converted by src.convert_checkpoint) fine-tuned
-    250 steps on 200 real CoLA rows in float32 and in bfloat16: both fit the rows, their accuracies within 3 points
-    and their predictions the same on 97% of the rows (measured: accuracy 0.980 and 0.975, 99.5% the same)."""
+    """A model in HF's format (random weights made by transformers, converted by src.convert_checkpoint)
+    fine-tuned 250 steps on 200 real CoLA rows in float32 and in bfloat16: both fit the rows, their accuracies within 3
+    points and their predictions the same on 97% of the rows (measured: accuracy 0.980 and 0.975, 99.5% the same)."""
     transformers = pytest.importorskip("transformers")
     import torch
 

@@ -12,10 +12,10 @@ import torch
 
 from hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
 from model_utils.errors import UserError
-from src.albert_for_pre_training import AlbertPreTraining
-from src.albert_model import AlbertConfig
-from src.convert_checkpoint import convert, hf_name
-from src.utils import load_weights
+from src.model.pretraining_heads import AlbertPreTraining
+from src.model.albert import AlbertConfig
+from src.conversion.convert_checkpoint import convert, hf_name
+from src.common.checkpoint_io import load_weights
 from test_model_parity import assert_close, our_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,7 +209,7 @@ def test_a_pickled_bin_is_refused_through_a_torch_with_the_weights_only_escape(t
 def test_torch_versions_with_the_fix_read_the_bin(version):
     """2.6.0a0 passed the old check (its release (2, 6) compared, not the version): pre-releases of 2.6 are refused
     above; 2.6 itself, its local builds and later versions (pre-releases of later versions too) are let through."""
-    from src.convert_checkpoint import check_torch_version
+    from src.conversion.convert_checkpoint import check_torch_version
     check_torch_version(version, "pytorch_model.bin")
 
 
@@ -231,7 +231,7 @@ def test_an_hf_masked_lm_converts_with_the_pooler_and_sop_head_transformers_woul
             param.add_(torch.randn_like(param) * 0.05)
     save_hf(hf, tmp_path / "mlm", safetensors=True)
     from model_utils.errors import run_cli
-    from src.convert_checkpoint import main
+    from src.conversion.convert_checkpoint import main
     assert run_cli(main, ["--src", "hf", "--input", str(tmp_path / "mlm"), "--output", str(tmp_path / "out.ckpt")]) == 0
     printed = capsys.readouterr().out
     _, info = AlbertForPreTraining.from_pretrained(str(tmp_path / "mlm"), output_loading_info=True)
@@ -241,7 +241,7 @@ def test_an_hf_masked_lm_converts_with_the_pooler_and_sop_head_transformers_woul
     assert f"note: {', '.join(added)} not in the input" in printed
     assert "initialised as transformers does (weights normal(0, 0.3), biases 0)" in printed
 
-    from src.utils import read_checkpoint
+    from src.common.checkpoint_io import read_checkpoint
     ours = {name: value.asnumpy() for name, value in read_checkpoint(str(tmp_path / "out.ckpt")).items()}
     for name, value in load_file(str(tmp_path / "mlm" / "model.safetensors")).items():
         mine = hf_name(name)

@@ -16,8 +16,9 @@ import pytest
 
 import dataset
 from model_utils.errors import UserError
+from src.data import schema
 from src import create_pretraining_data as cpd
-from src.corpus import read_documents, split_sentences
+from src.data.corpus import read_documents, split_sentences
 from tests.pretrain_helpers import ok, pretrain, run
 
 
@@ -65,7 +66,7 @@ def _records(data):
     import mindspore.dataset as ds
     files = dataset.resolve_mindrecord_files(data)
     rows = ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True, num_epochs=1)
-    return [b"".join(np.asarray(row[name]).tobytes() for name in cpd.COLUMNS) for row in rows]
+    return [b"".join(np.asarray(row[name]).tobytes() for name in schema.PRETRAINING.names) for row in rows]
 
 
 def test_compressed_and_json_lines_corpora_give_the_records_of_plain_text(tmp_path, spm_path):
@@ -166,7 +167,7 @@ def test_no_file_holds_more_than_the_record_cap(tmp_path, monkeypatch, assets, s
     here): partitions fill round-robin, then the next group of files opens. Every record is read back once."""
     import mindspore.dataset as ds
     from src import create_finetune_data as cfd
-    from src import mindrecord_io
+    from src.data import mindrecord_io
     monkeypatch.setattr(mindrecord_io, "MAX_RECORDS_PER_FILE", 40)
     lines = (assets / "glue" / "MRPC" / "train.tsv").read_text(encoding="utf-8-sig").splitlines(keepends=True)
     (tmp_path / "mrpc.tsv").write_text("".join(lines[:151]), encoding="utf-8")

@@ -1,4 +1,4 @@
-"""src/cpu_kernels.py: the compiled CPU kernels (oneDNN products, attention, LayerNorm, GELU, cross entropy,
+"""src/model/cpu_kernels.py: the compiled CPU kernels (oneDNN products, attention, LayerNorm, GELU, cross entropy,
 column sums), each forward and gradient checked against an independent reference (numpy in float64, PyTorch autograd in
 float64, MindSpore's own cells), and their cache and fallbacks (the cache key, an untrusted cache, switched off, no
 compiler, a failing build or load, white list)."""
@@ -17,7 +17,7 @@ ms = pytest.importorskip("mindspore")
 torch = pytest.importorskip("torch")
 from mindspore import Tensor, nn, ops  # noqa: E402
 
-from src import cpu_kernels  # noqa: E402
+from src.model import cpu_kernels  # noqa: E402
 
 # The reason's wording makes this skip a failure in CI (tests/ci_skips.py), where .ci/run installs a compiler.
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -209,7 +209,7 @@ def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(copies, threads
 @needs_kernels
 def test_bf16_attention_products_stay_float32_and_so_does_softmax(bf16_products):
     """Attention's per-head products are float32 sgemm even with bfloat16 products on (faster at head sizes, see
-    src/kernels/dnnl_matmul.cc); the softmax runs on the float32 scores (rows sum to 1)."""
+    src/model/kernels/dnnl_matmul.cc); the softmax runs on the float32 scores (rows sum to 1)."""
     batch, seq, heads, size = 2, 16, 2, 8
     rng = np.random.default_rng(5)
     q, k = (rng.standard_normal((batch, seq, heads * size)).astype(np.float32) for _ in range(2))
@@ -625,8 +625,8 @@ def _kernel_flags(model):
 @needs_kernels
 def test_float32_networks_on_cpu_use_them_and_exports_and_float16_do_not():
     from export import export_runtime
-    from src.albert_model import AlbertConfig, AlbertModel
-    from src.device_setup import model_runtime
+    from src.model.albert import AlbertConfig, AlbertModel
+    from src.devices.device_setup import model_runtime
 
     config = AlbertConfig.from_preset("albert_tiny", vocab_size=100, hidden_size=32, embedding_size=16,
                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -654,8 +654,9 @@ def fresh_build(monkeypatch, tmp_path):
 
 @needs_kernels
 def test_the_thread_pool_runs_every_slice_once_under_concurrent_calls_and_after_fork(tmp_path):
-    """tests/fixtures/thread_pool_check.cc drives src/kernels/parallel.h directly: four threads calling at once, part
-    counts changing between calls, a forked child; it exits 0 only if every element got exactly one add per call."""
+    """tests/fixtures/thread_pool_check.cc drives src/model/kernels/parallel.h directly: four threads calling at once,
+    part counts changing between calls, a forked child; it exits 0 only if every element got exactly one add per
+    call."""
     compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
     program = tmp_path / "thread_pool_check"
     subprocess.run([compiler, "-O2", "-std=c++14", "-pthread", f"-I{cpu_kernels.KERNELS}",
@@ -676,8 +677,8 @@ def test_switched_off_they_fall_back_and_say_why(fresh_build, monkeypatch):
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
     assert not cpu_kernels.available()
     assert cpu_kernels.status() == "MindSpore operations (ALBERT_CPU_KERNELS=0)"
-    from src.albert_model import AlbertConfig, AlbertModel
-    from src.device_setup import model_runtime
+    from src.model.albert import AlbertConfig, AlbertModel
+    from src.devices.device_setup import model_runtime
 
     config = AlbertConfig(vocab_size=10, hidden_size=8, embedding_size=4, num_hidden_layers=1,
                           num_attention_heads=2, intermediate_size=16)

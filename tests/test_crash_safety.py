@@ -153,7 +153,7 @@ CREATE = ["-m", "src.create_pretraining_data", "--max_seq_length", "32", "--max_
 
 
 def test_data_creation_killed_leaves_nothing_that_passes_for_data(data, tmp_path):
-    from src.dataset import count_rows, load_data_meta, read_column
+    from src.data.pipelines import count_rows, load_data_meta, read_column
 
     def create(output: Path, *extra: str) -> List[str]:
         return CREATE + ["--input_file", str(data["folder"] / "corpus.txt"), "--output_file", str(output),

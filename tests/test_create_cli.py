@@ -92,7 +92,7 @@ def test_missing_input_is_one_line_error(tmp_path, project_root, assets):
 def test_max_seq_length_is_checked_against_the_position_table(section):
     """Every published ALBERT has 512 positions: longer data fits no network unless the user says theirs has more."""
     from model_utils.errors import UserError
-    from src.data_utils import parse_tool_config
+    from src.data.input_text import parse_tool_config
     assert parse_tool_config(["--max_seq_length", "512"], section, "").max_seq_length == 512
     with pytest.raises(UserError, match=r"^max_seq_length 513 exceeds max_position_embeddings 512 .*"
                                         r"set --max_position_embeddings"):

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError, run_cli
+from src.data import tsv_tasks
+from src.data import features as text_features
 from src import create_finetune_data as cfd
 
 SEQ = 128
@@ -41,7 +43,7 @@ def test_every_glue_task_reads_real_rows(assets, task, split):
     rows = _rows(path)
     data_rows = rows if (task, split) in HEADERLESS else rows[1:]
     assert len(examples) == len(data_rows) >= 1
-    labels = cfd.label_list(task)
+    labels = tsv_tasks.label_list(task)
     for example, row in zip(examples, data_rows):
         assert example.text_a in row and (example.text_b is None or example.text_b in row)
         if split == "test":
@@ -153,9 +155,9 @@ def test_race_records(tmp_path, assets, spm_path, hf):
 
 
 def test_race_blank_filling():
-    example = cfd.RaceExample("g", "art", "The boy went to _ yesterday.", ["a", "b", "c", "d"], "A", "x")
+    example = text_features.RaceExample("g", "art", "The boy went to _ yesterday.", ["a", "b", "c", "d"], "A", "x")
     assert example.question_with("school") == "The boy went to school yesterday."
-    assert cfd.RaceExample("g", "a", "Why?", [], "A", "x").question_with("Because.") == "Why? Because."
+    assert text_features.RaceExample("g", "a", "Why?", [], "A", "x").question_with("Because.") == "Why? Because."
 
 
 def test_lcqmc_with_and_without_header(tmp_path, assets):

@@ -17,9 +17,10 @@ import pytest
 
 import dataset
 from model_utils.errors import UserError, run_cli
+from src.data import schema
 from src import create_pretraining_data as cpd
-from src.corpus import read_documents
-from src.tokenization import FullTokenizer
+from src.data.corpus import read_documents
+from src.data.tokenization import FullTokenizer
 from tests.pretrain_helpers import ENV, ROOT
 
 SEQ = 128
@@ -30,7 +31,7 @@ def make_instances(documents, tokenizer, options, dupe_factor, random_seed):
     maker = cpd.InstanceMaker(tokenizer, options, random_seed)
     rounds = [arrays for document in documents
               for arrays in maker.document_rounds(document, maker.tokenize_document(document), dupe_factor)]
-    return {name: np.concatenate([a[name] for a in rounds]) for name in cpd.COLUMNS}
+    return {name: np.concatenate([a[name] for a in rounds]) for name in schema.PRETRAINING.names}
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +187,7 @@ def _read_records(data):
 
 
 def _row_key(row):
-    return b"".join(np.asarray(row[name]).tobytes() for name in cpd.COLUMNS)
+    return b"".join(np.asarray(row[name]).tobytes() for name in schema.PRETRAINING.names)
 
 
 def test_same_records_for_any_worker_count_and_file_size(tmp_path, spm_path, assets, capsys):

@@ -3,7 +3,7 @@ import pytest
 
 from model_utils.errors import UserError, run_cli
 from src import spm_train
-from src.tokenization import FullTokenizer
+from src.data.tokenization import FullTokenizer
 
 
 @pytest.fixture(scope="module")

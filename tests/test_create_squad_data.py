@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError, run_cli
+from src.data import schema
+from src.data import features as text_features
 from src import create_squad_data as csd
-from src.tokenization import FullTokenizer
+from src.data.tokenization import FullTokenizer
 
 SQUAD_FILES = ["v1.1/dev-v1.1.part1_bloomsbury.json", "v1.1/dev-v1.1.part2_bloomsbury.json",
                "v2.0/dev-v2.0.subset_Normans_Rhine.json", "v2.0/dev-v2.0.subset_Normans_ComplexityTheory.json"]
@@ -28,7 +30,7 @@ def test_every_gold_answer_maps_back_to_its_text(assets, tokenizer, hf):
         for article in json.loads((assets / "squad" / name).read_text(encoding="utf-8"))["data"]:
             for paragraph in article["paragraphs"]:
                 context = paragraph["context"]
-                tokenized = csd.tokenize_context(tokenizer, context)
+                tokenized = text_features.tokenize_context(tokenizer, context)
                 assert tokenized.ids == hf.encode(context, add_special_tokens=False)
                 for qa in paragraph["qas"]:
                     for answer in qa["answers"]:
@@ -82,10 +84,10 @@ def test_max_context_windows_equal_the_former_rule_on_real_contexts(assets, toke
     for name in SQUAD_FILES[0], SQUAD_FILES[2]:
         for article in json.loads((assets / "squad" / name).read_text(encoding="utf-8"))["data"]:
             for paragraph in article["paragraphs"][:6]:
-                ids = csd.tokenize_context(tokenizer, paragraph["context"]).ids
+                ids = text_features.tokenize_context(tokenizer, paragraph["context"]).ids
                 for window, stride in ((64, 16), (37, 5), (128, 128), (20, 1)):
-                    windows = csd.doc_windows(len(ids), window, stride)
-                    assert csd.max_context_windows(windows, len(ids)) == reference_owners(windows, len(ids))
+                    windows = text_features.doc_windows(len(ids), window, stride)
+                    assert text_features.max_context_windows(windows, len(ids)) == reference_owners(windows, len(ids))
                 contexts += 1
     assert contexts > 50
 
@@ -95,9 +97,9 @@ def test_max_context_is_linear_in_the_windows():
     windows for each of 1.2 million window tokens (minutes); one pass takes about a second."""
     import time
 
-    windows = csd.doc_windows(400_000, 300, 100)
+    windows = text_features.doc_windows(400_000, 300, 100)
     started = time.perf_counter()
-    owners = csd.max_context_windows(windows, 400_000)
+    owners = text_features.max_context_windows(windows, 400_000)
     assert time.perf_counter() - started < 10
     probe = [0, 150, 151, 199_999, 399_999]  # against the reference rule at a few positions
     assert [owners[p] for p in probe] == [
@@ -111,10 +113,10 @@ def _examples(assets, name, is_training, v2=False):
 def test_training_features_point_at_the_answer(assets, tokenizer):
     examples, skipped = _examples(assets, "../derived/squad_v1.1_dev_sample_SuperBowl50_5paras.json", True)
     assert skipped == 0 and len(examples) == 117
-    options = csd.SquadOptions(max_seq_length=128, doc_stride=32, max_query_length=24, is_training=True)
+    options = text_features.SquadOptions(max_seq_length=128, doc_stride=32, max_query_length=24, is_training=True)
     in_window = exact = windows = 0
     for index, example in enumerate(examples):
-        features = list(csd.example_features(example, index, tokenizer, options))
+        features = list(text_features.example_features(example, index, tokenizer, options))
         windows += len(features)
         found = False
         for record, fmap in features:
@@ -136,10 +138,10 @@ def test_training_features_point_at_the_answer(assets, tokenizer):
 
 def test_feature_layout_and_windows(assets, tokenizer):
     examples, _ = _examples(assets, "../derived/squad_v1.1_dev_sample_SuperBowl50_5paras.json", False)
-    options = csd.SquadOptions(max_seq_length=96, doc_stride=40, max_query_length=16, is_training=False)
+    options = text_features.SquadOptions(max_seq_length=96, doc_stride=40, max_query_length=16, is_training=False)
     example = examples[0]
-    context = csd.tokenize_context(tokenizer, example.context)
-    features = list(csd.example_features(example, 0, tokenizer, options))
+    context = text_features.tokenize_context(tokenizer, example.context)
+    features = list(text_features.example_features(example, 0, tokenizer, options))
     query = tokenizer.encode(example.question_text)[:16]
     for record, fmap in features:
         n = int(record["input_mask"].sum())
@@ -155,7 +157,7 @@ def test_feature_layout_and_windows(assets, tokenizer):
         assert words == sorted(words) and len(fmap["tokens"]) == n
     # every context token is the max-context token of exactly one window
     owners = np.zeros(len(context.ids), int)
-    windows = csd.doc_windows(len(context.ids), 96 - len(query) - 3, 40)
+    windows = text_features.doc_windows(len(context.ids), 96 - len(query) - 3, 40)
     for index, (start, length) in enumerate(windows):
         for i in range(start, start + length):
             owners[i] += reference_is_max_context(windows, index, i)
@@ -168,9 +170,9 @@ def test_v2_impossible_questions(assets, tokenizer):
     examples, _ = _examples(assets, "v2.0/dev-v2.0.subset_Normans_Rhine.json", True, v2=True)
     impossible = [e for e in examples if e.is_impossible]
     assert len(impossible) > 100
-    options = csd.SquadOptions(max_seq_length=384, is_training=True)
+    options = text_features.SquadOptions(max_seq_length=384, is_training=True)
     for example in impossible[:50]:
-        for record, _ in csd.example_features(example, 0, tokenizer, options):
+        for record, _ in text_features.example_features(example, 0, tokenizer, options):
             assert record["is_impossible"] == 1 and record["start_positions"] == record["end_positions"] == 0
     with pytest.raises(UserError, match="is_impossible but version_2_with_negative is false"):
         _examples(assets, "v2.0/dev-v2.0.subset_Normans_Rhine.json", True, v2=False)
@@ -194,7 +196,7 @@ def test_eval_output_with_feature_map(tmp_path, assets, spm_path, capsys):
     records = _read(out)
     features = [json.loads(line) for line in open(str(out) + ".features.jsonl", encoding="utf-8")]
     examples = [json.loads(line) for line in open(str(out) + ".examples.jsonl", encoding="utf-8")]
-    assert set(records[0]) == set(csd.EVAL_COLUMNS)
+    assert set(records[0]) == set(schema.SQUAD_EVAL.names)
     assert len(records) == len(features) > len(examples) == 117
     assert [int(r["unique_ids"]) for r in records] == [f["unique_id"] for f in features]
     assert features[0]["unique_id"] == 1000000000
@@ -222,7 +224,7 @@ def test_train_output(tmp_path, assets, spm_path):
     assert not (tmp_path / "train.mindrecord.features.jsonl").exists()
     meta = json.loads((tmp_path / "train.mindrecord.meta.json").read_text())
     assert meta["files"] == ["train.mindrecord0", "train.mindrecord1"]
-    assert meta["columns"] == list(csd.TRAIN_COLUMNS)
+    assert meta["columns"] == list(schema.SQUAD_TRAIN.names)
     impossible = meta["stats"]["impossible_features"]
     assert 0 < impossible < meta["num_records"]
     assert sum(int(r["is_impossible"]) for r in _read(tmp_path / "train.mindrecord0")) > 0
@@ -279,7 +281,7 @@ def test_wordpiece_alignment_on_chinese_text(assets):
     vocab = str(assets / "tokenizer" / "albert_zh_vocab.txt")
     tokenizer = FullTokenizer(vocab, do_lower_case=True)
     context = "《城市的自觉》作者姚远，1981年出生于南京，Café ＡＢＣ公司 unaffable。"
-    tokenized = csd.tokenize_context(tokenizer, context)
+    tokenized = text_features.tokenize_context(tokenizer, context)
     assert tokenized.ids == transformers.BertTokenizer(vocab).encode(context, add_special_tokens=False)
     for answer in ["姚远", "1981年", "南京", "Café", "ＡＢＣ公司", "unaffable"]:
         start = context.index(answer)

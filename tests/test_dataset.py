@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-import src.dataset as dataset
+import src.data.pipelines as dataset
 from model_utils.errors import UserError
 from src import create_finetune_data as cfd
 from src import create_pretraining_data as cpd
@@ -134,6 +134,6 @@ def test_data_meta_checks(data):
 def test_the_top_level_dataset_module_reexports_the_pipelines():
     """ModelZoo's layout has dataset.py at the top: scripts written against it keep working."""
     import dataset
-    import src.dataset
+    import src.data.pipelines
 
-    assert dataset.__all__ and all(getattr(dataset, name) is getattr(src.dataset, name) for name in dataset.__all__)
+    assert dataset.__all__ and all(getattr(dataset, name) is getattr(src.data.pipelines, name) for name in dataset.__all__)

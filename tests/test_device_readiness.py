@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError
-from src import cpu_kernels, device_checks
-from src.albert_model import Runtime
-from src.device_setup import kernels_status, model_runtime, pick_device_target
+from src.model import cpu_kernels
+from src.devices import device_checks
+from src.model.albert import Runtime
+from src.devices.device_setup import kernels_status, model_runtime, pick_device_target
 from tests.pretrain_helpers import ok, pretrain, run, weights
 
 MINDSPORE = Path(ms.__file__).parent
@@ -70,8 +71,8 @@ def test_the_wheels_gpu_plugins_are_cuda_11_builds_without_bfloat16_kernels():
 
 
 def test_compute_types_each_device_refuses(monkeypatch):
-    from src import cpu_kernels
-    from src.device_setup import cpu_compute_type_problem
+    from src.model import cpu_kernels
+    from src.devices.device_setup import cpu_compute_type_problem
 
     # CPU: bfloat16 only as the compiled kernels' products, on a CPU with native bfloat16 dot products.
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, "no AVX512_BF16"))
@@ -108,7 +109,7 @@ def test_model_runtime_of_each_target_and_compute_type(built, monkeypatch):
 
 
 def test_model_runtime_refuses_what_the_device_cannot_run(monkeypatch):
-    from src import cpu_kernels
+    from src.model import cpu_kernels
 
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, "no AVX512_BF16"))
     with pytest.raises(UserError, match=r"^compute_type bfloat16 on CPU needs native bfloat16 dot products: no "
@@ -127,7 +128,7 @@ def test_the_float_status_overflow_path_compiles_and_skips_an_overflowing_step()
     the same graph, run here, must skip an update whose gradients overflow and apply a finite one."""
     from mindspore import Tensor, nn
 
-    from src.albert_for_pre_training import AlbertTrainOneStepCell
+    from src.training.train_step import AlbertTrainOneStepCell
 
     ms.set_context(mode=ms.GRAPH_MODE)
 
@@ -205,7 +206,7 @@ def test_sinks_count_every_step_and_resume_exactly(data, step_by_step, tmp_path)
 
 def test_a_run_over_several_epochs_builds_one_dataset_and_calls_model_train_once(data, tmp_path):
     """3 epochs of the data (MindDataset refuses more sampler indices than rows: the files are listed per epoch)."""
-    from src.dataset import count_rows
+    from src.data.pipelines import count_rows
 
     rows = count_rows(data["train"])
     result = ok(run(["-m", "tests.sink_emulation", *pretrain(data, tmp_path, "--batch_size", "256", "--epoch_size", "3",

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError
-from src import atomic_files, mindrecord_io
+from src.common import atomic_files
+from src.data import mindrecord_io
 from tests.pretrain_helpers import ENV, ROOT
 
 SCHEMA = {"input_ids": {"type": "int32", "shape": [4]}}
-HOLDER = ("import sys, time; from src.atomic_files import lock_output; lock_output(sys.argv[1], 'x'); "
+HOLDER = ("import sys, time; from src.common.atomic_files import lock_output; lock_output(sys.argv[1], 'x'); "
           "print('locked', flush=True); time.sleep(300)")
 
 
@@ -83,7 +84,7 @@ def test_data_files_reach_the_disk_before_the_meta_is_published(tmp_path, monkey
 
 @pytest.mark.parametrize("entry", ["../train.mindrecord", "/etc/passwd", "sub/train.mindrecord", "..", "", 5])
 def test_meta_file_entries_must_be_plain_names(tmp_path, entry):
-    from src.dataset import resolve_mindrecord_files
+    from src.data.pipelines import resolve_mindrecord_files
 
     output = tmp_path / "train.mindrecord"
     write_data(output)
@@ -96,7 +97,7 @@ def test_meta_file_entries_must_be_plain_names(tmp_path, entry):
 def test_modes_follow_the_umask_without_changing_it(tmp_path, monkeypatch):
     """A process's umask is read once without os.umask (process-wide: a thread creating a file while it is 0 would
     make it world-writable); files still get 0666 / 0644 minus the umask."""
-    script = ("import os, sys; from src.atomic_files import default_file_mode, make_readable, save_text_atomic; "
+    script = ("import os, sys; from src.common.atomic_files import default_file_mode, make_readable, save_text_atomic; "
               "save_text_atomic('x', sys.argv[1]); make_readable(sys.argv[2]); "
               "print(oct(default_file_mode()), oct(os.stat(sys.argv[1]).st_mode & 0o777), "
               "oct(os.stat(sys.argv[2]).st_mode & 0o777))")
@@ -156,7 +157,7 @@ def test_a_lock_file_is_never_opened_through_a_link_nor_truncated(kind, tmp_path
 def test_metrics_are_never_read_or_appended_through_a_link(kind, tmp_path):
     """metrics.jsonl (read back by a resumed run, appended at every log line) is opened like a lock file: a link
     planted there stops the run with one line instead of sending rows into its target."""
-    from src.train_loop import trim_metrics
+    from src.training.train_loop import trim_metrics
 
     victim = tmp_path / "victim.jsonl"
     victim.write_text('{"step": 9}\n')
@@ -206,11 +207,11 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
     import mindspore as ms
     from mindspore.train import serialization
 
-    from src.albert_model import AlbertConfig
-    from src.checkpoints import Lineage
-    from src.settings import TrainSettings
-    from src.train_loop import _create_outputs
-    from src.utils import save_checkpoint_atomic
+    from src.model.albert import AlbertConfig
+    from src.training.checkpoints import Lineage
+    from src.training.settings import TrainSettings
+    from src.training.train_loop import _create_outputs
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     save_dir = tmp_path / "out" / "checkpoints"
     save_dir.mkdir(parents=True)
@@ -226,7 +227,9 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
     mindspore_leftover = [p.name for p in save_dir.iterdir()]
     assert len(mindspore_leftover) == 1 and re.fullmatch(r"\.tmp-[a-z0-9_]{8}\.tmp", mindspore_leftover[0])
     make_entries(save_dir, OURS + THEIRS)
-    settings = TrainSettings(None, "", 1, 1, False, str(tmp_path / "out"), str(save_dir), "albert_pretrain", "")
+    settings = TrainSettings(config=None, data="", batch_size=1, epochs=1, shuffle=False,
+                             output_dir=str(tmp_path / "out"), save_dir=str(save_dir),
+                             checkpoint_prefix="albert_pretrain", init_checkpoint="")
     try:
         _create_outputs(settings, AlbertConfig(), Lineage.new())
     finally:
@@ -285,7 +288,7 @@ def test_overwrite_replaces_the_files_of_that_data_set_only(tmp_path):
     """`--overwrite` of data set `train` (2 partitions: train0, train1) by a 1-file one: its shards, indexes and
     meta go; the data set `train2` beside it (named like a third shard) and the user's files stay. A data set whose
     third shard would take `train2`'s place is refused before anything moves."""
-    from src.dataset import read_column
+    from src.data.pipelines import read_column
 
     write_data(tmp_path / "train", range(6), partitions=2)
     write_data(tmp_path / "train2", range(10, 12))
@@ -308,7 +311,7 @@ def test_overwrite_replaces_the_files_of_that_data_set_only(tmp_path):
 def test_an_overwrite_that_fails_midway_keeps_the_old_data_set_whole(tmp_path):
     """The new data set is written whole under temporary names before any file of the old one goes: a run that
     fails while writing (a bad row, a full disk) leaves the old data set as it was."""
-    from src.dataset import read_column
+    from src.data.pipelines import read_column
 
     write_data(tmp_path / "train", range(5), partitions=2)
     before = files_of(tmp_path)

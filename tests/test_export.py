@@ -26,7 +26,7 @@ RACE_CHOICES = 4  # num_class of task_race_config.yaml
 
 
 def tiny_config():
-    from src.albert_model import AlbertConfig
+    from src.model.albert import AlbertConfig
 
     # vocab_size of the real SentencePiece model, so src.predict can feed real text.
     return AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_hidden_groups=2,
@@ -35,8 +35,8 @@ def tiny_config():
 
 
 def build_head(task: str):
-    from src.finetune_eval_model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
-                                         AlbertForSequenceClassification, AlbertForSquadV2)
+    from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
+                                      AlbertForSequenceClassification, AlbertForSquadV2)
 
     config = tiny_config()
     head = {"classifier": lambda: AlbertForSequenceClassification(config, NUM_CLASS),
@@ -52,7 +52,7 @@ def heads(tmp_path_factory) -> Iterator[Dict[str, Tuple[object, Path]]]:
     """task -> (head with random weights, its checkpoint with albert_config.json beside it)."""
     import mindspore as ms
 
-    from src.utils import save_checkpoint_atomic
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_seed(7)
@@ -194,10 +194,10 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
 
     from export import export_atomically, export_runtime
     from hf_reference import TINY_CONFIGS, random_batch
-    from src.albert_model import AlbertConfig
-    from src.convert_checkpoint import hf_name
-    from src.finetune_eval_model import AlbertForSequenceClassification
-    from src.utils import load_weights
+    from src.model.albert import AlbertConfig
+    from src.conversion.convert_checkpoint import hf_name
+    from src.model.task_heads import AlbertForSequenceClassification
+    from src.common.checkpoint_io import load_weights
 
     torch.manual_seed(3)
     hf = HfClassifier(HfConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
@@ -232,12 +232,13 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
 
 def test_exports_never_need_the_kernels_and_onnx_takes_the_patterns_onnxruntime_fuses(monkeypatch):
     """MINDIR and AIR keep the layout of the device they are exported on without the compiled kernels, never asking
-    whether they are built (a fresh machine would compile them for nothing); ONNX moves heads by transposes, adds the mask by broadcasting and writes LayerNorm and GELU as
-    ONNX Runtime's fusable patterns, on any device; a compute type the device cannot run is refused."""
+    whether they are built (a fresh machine would compile them for nothing); ONNX moves heads by transposes, adds the
+    mask by broadcasting and writes LayerNorm and GELU as ONNX Runtime's fusable patterns, on any device; a compute type
+    the device cannot run is refused."""
     from export import export_runtime
     from model_utils.errors import UserError
-    from src import cpu_kernels
-    from src.albert_model import Runtime
+    from src.model import cpu_kernels
+    from src.model.albert import Runtime
 
     def available() -> bool:
         raise AssertionError("an export asked whether the kernels are built (which builds them)")
@@ -276,7 +277,7 @@ def test_errors_are_one_line_and_leave_no_file(case, heads, tmp_path):
     source, yaml_task, extra, message = ERRORS[case]
     checkpoint = heads[source][1] if source in heads else tmp_path / f"{case}.ckpt"
     if source == "backbone":  # the weights of a pretraining run without its pretraining heads
-        from src.utils import save_checkpoint_atomic
+        from src.common.checkpoint_io import save_checkpoint_atomic
 
         save_checkpoint_atomic([{"name": p.name, "data": p} for p in heads["classifier"][0].get_parameters()
                                 if p.name.startswith("albert.")], str(checkpoint))
@@ -309,7 +310,7 @@ def test_task_from_yaml_keys_or_ambiguity(heads, tmp_path, project_root):
 def test_export_of_a_run_classifier_checkpoint_matches_its_eval(assets, spm_path, tmp_path):
     """The real flow: a run_classifier.py checkpoint (train cell: weights + optimizer state) exported with its
     task yaml gives the probabilities that run_classifier's own evaluation wrote."""
-    from src.dataset import read_column
+    from src.data.pipelines import read_column
 
     lines = (assets / "glue" / "MRPC" / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
     (tmp_path / "dev.tsv").write_text("".join(lines[:25]), encoding="utf-8")
@@ -348,8 +349,8 @@ def model_file(request, task: str) -> Path:
 
 @pytest.mark.parametrize("fmt", ["mindir", "onnx"])
 def test_predict_classifier_on_an_mrpc_pair(fmt, request, heads, assets, tokenizer, spm_path):
-    from src.create_finetune_data import InputExample, classifier_feature
-    from src.data_utils import read_tsv
+    from src.data.features import InputExample, classifier_feature
+    from src.data.input_text import read_tsv
 
     fields = [f for _, f in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1]
     printed = predict("--model", str(model_file(request, "classifier")), "--task", "classifier", "--spm_model_file",
@@ -362,13 +363,18 @@ def test_predict_classifier_on_an_mrpc_pair(fmt, request, heads, assets, tokeniz
     assert printed["label"] == "abc"[int(expected.argmax())]
 
 
-def test_predict_on_onnx_never_imports_mindspore(onnx_files, spm_path):
-    """The ONNX Runtime path serves without MindSpore in the process (its memory is the point of that path)."""
-    code = ("import sys; from src.predict import main; main(sys.argv[1:]); "
-            "print('mindspore' in sys.modules, file=sys.stderr)")
+def test_a_classifier_request_on_onnx_imports_neither_mindspore_nor_training_nor_squad(onnx_files, spm_path):
+    """The ONNX Runtime path serves without MindSpore in the process (its memory is the point of that path), and a
+    classifier request loads only serving's modules: no training, data creation, MindRecord or SQuAD code."""
+    code = ("import json, sys; from src.predict import main; main(sys.argv[1:]); "
+            "print(json.dumps(sorted(sys.modules)), file=sys.stderr)")
     result = ok(run(["-c", code, "--model", str(onnx_files["classifier"]), "--task", "classifier",
                      "--spm_model_file", spm_path, "--text_a", "The cat sat.", "--threads", "1"]))
-    assert result.stderr.strip().splitlines()[-1] == "False"
+    loaded = json.loads(result.stderr.strip().splitlines()[-1])
+    assert "mindspore" not in loaded and "src.serving.engines" in loaded and "src.data.features" in loaded
+    unwanted = ("src.training", "src.create_", "src.data.pipelines", "src.data.mindrecord_io", "src.data.corpus",
+                "src.tasks.squad_", "src.export", "src.conversion", "src.model")
+    assert [name for name in loaded if name.startswith(unwanted)] == []
     assert set(json.loads(result.stdout)["probabilities"]) == {"0", "1", "2"}
     assert result.stderr.count("warning: no --text_b: answered as single sentences") == 1
 
@@ -392,7 +398,8 @@ def test_predict_serves_onnx_through_openvino_as_through_onnxruntime(onnx_files,
     """--engine openvino: the same answers as ONNX Runtime's (float32 hint: to float32 rounding; bfloat16, on CPUs
     with native bfloat16: close, same labels), and the engine named on stderr."""
     from model_utils.errors import run_cli
-    from src import cpu_kernels, predict
+    from src.model import cpu_kernels
+    from src import predict
 
     pytest.importorskip("openvino", reason="OpenVINO not installed (requirements-dev.txt installs it)")
     requests = requests_file(tmp_path / "requests.jsonl", [{"text_a": "A cat sat.", "text_b": "A dog ran."},
@@ -419,8 +426,8 @@ def test_predict_serves_onnx_through_openvino_as_through_onnxruntime(onnx_files,
 def expected_squad(task: str, head, tokenizer, question: str, context: str) -> Tuple[str, List[dict], int]:
     """(answer, n-best, windows) of evaluation's postprocessing on the in-process head's outputs for the windows the
     data tool makes (stride 24, query 16, as the predict tests ask for)."""
-    from src.create_squad_data import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row
-    from src.squad_get_predictions import predictions_v1, predictions_v2
+    from src.data.features import FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row
+    from src.tasks.squad_answers import predictions_v1, predictions_v2
 
     example = SquadExample("q", question, context, [])
     windows = list(example_features(example, 0, tokenizer, SquadOptions(SEQ, 24, 16, False)))
@@ -496,7 +503,8 @@ def test_predict_answers_a_file_of_questions_as_each_alone(task, fmt, heads, onn
 def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokenizer, spm_path, tmp_path):
     """RACE from text: the printed choice and probabilities are the in-process head's on the data tool's features,
     for one question given by flags and for a file of the article's questions (batches of the export's 2 rows)."""
-    from src.create_finetune_data import race_feature, read_race_examples
+    from src.data.features import race_feature
+    from src.create_finetune_data import read_race_examples
 
     examples = read_race_examples(assets / "race" / "RACE" / "dev" / "high" / "80.txt")[:3]
     example = examples[0]
@@ -541,12 +549,12 @@ def test_predict_a_checkpoint_in_process_gives_hf_transformers_logits(assets, to
     from transformers import AlbertConfig as HfConfig
     from transformers import AlbertForSequenceClassification as HfClassifier
 
-    from src import cpu_kernels
-    from src.albert_model import AlbertConfig
-    from src.convert_checkpoint import hf_name
-    from src.create_finetune_data import InputExample, classifier_feature
-    from src.data_utils import read_tsv
-    from src.utils import save_checkpoint_atomic
+    from src.model import cpu_kernels
+    from src.model.albert import AlbertConfig
+    from src.conversion.convert_checkpoint import hf_name
+    from src.data.features import InputExample, classifier_feature
+    from src.data.input_text import read_tsv
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     torch.manual_seed(5)
     hf = HfClassifier(HfConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
@@ -668,13 +676,13 @@ def test_predict_keeps_an_output_file_that_appears_while_it_runs(spm_path, tmp_p
     """--output_file is checked absent at the start; one created before the answers are in place (by another run,
     by the user) is kept and the run stops with one line, where a rename would have clobbered it. With
     --overwrite it is replaced."""
-    import src.device_setup
+    import src.devices.device_setup
     import src.predict
     from model_utils.errors import run_cli
 
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
     # a MindSpore runtime another test of this process started cannot be set up again (nor needs to be)
-    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    monkeypatch.setattr(src.devices.device_setup, "setup_device", lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
     saved_classifier(tmp_path)
     requests = requests_file(tmp_path / "requests.jsonl", [{"text_a": "A short request."}])
     output = tmp_path / "answers.jsonl"
@@ -702,12 +710,12 @@ def test_predict_scores_requests_that_carry_their_gold_label(spm_path, tmp_path,
     """Requests with a `label` or `gold` (a label name or index) were refused as unknown keys: they are answered as
     without it (the same logits), the gold label is echoed, and the accuracy over them is printed at the end; a gold
     label the model does not have is scored as wrong, with a warning."""
-    import src.device_setup
+    import src.devices.device_setup
     import src.predict
     from model_utils.errors import run_cli
 
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
-    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    monkeypatch.setattr(src.devices.device_setup, "setup_device", lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
     saved_classifier(tmp_path)
     texts = ["The cat sat.", "A dog barked twice.", "Rain fell all day.", "Nobody came.", "It was late."]
     golds = [{"label": "0"}, {"gold": 1}, {"label": "2"}, {"gold": "2"}, {"label": "positive"}]
@@ -730,7 +738,7 @@ def test_predict_scores_requests_that_carry_their_gold_label(spm_path, tmp_path,
 
 def saved_classifier(folder: Path) -> None:
     """A random 3-class classifier checkpoint with its albert_config.json, as run_classifier.py saves one."""
-    from src.utils import save_checkpoint_atomic
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     save_checkpoint_atomic(build_head("classifier"), str(folder / "albert_classifier-1.ckpt"))
     tiny_config().to_json_file(str(folder / "albert_config.json"))

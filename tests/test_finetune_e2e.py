@@ -147,8 +147,8 @@ def test_a_classifier_predicting_one_class_is_warned(data, tmp_path):
     """Dev predictions all one class while the labels hold two: one warning line, after the metrics; none when the
     predictions differ, or when the labels themselves are one class."""
     from model_utils.config import Config
-    from src.dataset import read_column
-    from src.tasks import classification_report
+    from src.data.pipelines import read_column
+    from src.tasks.registry import classification_report
 
     dev = str(data["mrpc"]["dev"])
     labels = read_column(dev, "label_ids")
@@ -256,9 +256,9 @@ def test_finetuning_starts_from_a_pretrained_checkpoint_with_only_the_head_new(d
     """The network comes from the json written beside the checkpoint (as src.convert_checkpoint writes it)."""
     import mindspore as ms
 
-    from src.albert_for_pre_training import AlbertPreTraining
-    from src.albert_model import AlbertConfig
-    from src.utils import save_checkpoint_atomic
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.model.albert import AlbertConfig
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     config = AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
@@ -294,10 +294,10 @@ def test_bad_input_is_a_one_line_error(data, tmp_path, monkeypatch, capsys):
     are the `process=True` rows of tests/test_bad_input_matrix.py (run_classifier.py and run_squad_v1.py among them)."""
     import importlib
 
-    import src.device_setup
+    import src.devices.device_setup
     from model_utils.errors import run_cli
 
-    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    monkeypatch.setattr(src.devices.device_setup, "setup_device", lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
     mrpc, squad = data["mrpc"], data["squad1"]
     base = ["--output_dir", str(tmp_path / "out"), "--device_target", "CPU"]
     squad_eval = ["run_squad_v1.py", *base, "--do_train", "false", "--eval_data_file_path", str(squad["dev"])]

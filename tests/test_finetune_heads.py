@@ -13,13 +13,13 @@ import transformers
 from mindspore import Tensor
 from transformers.models.xlnet import modeling_xlnet
 
-from src.albert_for_finetune import AlbertClassifierWithLoss, AlbertSquadV2WithLoss, AlbertSquadWithLoss
-from src.albert_model import AlbertConfig
-from src.convert_checkpoint import hf_name
-from src.device_setup import model_runtime
-from src.finetune_eval_model import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
-                                     AlbertForSequenceClassification, AlbertForSquadV2)
-from src.utils import load_weights, save_checkpoint_atomic
+from src.model.task_losses import AlbertClassifierWithLoss, AlbertSquadV2WithLoss, AlbertSquadWithLoss
+from src.model.albert import AlbertConfig
+from src.conversion.convert_checkpoint import hf_name
+from src.devices.device_setup import model_runtime
+from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
+                                  AlbertForSquadV2)
+from src.common.checkpoint_io import load_weights, save_checkpoint_atomic
 from model_utils.errors import UserError
 
 HF_KWARGS = dict(vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=3, num_hidden_groups=2,
@@ -248,8 +248,8 @@ def test_squad_v2_loss_equals_the_torch_reference_and_falls():
         expected = reference.loss(ids, types, mask, p_mask, starts, ends, impossible)
     assert abs(float(loss_net(*columns).asnumpy()) - expected) < 1e-5
 
-    from src.albert_for_pre_training import AlbertTrainOneStepCell
-    from src.optimization import build_optimizer
+    from src.training.train_step import AlbertTrainOneStepCell
+    from src.training.optimization import build_optimizer
     optimizer = build_optimizer("AdamWeightDecay", loss_net.trainable_params(),
                                 dict(learning_rate=1e-3, end_learning_rate=0.0, power=1.0, warmup_steps=0,
                                      weight_decay=0.0), 30)
@@ -259,7 +259,7 @@ def test_squad_v2_loss_equals_the_torch_reference_and_falls():
 
 
 def test_pretrained_checkpoint_loads_with_only_the_head_missing(tmp_path):
-    from src.albert_for_pre_training import AlbertPreTraining
+    from src.model.pretraining_heads import AlbertPreTraining
 
     pretraining = AlbertPreTraining(OURS)
     path = str(tmp_path / "pretrained.ckpt")

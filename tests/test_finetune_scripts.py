@@ -251,7 +251,7 @@ def test_classifier_two_msrun_workers_match_one_process(assets, tmp_path):
 @pytest.mark.slow
 def test_squad_v1_two_msrun_workers_match_one_process(assets, tmp_path):
     data = make_squad(tmp_path, "1.1", paragraphs=2, seq=64)
-    from src.dataset import count_rows
+    from src.data.pipelines import count_rows
 
     train_rows, eval_rows = count_rows(str(data["train"])), count_rows(str(data["dev"]))
     assert eval_rows % 2 == 1  # an odd row count: the ranks evaluate 40 and 39 rows
@@ -282,7 +282,7 @@ def test_race_two_msrun_workers_match_one_process(assets, tmp_path):
 def test_squad_v2_two_msrun_workers_match_one_process(assets, tmp_path):
     """Google's v2 head (beam search, answer class): the same weights, answers, n-best lists and null odds."""
     data = make_squad(tmp_path, "2.0", paragraphs=2, seq=64)
-    from src.dataset import count_rows
+    from src.data.pipelines import count_rows
 
     train_rows, eval_rows = count_rows(str(data["train"])), count_rows(str(data["dev"]))
     flags = [*TINY_FINETUNE, "--train_data_file_path", data["train"].name, "--eval_data_file_path",

@@ -1,6 +1,6 @@
 """Property-based fuzzing of the SQuAD pipeline on arbitrary unicode contexts: reading answers, doc-stride
 windows and features (src.create_squad_data), answer texts and n-best lists from arbitrary model outputs
-(src.squad_get_predictions) and the metrics (src.squad_postprocess)."""
+(src.tasks.squad_answers) and the metrics (src.tasks.squad_metrics)."""
 import json
 import math
 import string
@@ -11,16 +11,17 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from model_utils.errors import UserError
+from src.data import features as text_features
 from src import create_squad_data as csd
-from src import squad_get_predictions as sgp
-from src import squad_postprocess as sp
+from src.tasks import squad_answers as sgp
+from src.tasks import squad_metrics as sp
 from tests.fuzz_helpers import TEXT, WORDS, fuzz
 from tests.test_create_squad_data import reference_is_max_context
 
 VALID_OPTIONS = st.integers(8, 48).flatmap(lambda seq: st.builds(
-    csd.SquadOptions, max_seq_length=st.just(seq), doc_stride=st.integers(1, 24),
+    text_features.SquadOptions, max_seq_length=st.just(seq), doc_stride=st.integers(1, 24),
     max_query_length=st.integers(1, seq - 4), is_training=st.booleans()))
-OPTIONS = st.one_of(VALID_OPTIONS, st.builds(csd.SquadOptions, max_seq_length=st.integers(0, 48),
+OPTIONS = st.one_of(VALID_OPTIONS, st.builds(text_features.SquadOptions, max_seq_length=st.integers(0, 48),
                                              doc_stride=st.integers(-1, 40), max_query_length=st.integers(-1, 48),
                                              is_training=st.booleans()))
 LOGIT = st.floats(allow_nan=False, allow_infinity=False, width=32)
@@ -33,14 +34,14 @@ POISON = st.none() | st.tuples(st.sampled_from([math.nan, math.inf, -math.inf]),
 @fuzz(300)
 @given(num_tokens=st.integers(0, 120), window=st.integers(1, 40), stride=st.integers(1, 50))
 def test_doc_windows_cover_the_context_in_order(num_tokens, window, stride):
-    windows = csd.doc_windows(num_tokens, window, stride)
+    windows = text_features.doc_windows(num_tokens, window, stride)
     assert windows[0][0] == 0
     assert sum(start + length >= num_tokens for start, length in windows) == 1  # only the last reaches the end
     assert windows[-1][0] + windows[-1][1] == num_tokens
     for (start, length), (next_start, _) in zip(windows, windows[1:]):
         assert 1 <= length <= window
         assert start < next_start <= start + min(stride, length)  # no gap, at most `stride` apart
-    owners = csd.max_context_windows(windows, num_tokens)  # the former rule (quadratic) as the reference
+    owners = text_features.max_context_windows(windows, num_tokens)  # the former rule (quadratic) as the reference
     for position in range(num_tokens):  # each token is scored in exactly one window, one that holds it
         best = [i for i in range(len(windows)) if reference_is_max_context(windows, i, position)]
         assert len(best) == 1 and owners[position] == best[0]
@@ -105,7 +106,7 @@ def test_features(tokenizer, context, question, options, data):
         first = data.draw(st.integers(0, len(words) - 1))
         last = data.draw(st.integers(first, min(first + 3, len(words) - 1)))
         start_char, end_char = words[first].start(), words[last].end()
-    example_ = csd.SquadExample("q", question, context, [context[start_char:end_char]],
+    example_ = text_features.SquadExample("q", question, context, [context[start_char:end_char]],
                                 context[start_char:end_char], start_char)
     try:
         options.check()
@@ -113,9 +114,9 @@ def test_features(tokenizer, context, question, options, data):
         assert any(name in str(err) for name in ("max_seq_length", "doc_stride", "max_query_length"))
         event("options rejected")
         return
-    tokenized = csd.tokenize_context(tokenizer, context)
+    tokenized = text_features.tokenize_context(tokenizer, context)
     answer = tokenized.token_span(start_char, end_char)
-    features = list(csd.example_features(example_, 0, tokenizer, options))
+    features = list(text_features.example_features(example_, 0, tokenizer, options))
     assert features
     held = 0
     for record, feature in features:
@@ -154,9 +155,9 @@ def _eval_maps(tokenizer, contexts, options):
     examples, features = [], {}
     for index, context in enumerate(contexts):
         examples.append({"example_index": index, "qas_id": f"q{index}", "context": context})
-        example_ = csd.SquadExample(f"q{index}", "what?", context, [])
-        for _, feature in csd.example_features(example_, index, tokenizer, options):
-            unique_id = csd.FIRST_UNIQUE_ID + len(features)
+        example_ = text_features.SquadExample(f"q{index}", "what?", context, [])
+        for _, feature in text_features.example_features(example_, index, tokenizer, options):
+            unique_id = text_features.FIRST_UNIQUE_ID + len(features)
             features[unique_id] = json.loads(json.dumps(dict(unique_id=unique_id, **feature)))
     return examples, features
 
@@ -196,7 +197,7 @@ def test_v1_answers_are_context_substrings(tokenizer, contexts, seq, stride, n_b
                                            data):
     """Any logits of any subset of the windows: every answer is a substring of its context (or ""), n-best
     texts are distinct with probabilities summing to 1; NaN or infinite logits are a UserError."""
-    options = csd.SquadOptions(seq, stride, 4, is_training=False)
+    options = text_features.SquadOptions(seq, stride, 4, is_training=False)
     examples, features = _eval_maps(tokenizer, contexts, options)
     uids = data.draw(st.lists(st.sampled_from(sorted(features)), min_size=1, unique=True))
     # drivers may hand over the ids as numpy ints or strings
@@ -217,7 +218,7 @@ def test_v1_answers_are_context_substrings(tokenizer, contexts, seq, stride, n_b
 def test_v1_gold_positions_give_the_answer_text(tokenizer, context, data):
     """Logits peaked at the first and last piece of some words of the context give back those words' text, cut
     from the original context (up to characters no piece keeps, at its ends)."""
-    examples, features = _eval_maps(tokenizer, [context], csd.SquadOptions(512, 128, 4, is_training=False))
+    examples, features = _eval_maps(tokenizer, [context], text_features.SquadOptions(512, 128, 4, is_training=False))
     if len(features) > 1:
         return
     (unique_id, feature), = features.items()
@@ -247,7 +248,7 @@ def test_v2_answers_and_null_odds(tokenizer, contexts, seq, stride, top, thresho
     context or "", the null odds are the smallest cls logit of the question's windows; NaN or infinite outputs
     are a UserError."""
     k1, k2 = top
-    options = csd.SquadOptions(seq, stride, 4, is_training=False)
+    options = text_features.SquadOptions(seq, stride, 4, is_training=False)
     examples, features = _eval_maps(tokenizer, contexts, options)
     uids = data.draw(st.lists(st.sampled_from(sorted(features)), min_size=1, unique=True))
     index = st.integers(-2, seq + 2)

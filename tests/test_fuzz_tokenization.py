@@ -1,12 +1,13 @@
-"""Property-based fuzzing of src/tokenization.py and of the SQuAD context alignment built on it
-(src.create_squad_data.tokenize_context), with the real ALBERT SentencePiece model and the albert_zh WordPiece
+"""Property-based fuzzing of src/data/tokenization.py and of the SQuAD context alignment built on it
+(src.data.features.tokenize_context), with the real ALBERT SentencePiece model and the albert_zh WordPiece
 vocabulary, on arbitrary unicode text (see tests/fuzz_helpers.py for the tricky characters mixed in)."""
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from src.data import features as text_features
 from src import create_squad_data as csd
-from src.tokenization import BasicTokenizer, FullTokenizer, preprocess_text
+from src.data.tokenization import BasicTokenizer, FullTokenizer, preprocess_text
 from tests.fuzz_helpers import TEXT, fuzz
 
 
@@ -116,7 +117,7 @@ def _check_alignment(tokenizer, context, tokenized):
 @example(context="0ꀀ0`0:0")
 def test_context_alignment(tokenizers, context):
     for kind, tokenizer in tokenizers.items():
-        tokenized = csd.tokenize_context(tokenizer, context)
+        tokenized = text_features.tokenize_context(tokenizer, context)
         if not (kind == "wordpiece" and _bert_drops_space(context)):
             assert tokenized.ids == tokenizer.encode(context)
         _check_alignment(tokenizer, context, tokenized)
@@ -129,7 +130,7 @@ def test_answer_spans_map_to_pieces_and_back(tokenizers, context, data):
     characters no piece keeps at its ends); any character range gives the first and last overlapping piece."""
     words = list(csd._WORD.finditer(context))
     for tokenizer in tokenizers.values():
-        tokenized = csd.tokenize_context(tokenizer, context)
+        tokenized = text_features.tokenize_context(tokenizer, context)
         start = data.draw(st.integers(0, len(context)))
         end = data.draw(st.integers(start, len(context)))
         overlapping = [i for i, (s, e) in enumerate(tokenized.char_spans) if s < end and e > start]
@@ -155,6 +156,6 @@ def test_answer_spans_map_to_pieces_and_back(tokenizers, context, data):
 def test_long_inputs(tokenizers, text, repeat):
     context = " ".join([text] * repeat)[:40000]
     for tokenizer in tokenizers.values():
-        tokenized = csd.tokenize_context(tokenizer, context)
+        tokenized = text_features.tokenize_context(tokenizer, context)
         assert all(0 <= i < tokenizer.vocab_size for i in tokenized.ids)
         assert all(0 <= s <= e <= len(context) for s, e in tokenized.char_spans)

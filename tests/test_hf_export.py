@@ -41,14 +41,14 @@ def export_in_process(*argv: str) -> str:
 # ------------------------------------------------------------------------------------------------ round trip
 @pytest.mark.parametrize("name", ["groups2_inner2_gelu_new", "exact_gelu_3layers", "groups3_relu_typevocab3"])
 def test_an_hf_model_converted_and_exported_comes_back_bit_identical(name, tmp_path):
-    """HF AlbertForPreTraining -> src.convert_checkpoint -> export.py --file_format HF: every tensor transformers
-    saved comes back with the same name, dtype and bits, and config.json holds every key of transformers'
+    """HF AlbertForPreTraining -> src.convert_checkpoint -> export.py --file_format HF: every tensor
+    transformers saved comes back with the same name, dtype and bits, and config.json holds every key of transformers'
     AlbertConfig with the model's values (the activation under HF's own name)."""
     from safetensors.numpy import load_file
     from transformers import AlbertConfig as HfConfig
 
     from hf_reference import TINY_CONFIGS, make_hf_pretraining, save_hf
-    from src.convert_checkpoint import convert
+    from src.conversion.convert_checkpoint import convert
 
     save_hf(make_hf_pretraining(TINY_CONFIGS[name], seed=4), tmp_path / "hf", safetensors=True)
     convert("hf", str(tmp_path / "hf"), str(tmp_path / "ours.ckpt"))
@@ -141,7 +141,7 @@ def hf_model(folder: Path):
 
 
 def columns(path: Path, names, rows: int = ROWS) -> List[np.ndarray]:
-    from src.dataset import read_column
+    from src.data.pipelines import read_column
 
     return [read_column(str(path), name)[:rows].astype(np.int32) for name in names]
 
@@ -151,11 +151,11 @@ def ours(task: str, checkpoint: Path, arrays: List[np.ndarray]) -> List[np.ndarr
     from mindspore import Tensor
 
     from model_utils.config import parse_cli
-    from src.albert_for_pre_training import AlbertPreTraining
-    from src.albert_model import PORTABLE, AlbertConfig
-    from src.finetuned import build_head
-    from src.tasks import TASKS
-    from src.utils import load_weights, read_checkpoint
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.model.albert import PORTABLE, AlbertConfig
+    from src.serving.finetuned_heads import build_head
+    from src.tasks.registry import TASKS
+    from src.common.checkpoint_io import load_weights, read_checkpoint
 
     net = AlbertConfig.from_json_file(str(checkpoint.parent / "albert_config.json"))
     if task == "pretrain":
@@ -262,9 +262,9 @@ def assert_encodes_as_ours(folder: Path, ours_tokenizer, slow_class: str, fast_c
 def random_classifier(folder: Path, vocab_size: int) -> Path:
     """A 2-class classifier with random weights over a `vocab_size`-token vocabulary, saved with its config as
     fine-tuning saves one (for what needs no trained weights)."""
-    from src.albert_model import AlbertConfig
-    from src.finetune_eval_model import AlbertForSequenceClassification
-    from src.utils import save_checkpoint_atomic
+    from src.model.albert import AlbertConfig
+    from src.model.task_heads import AlbertForSequenceClassification
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     config = AlbertConfig(vocab_size=vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
@@ -290,7 +290,7 @@ def test_sentencepiece_tokenizer_files_encode_as_ours(tokenizer, spm_path, tmp_p
 def test_wordpiece_tokenizer_files_encode_as_ours(tmp_path):
     """albert_zh: a classifier over the 21128-token WordPiece vocab.txt exported with it loads, and BertTokenizer and
     BertTokenizerFast (AutoTokenizer, by config.json's tokenizer_class) give our ids for Chinese news and English."""
-    from src.tokenization import FullTokenizer
+    from src.data.tokenization import FullTokenizer
 
     vocab = ASSETS / "tokenizer" / "albert_zh_vocab.txt"
     export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file",
@@ -415,20 +415,20 @@ def test_overwrite_refuses_a_folder_holding_anything_but_an_export(planted, tmp_
 def test_a_file_planted_during_the_export_keeps_the_folder(tmp_path, monkeypatch):
     """The folder is checked again once renamed aside: a file that appeared after the first check puts it back and
     stops the export; nothing is lost."""
-    import src.atomic_files
+    import src.common.atomic_files
 
     checkpoint = random_classifier(tmp_path, 100)
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
-    real_fsync = src.atomic_files.fsync_path
+    real_fsync = src.common.atomic_files.fsync_path
 
     def plant(path):
         if Path(path).name.startswith(".tmp-export-") and not (folder / "notes.txt").exists():
             (folder / "notes.txt").write_text("written while the export ran")
         real_fsync(path)
 
-    monkeypatch.setattr(src.atomic_files, "fsync_path", plant)
+    monkeypatch.setattr(src.common.atomic_files, "fsync_path", plant)
     with pytest.raises(UserError, match=f"{folder} holds notes.txt, which this command does not write"):
         export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint),
                           "--export_file_name", str(folder), "--overwrite", "true")
@@ -454,10 +454,10 @@ def run_folder(root: Path, steps: Sequence[int]) -> Path:
     """A fine-tuning run's OUTPUT_DIR as run_classifier.py leaves it: checkpoints/albert_classifier-<step>.ckpt (a
     random 2-class head carrying the progress a run records) with albert_config.json, and eval/eval_results.json of
     the run's final weights on MRPC."""
-    from src.albert_model import AlbertConfig
-    from src.finetune import RUN_WEIGHTS
-    from src.finetune_eval_model import AlbertForSequenceClassification
-    from src.utils import save_checkpoint_atomic
+    from src.model.albert import AlbertConfig
+    from src.training.finetune import RUN_WEIGHTS
+    from src.model.task_heads import AlbertForSequenceClassification
+    from src.common.checkpoint_io import save_checkpoint_atomic
 
     config = AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)

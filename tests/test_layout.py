@@ -1,6 +1,6 @@
 """The package's layout rules that code review would otherwise have to remember: library code in src/ never
 imports an entry-point module at the top level (dataset.py, export.py, run_*.py, pretrain_eval.py), and every task
-is defined once, in src/tasks.py, for every entry point that needs one; every requirement has a floor."""
+is defined once, in src/tasks/registry.py, for every entry point that needs one; every requirement has a floor."""
 import ast
 from pathlib import Path
 
@@ -26,7 +26,7 @@ def test_nothing_in_src_imports_a_top_level_module():
 
 
 def test_the_entry_points_take_their_tasks_from_the_registry():
-    from src.tasks import TASKS
+    from src.tasks.registry import TASKS
 
     assert sorted(TASKS) == ["classifier", "race", "squad_v1", "squad_v2"]
     for name, task in TASKS.items():
@@ -51,3 +51,72 @@ def test_every_requirement_names_its_oldest_version_and_the_installed_ones_fit()
             except PackageNotFoundError:
                 continue  # requirements-dev.txt where only requirements.txt is installed
             assert requirement.specifier.contains(installed, prereleases=True), f"{name}: {line} vs {installed}"
+
+
+# The floors of the code under src/ (docs/internals.md, "Layout"), bottom first: a module imports only from its own
+# folder or the folders below it, and the files at the top of src/ are the commands and ModelZoo's import paths.
+FLOORS = ("common", "data", "model", "conversion", "devices", "tasks", "training", "serving", "export")
+SRC_ENTRY_POINTS = {"albert_model", "convert_checkpoint", "create_finetune_data", "create_pretraining_data",
+                    "create_squad_data", "dataset", "model_summary", "plot_metrics", "predict", "sample_corpus",
+                    "spm_train", "squad_postprocess", "tokenization"}
+
+
+def src_imports(path: Path) -> set:
+    """Every `src...` module `path` imports, at the top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("src"):
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("src."))
+    return found
+
+
+def test_the_top_of_src_holds_only_the_commands_and_modelzoo_import_paths():
+    assert {path.stem for path in (ROOT / "src").glob("*.py")} - {"__init__"} == SRC_ENTRY_POINTS
+    assert {path.name for path in (ROOT / "src").iterdir() if path.is_dir() and path.name != "__pycache__"} \
+        == set(FLOORS)
+
+
+def test_each_floor_imports_only_from_itself_and_the_floors_below():
+    offenders = []
+    for floor, name in enumerate(FLOORS):
+        for path in sorted((ROOT / "src" / name).rglob("*.py")):
+            for module in src_imports(path):
+                parts = module.split(".")
+                target = parts[1] if len(parts) > 1 else ""
+                if target not in FLOORS or FLOORS.index(target) > floor:
+                    offenders.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert offenders == []
+
+
+def test_the_modelzoo_import_paths_still_reach_the_code():
+    import dataset
+    from src import albert_model, convert_checkpoint, squad_postprocess, tokenization
+    from src import dataset as src_dataset
+    from src.conversion import convert_checkpoint as conversion
+    from src.data import pipelines
+    from src.data import tokenization as data_tokenization
+    from src.model import albert
+    from src.tasks import squad_metrics
+
+    assert albert_model.AlbertModel is albert.AlbertModel and albert_model.AlbertConfig is albert.AlbertConfig
+    assert src_dataset.create_classification_dataset is pipelines.create_classification_dataset
+    assert dataset.create_pretraining_dataset is pipelines.create_pretraining_dataset
+    assert tokenization.FullTokenizer is data_tokenization.FullTokenizer
+    assert convert_checkpoint.main is conversion.main and squad_postprocess.main is squad_metrics.main
+
+
+def test_every_record_schema_is_defined_once():
+    """The column names of each record live in src/data/schema.py; the writers, readers and the task registry take
+    them from there instead of spelling them out."""
+    spelled = []
+    for path in sorted((ROOT / "src").rglob("*.py")):
+        if path.name == "schema.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Tuple, ast.List)) and len(node.elts) >= 3 and all(
+                    isinstance(e, ast.Constant) and e.value in ("input_ids", "input_mask", "segment_ids")
+                    for e in node.elts[:3]):
+                spelled.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert spelled == []

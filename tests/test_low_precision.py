@@ -89,8 +89,8 @@ def test_every_head_exports_int8_with_its_last_layers_float(task, heads, tmp_pat
 
 
 def _mrpc_features(assets, tokenizer, rows: int):
-    from src.create_finetune_data import InputExample, classifier_feature
-    from src.data_utils import read_tsv
+    from src.data.features import InputExample, classifier_feature
+    from src.data.input_text import read_tsv
 
     pairs = [fields for _, fields in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:rows + 1]
     features = [classifier_feature(InputExample(str(n), f[3], f[4], None, ""), tokenizer, {}, SEQ)
@@ -163,7 +163,7 @@ def test_predict_serves_a_checkpoint_with_bf16_and_int8_products(heads, assets, 
                                                                   tmp_path):
     """--precision bfloat16 and int8 on a .ckpt: answers close to float32's (int8: weights quantized at load per
     output channel, inputs per row: coarser on this tiny net of std-0.3 weights), each run saying its products."""
-    from src import cpu_kernels
+    from src.model import cpu_kernels
     from tests.pretrain_helpers import run
 
     precisions = ["float32"] + [name for name, (supported, why) in (("bfloat16", cpu_kernels.bf16_support()),
@@ -191,7 +191,8 @@ def test_predict_serves_a_checkpoint_with_bf16_and_int8_products(heads, assets, 
 
 def test_bf16_is_refused_where_it_cannot_run(heads, spm_path, monkeypatch, capsys):  # noqa: F811
     from model_utils.errors import run_cli
-    from src import cpu_kernels, predict
+    from src.model import cpu_kernels
+    from src import predict
 
     why = "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, why))
@@ -207,7 +208,8 @@ def test_bf16_is_refused_where_it_cannot_run(heads, spm_path, monkeypatch, capsy
 def test_int8_is_refused_where_it_cannot_run_and_on_exported_models(heads, exports, spm_path, monkeypatch,  # noqa: F811
                                                                     capsys):
     from model_utils.errors import run_cli
-    from src import cpu_kernels, predict
+    from src.model import cpu_kernels
+    from src import predict
 
     why = "oneDNN's int8 products here: none (no VNNI)"
     monkeypatch.setattr(cpu_kernels, "int8_support", lambda: (False, why))
@@ -230,9 +232,9 @@ def test_served_weights_are_made_once_at_load(monkeypatch):
     import mindspore as ms
     from mindspore import Tensor
 
-    from src import cpu_kernels
-    from src.albert_model import AlbertConfig, AlbertModel, Runtime
-    from src.device_setup import serving_runtime
+    from src.model import cpu_kernels
+    from src.model.albert import AlbertConfig, AlbertModel, Runtime
+    from src.devices.device_setup import serving_runtime
     from tests.test_bf16_training import TINY
 
     if not cpu_kernels.available():

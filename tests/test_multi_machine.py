@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 from finetune_helpers import TINY_FINETUNE, make_squad
-from src import cpu_kernels
+from src.model import cpu_kernels
 from machines import Machines, machines, unavailable
-from pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run,
-                              tool, weights)
+from pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run, tool,
+                              weights)
 
 PRETRAIN = SCRIPTS / "run_pretrain_distribute.sh"
 SQUAD = SCRIPTS / "run_squad_v1_distribute.sh"
@@ -147,7 +147,7 @@ def uniform_data(data, tmp_path_factory) -> Path:
                                      "--spm_model_file", data["folder"] / "spm.model", "--max_seq_length", "32",
                                      "--max_predictions_per_seq", "5", "--masked_lm_prob", "0.5",
                                      "--short_seq_prob", "0", "--dupe_factor", "1", "--progress", "false"])
-    from src.dataset import create_pretraining_dataset
+    from src.data.pipelines import create_pretraining_dataset
     rows = create_pretraining_dataset(output, batch_size=100000, shuffle=False, drop_remainder=False)
     weights_per_row = next(rows.create_tuple_iterator(output_numpy=True))[6].sum(-1)
     assert (weights_per_row == 5).mean() > 0.99
@@ -303,7 +303,7 @@ QUICK = {"NODE_TIMEOUT": "15"}  # failures noticed in ~NODE_TIMEOUT + 5 s (measu
 
 def assert_whole_checkpoints(folder: Path) -> List[int]:
     """Every file under a checkpoint's name reads back whole (a cut-short write keeps its temporary name)."""
-    from src.utils import read_checkpoint
+    from src.common.checkpoint_io import read_checkpoint
 
     steps = []
     for path in sorted(folder.glob("albert_pretrain-*.ckpt")):

@@ -75,8 +75,8 @@ def test_every_dense_layer_of_the_ir_has_int8_weights(exports):
 
 def _dev_columns(assets, tokenizer):
     """(input_ids, token_type_ids, input_mask) of the first MRPC dev pairs, made by the data tool's feature code."""
-    from src.create_finetune_data import InputExample, classifier_feature
-    from src.data_utils import read_tsv
+    from src.data.features import InputExample, classifier_feature
+    from src.data.input_text import read_tsv
 
     pairs = [fields for _, fields in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:DEV_ROWS + 1]
     features = [classifier_feature(InputExample(str(n), f[3], f[4], None, ""), tokenizer, {}, SEQ)
@@ -107,7 +107,7 @@ def test_int8_ir_answers_agree_with_the_float_onnx_in_onnxruntime(exports, asset
 def test_predict_serves_the_ir_on_openvino(exports, assets, spm_path, tmp_path):
     """src.predict on the .xml (engine told by the suffix, said on stderr) answers a file of real pairs as the float
     export does on ONNX Runtime, to int8 tolerance."""
-    from src.data_utils import read_tsv
+    from src.data.input_text import read_tsv
 
     pairs = [fields for _, fields in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:11]
     requests = tmp_path / "requests.jsonl"
@@ -184,7 +184,7 @@ def test_a_failed_save_leaves_no_half_written_ir(heads, mrpc, tmp_path, monkeypa
     import openvino
 
     import export as export_module
-    import src.device_setup
+    import src.devices.device_setup
     from model_utils.errors import run_cli
 
     def half_written(model, path, *args, **kwargs):
@@ -193,7 +193,7 @@ def test_a_failed_save_leaves_no_half_written_ir(heads, mrpc, tmp_path, monkeypa
 
     monkeypatch.setattr(openvino, "save_model", half_written)
     # In this process MindSpore's runtime may already be started by earlier tests: the device setup is taken as done.
-    monkeypatch.setattr(src.device_setup, "setup_device", lambda *args, **kwargs: src.device_setup.Device("CPU"))
+    monkeypatch.setattr(src.devices.device_setup, "setup_device", lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
     out = tmp_path / "out"
     out.mkdir()
     code = run_cli(export_module.main, [
@@ -238,7 +238,7 @@ def test_bench_accuracy_openvino_paths_on_an_mrpc_slice(tmp_path, assets):
                  "--calibration_rows", "16", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
-    from src import cpu_kernels
+    from src.model import cpu_kernels
 
     paths = ["fp32"] + (["ov_bf16"] if cpu_kernels.bf16_support()[0] else []) + ["ov_f32", "ov_int8"]
     result = report["tasks"]["mrpc"]

@@ -6,7 +6,7 @@ import pytest
 from mindspore import Parameter, Tensor
 
 from model_utils.errors import UserError
-from src.optimization import Lamb, PolynomialWarmupSchedule, build_optimizer, schedule_warnings, use_weight_decay
+from src.training.optimization import Lamb, PolynomialWarmupSchedule, build_optimizer, schedule_warnings, use_weight_decay
 
 SECTION = dict(learning_rate=0.01, end_learning_rate=0.001, power=2.0, warmup_steps=0, weight_decay=0.1, eps=1e-6)
 TOTAL_STEPS = 10

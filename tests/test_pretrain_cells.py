@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn, ops
 
-from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining, AlbertTrainOneStepCell
-from src.albert_model import AlbertConfig
-from src.device_setup import model_runtime
-from src.optimization import build_optimizer
-from src.utils import load_weights, save_checkpoint_atomic
+from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
+from src.training.train_step import AlbertTrainOneStepCell
+from src.model.albert import AlbertConfig
+from src.devices.device_setup import model_runtime
+from src.training.optimization import build_optimizer
+from src.common.checkpoint_io import load_weights, save_checkpoint_atomic
 
 CONFIG = AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=37, max_position_embeddings=32, hidden_dropout_prob=0.0,

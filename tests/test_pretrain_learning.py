@@ -1,9 +1,9 @@
 """Pretraining learns: tiny ALBERT trained on the SQuAD v1.1 dev Wikipedia articles, evaluated on held-out
 articles, beats the same network untrained on both tasks.
 
-Recipe (docs/pretraining.md's, with 1000 steps instead of 1500): 43 articles for training, the last 5 held out; 4000-piece
-SentencePiece vocabulary trained on the training articles; seq 64, 10 predictions, dupe_factor 3; albert_tiny with
-pre-LayerNorm, Lamb lr 5e-3 (100 warmup steps, linear decay), batch 32, 1000 steps. The documented 1500-step run
+Recipe (docs/pretraining.md's, with 1000 steps instead of 1500): 43 articles for training, the last 5 held out;
+4000-piece SentencePiece vocabulary trained on the training articles; seq 64, 10 predictions, dupe_factor 3; albert_tiny
+with pre-LayerNorm, Lamb lr 5e-3 (100 warmup steps, linear decay), batch 32, 1000 steps. The documented 1500-step run
 (2026-11-22): masked_lm_accuracy 0.133, sentence_order_accuracy 0.578 on 954 held-out instances, against 0.0001 and
 0.501 untrained. 1000 steps keep a clear margin over every bound below, measured on 2 CPU cores (2026-11-25):
 masked_lm_accuracy / masked_lm_loss / sentence_order_accuracy 0.119 / 5.93 / 0.576 with this test's seed 12345, and
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from src import cpu_kernels
+from src.model import cpu_kernels
 from tests.pretrain_helpers import ok, run, tool
 
 BF16_MARKS = [pytest.mark.skipif(not cpu_kernels.available(), reason="compiled CPU kernels unavailable"),
@@ -67,8 +67,8 @@ def test_tiny_albert_learns_both_tasks_on_held_out_wikipedia(wikipedia, compute_
 
     import mindspore as ms
 
-    from src.albert_for_pre_training import AlbertPreTraining
-    from src.albert_model import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.model.albert import AlbertConfig
     ms.set_seed(12345)
     untrained_net = AlbertPreTraining(AlbertConfig.from_json_file(str(out / "albert_config.json")))
     ms.save_checkpoint(untrained_net, str(out / "untrained.ckpt"))

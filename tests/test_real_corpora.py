@@ -25,10 +25,11 @@ from hypothesis import strategies as st
 
 import dataset
 from model_utils.errors import UserError
-from src import corpus as corpus_module
+from src.data import schema
+from src.data import corpus as corpus_module
 from src import create_pretraining_data as cpd
-from src.corpus import Corpus, read_documents, split_sentences
-from src.data_utils import resolve_input_files
+from src.data.corpus import Corpus, read_documents, split_sentences
+from src.data.input_text import resolve_input_files
 
 # ------------------------------------------------------------------------------------------- a Wikipedia dump
 # 12 articles: a title and paragraphs of plain sentences (what a reader should get back), each sentence also
@@ -173,7 +174,7 @@ def test_duplicates_are_found_in_bounded_memory(tmp_path, monkeypatch):
 
 def test_spm_train_reads_the_sentences_of_the_same_documents(wiki):
     from src.spm_train import _sentences
-    from src.tokenization import preprocess_text
+    from src.data.tokenization import preprocess_text
     expected = [preprocess_text(s, lower=True) for i in range(12) for p in _article(i) for s in p]
     for tree in wiki.values():
         assert list(_sentences(resolve_input_files(str(tree)), True, "auto", "text")) == expected
@@ -348,7 +349,7 @@ MEASURE_PEAK = """
 import resource, sys
 from pathlib import Path
 import pyarrow.parquet
-from src import corpus
+from src.data import corpus
 corpus.split_sentences = lambda text: [text[:20]]  # the sentence rule (linear, one row at a time) is not measured
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 count = sum(1 for _ in corpus.read_documents([Path(sys.argv[1])]))
@@ -581,4 +582,4 @@ def _records(data):
     import mindspore.dataset as ds
     files = dataset.resolve_mindrecord_files(data)
     rows = ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True, num_epochs=1)
-    return [b"".join(np.asarray(row[name]).tobytes() for name in cpd.COLUMNS) for row in rows]
+    return [b"".join(np.asarray(row[name]).tobytes() for name in schema.PRETRAINING.names) for row in rows]

@@ -1,7 +1,7 @@
-"""The shared plumbing of the run reports, in-process: the log every command tees its output into (src/run_log.py),
-progress lines (src/progress.py) and TensorBoard summaries (src/summaries.py), the latter read back with TensorBoard's
-own EventAccumulator. The entry points' use of them is tested on real runs (test_run_pretrain.py,
-test_finetune_e2e.py, test_crash_safety.py, test_pretrain_scripts.py)."""
+"""The shared plumbing of the run reports, in-process: the log every command tees its output into
+(src/common/run_log.py), progress lines (src/common/progress.py) and TensorBoard summaries (src/training/summaries.py),
+the latter read back with TensorBoard's own EventAccumulator. The entry points' use of them is tested on real runs
+(test_run_pretrain.py, test_finetune_e2e.py, test_crash_safety.py, test_pretrain_scripts.py)."""
 import io
 import os
 import sys
@@ -10,8 +10,8 @@ import time
 import pytest
 
 from model_utils.errors import UserError, run_cli
-from src import run_log
-from src.progress import counting, progress
+from src.common import run_log
+from src.common.progress import counting, progress
 
 
 def command(folder, lines, fail=None):
@@ -109,7 +109,7 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(live, monkeyp
 def test_summaries_are_read_back_by_tensorboard_and_a_resumed_writer_replaces_the_redone_steps(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from src.summaries import Summaries
+    from src.training.summaries import Summaries
 
     first = Summaries(str(tmp_path))
     first.text("settings", "    train_steps: 4", 0)

@@ -12,8 +12,8 @@ from typing import Dict
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import (ENV, ROOT, TINY, check_curves, metrics_by_step, ok, one_line_error, pretrain,
-                                    run, tensorboard)
+from tests.pretrain_helpers import (ENV, ROOT, TINY, check_curves, metrics_by_step, ok, one_line_error, pretrain, run,
+                                    tensorboard)
 
 
 def test_absurd_loss_scale_overflows_then_falls_and_training_proceeds(data, tmp_path):
@@ -84,7 +84,7 @@ def test_mindspore_plugin_warnings_show_only_with_verbose(data, tmp_path):
 
 
 def test_epochs_come_from_the_dataset_size(data, tmp_path):
-    from src.dataset import count_rows
+    from src.data.pipelines import count_rows
 
     rows = count_rows(data["train"])
     result = ok(run(pretrain(data, tmp_path, "--batch_size", "256", "--epoch_size", "2", "--log_steps", "100",
@@ -99,7 +99,7 @@ def hf_metrics(hf_model, data_file: Path) -> Dict[str, float]:
     """The four metrics computed with HF AlbertForPreTraining (torch) over every row of `data_file`."""
     import torch
 
-    from src.dataset import create_pretraining_dataset
+    from src.data.pipelines import create_pretraining_dataset
 
     totals = np.zeros(6)
     dataset = create_pretraining_dataset(data_file, batch_size=64, shuffle=False, drop_remainder=False)
@@ -137,7 +137,7 @@ def test_pretrain_eval_equals_hf_on_a_converted_checkpoint(data, tmp_path):
     expected = hf_metrics(model, data["eval"])
     for key, value in expected.items():
         assert ours[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    from src.dataset import count_rows
+    from src.data.pipelines import count_rows
     assert ours["examples"] == count_rows(data["eval"])  # the padded last batch adds nothing
     assert "masked_lm_accuracy" in result.stdout
     # Progress (a plain last line: no terminal here), the log beside the json, TensorBoard at the checkpoint's step
@@ -170,12 +170,12 @@ def test_plot_metrics_writes_a_png_with_the_newest_row_per_step(tmp_path):
 
 
 def test_continued_pretraining_takes_the_network_saved_beside_the_checkpoint(data, tmp_path):
-    """A converted public checkpoint X.ckpt comes with X.ckpt.json (src.convert_checkpoint): run_pretrain.py reads
-    the network from it as fine-tuning does, instead of the default preset (which would not fit)."""
+    """A converted public checkpoint X.ckpt comes with X.ckpt.json (src.convert_checkpoint): run_pretrain.py
+    reads the network from it as fine-tuning does, instead of the default preset (which would not fit)."""
     import mindspore as ms
 
-    from src.albert_for_pre_training import AlbertPreTraining
-    from src.albert_model import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.model.albert import AlbertConfig
 
     config = AlbertConfig.from_preset("albert_tiny", vocab_size=1000, hidden_size=48, embedding_size=16,
                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -225,8 +225,8 @@ def test_checkpoint_of_another_config_or_plan_is_refused(data, tmp_path):
 def test_weights_only_checkpoint_initialises_and_a_restart_continues_the_run(data, tmp_path):
     import mindspore as ms
 
-    from src.albert_for_pre_training import AlbertPreTraining
-    from src.albert_model import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.model.albert import AlbertConfig
 
     config = AlbertConfig.from_preset("albert_tiny", vocab_size=1000, hidden_size=32, embedding_size=16,
                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)

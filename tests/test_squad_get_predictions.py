@@ -11,8 +11,8 @@ import pytest
 
 from model_utils.errors import UserError
 from src import create_squad_data as csd
-from src import squad_get_predictions as sgp
-from src.squad_postprocess import evaluate_v1, evaluate_v2, exact_score, questions
+from src.tasks import squad_answers as sgp
+from src.tasks.squad_metrics import evaluate_v1, evaluate_v2, exact_score, questions
 from tests.test_create_squad_data import _args
 
 V1_HALVES = ["v1.1/dev-v1.1.part1_bloomsbury.json", "v1.1/dev-v1.1.part2_bloomsbury.json"]
@@ -461,6 +461,6 @@ def test_bad_results_and_arguments(make_eval_data):
 
 
 def test_module_does_not_import_mindspore(project_root):
-    code = "import sys, src.squad_get_predictions; print('mindspore' in sys.modules)"
+    code = "import sys, src.tasks.squad_answers; print('mindspore' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=project_root, check=True)
     assert out.stdout.strip() == "False"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from src.squad_postprocess import evaluate_v1, evaluate_v2, questions
+from src.tasks.squad_metrics import evaluate_v1, evaluate_v2, questions
 
 ROOT = Path(__file__).resolve().parents[1]
 

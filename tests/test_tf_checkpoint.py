@@ -1,4 +1,4 @@
-"""src/tf_checkpoint.py against checkpoints written, and read back, by real TensorFlow.
+"""src/conversion/tf_checkpoint.py against checkpoints written, and read back, by real TensorFlow.
 
 The fixtures and their reference.npz come from tests/fixtures/make_tf_albert_checkpoint.py (run once
 with TensorFlow in a separate virtualenv); TensorFlow is not needed here.
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from src.tf_checkpoint import _iter_table, crc32c, list_tf_variables, read_tf_checkpoint, resolve_prefix
+from src.conversion.tf_checkpoint import _iter_table, crc32c, list_tf_variables, read_tf_checkpoint, resolve_prefix
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ALBERT = FIXTURES / "tf_albert_tiny"

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from model_utils.errors import UserError
-from src.tokenization import FullTokenizer, preprocess_text
+from src.data.tokenization import FullTokenizer, preprocess_text
 
 transformers = pytest.importorskip("transformers")
 

@@ -8,11 +8,11 @@ import pytest
 
 from model_utils.config import load_yaml_documents, parse_cli
 from model_utils.errors import UserError
-from src.albert_model import PRESETS
-from src.checkpoints import list_checkpoints
-from src.device_setup import pick_device_target
-from src.step_plan import StepPlan
-from src.train_loop import sink_size
+from src.model.albert import PRESETS
+from src.training.checkpoints import list_checkpoints
+from src.devices.device_setup import pick_device_target
+from src.training.step_plan import StepPlan
+from src.training.train_loop import sink_size
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def test_yaml_types_and_overrides():
 @pytest.fixture(scope="module")
 def two_shard_data(tmp_path_factory):
     """40 rows in two MindRecord shards; input_ids[0] is the row number."""
-    from src.mindrecord_io import RecordWriter
+    from src.data.mindrecord_io import RecordWriter
 
     columns = {"input_ids": (np.int32, [8]), "input_mask": (np.int32, [8]), "segment_ids": (np.int32, [8]),
                "next_sentence_labels": (np.int32, [1]), "masked_lm_positions": (np.int32, [3]),
@@ -138,7 +138,7 @@ def two_shard_data(tmp_path_factory):
 
 
 def test_dataset_reads_the_requested_rows_in_order_across_shards(two_shard_data):
-    from src.dataset import count_rows, create_pretraining_dataset
+    from src.data.pipelines import count_rows, create_pretraining_dataset
 
     assert count_rows(two_shard_data) == 40
     in_file_order = create_pretraining_dataset(two_shard_data, batch_size=40, shuffle=False)
@@ -151,7 +151,7 @@ def test_dataset_reads_the_requested_rows_in_order_across_shards(two_shard_data)
 
 
 def test_schema_file_mismatch_names_the_column(two_shard_data, tmp_path):
-    from src.dataset import check_schema
+    from src.data.pipelines import check_schema
 
     assert check_schema(two_shard_data, "") == (8,)
     schema = tmp_path / "schema.json"

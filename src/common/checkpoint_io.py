@@ -1,0 +1,155 @@
+"""Checkpoint helpers shared by every entry point: atomic writes that carry a digest of their contents, reading
+that verifies it, and loading that refuses to half-load."""
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn
+
+from model_utils.errors import UserError
+from src.common.atomic_files import atomic_path, make_readable
+
+BACKBONE_PREFIX = "albert."
+# Train-cell state that shares a checkpoint with the weights (optimizer moments, step, loss scale).
+TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v.", "lamb_m.", "lamb_v.", "accu_grads.",
+                        "accu_overflow", "accumulation_step", "global_step",
+                        "learning_rate", "beta1_power", "beta2_power", "scale_sense", "current_iterator_step",
+                        "last_overflow_iterator_step", "epoch_num", "step_num", "loss_scale", "overflow_count",
+                        "run_id")
+_SHOWN = 8
+# Every checkpoint this package writes holds the sha256 of all its other entries under this name (see
+# `contents_digest`): MindSpore itself loads a file with flipped tensor bytes without a word.
+DIGEST_KEY = "checkpoint_sha256"
+Value = Union[Parameter, Tensor, np.ndarray, int, float, str]
+
+
+@dataclass
+class LoadReport:
+    """What a checkpoint load did: which network parameters were left at their initial values, what was unused."""
+
+    loaded: List[str] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)
+    unused: List[str] = field(default_factory=list)
+
+
+def _listing(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:_SHOWN])
+    return shown + (f" ... and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+
+
+def read_checkpoint(path: str) -> Dict[str, Parameter]:
+    """ms.load_checkpoint with a one-line error naming the file when it is missing, unreadable or damaged (its
+    stored digest does not match its contents). A file without a digest (a checkpoint MindSpore or an older
+    version of this package wrote) is read as it is."""
+    if not os.path.isfile(path):
+        raise UserError(f"checkpoint not found: {path}")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"cannot read checkpoint {path}: the file is empty")
+    try:
+        values = ms.load_checkpoint(path)
+    except Exception as err:  # MindSpore raises ValueError/RuntimeError with multi-line text for corrupt files
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(f"cannot read checkpoint {path}: {reason}") from err
+    stored = values.pop(DIGEST_KEY, None)
+    if stored is not None and stored != contents_digest(values):
+        raise UserError(f"checkpoint {path} is damaged: its contents do not match the sha256 stored in it when it "
+                        f"was written (a disk or copy that changed bytes)")
+    return values
+
+
+def contents_digest(values: Mapping[str, Value]) -> str:
+    """sha256 over every entry's name, dtype, shape and bytes, in name order: the same for the values a checkpoint
+    is written from and the values MindSpore reads back (ints come back as int64, floats as float32)."""
+    digest = hashlib.sha256()
+    for name in sorted(values):
+        value = values[name]
+        digest.update(name.encode("utf-8") + b"\0")
+        if isinstance(value, str):
+            digest.update(b"str\0" + value.encode("utf-8"))
+            continue
+        array = _as_array(value)
+        digest.update(f"{array.dtype.str}{array.shape}\0".encode("ascii"))
+        digest.update(np.ascontiguousarray(array).data)
+    return digest.hexdigest()
+
+
+def _as_array(value: Value) -> np.ndarray:
+    if isinstance(value, Tensor):
+        return value.asnumpy()
+    if isinstance(value, bool):
+        return np.asarray(value, np.bool_)
+    if isinstance(value, int):
+        return np.asarray(value, np.int64)
+    if isinstance(value, float):
+        return np.asarray(value, np.float32)
+    return np.asarray(value)
+
+
+def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, np.ndarray, Tensor]]],
+                 allow_missing: Sequence[str] = (), required_prefix: str = BACKBONE_PREFIX,
+                 name: str = "") -> LoadReport:
+    """Load a checkpoint into `net`, failing loudly instead of silently keeping random weights.
+
+    Every parameter of `net` must come from the checkpoint, except names starting with one of `allow_missing`
+    (a new task head); a name under `required_prefix` (the backbone) can never be missing. Shapes must match.
+    Optimizer state in the checkpoint is ignored; other unused names are reported in the returned LoadReport.
+    `name`: the file a mapping `source` was read from, so that errors name it.
+    """
+    where = source if isinstance(source, str) else name or "checkpoint"
+    values = read_checkpoint(source) if isinstance(source, str) else dict(source)
+    params = {p.name: p for p in net.get_parameters()}
+
+    mismatched = [f"{name}: checkpoint {tuple(np.shape(values[name]))} vs network {tuple(p.shape)}"
+                  for name, p in params.items() if name in values and tuple(np.shape(values[name])) != tuple(p.shape)]
+    if mismatched:
+        raise UserError(f"{where}: shapes do not match the network (a checkpoint of another config?): "
+                        f"{_listing(mismatched)}")
+    missing = [name for name in params if name not in values]
+    required = [name for name in missing
+                if name.startswith(required_prefix) or not name.startswith(tuple(allow_missing))]
+    if required:
+        raise UserError(f"{where}: {len(required)} network parameters are not in the checkpoint and would stay "
+                        f"randomly initialised: {_listing(required)}")
+    to_load = {name: _as_parameter(name, values[name]) for name in params if name in values}
+    not_loaded, _ = ms.load_param_into_net(net, to_load, strict_load=True)
+    not_loaded = [name for name in not_loaded if name not in missing]
+    if not_loaded:
+        raise UserError(f"{where}: MindSpore did not load {_listing(not_loaded)}")
+    unused = [name for name in values if name not in params and not name.startswith(TRAIN_STATE_PREFIXES)]
+    return LoadReport(loaded=sorted(to_load), missing=missing, unused=unused)
+
+
+def _as_parameter(name: str, value: Union[Parameter, np.ndarray, Tensor]) -> Parameter:
+    if isinstance(value, Parameter):
+        return value
+    return Parameter(value if isinstance(value, Tensor) else Tensor(np.asarray(value)), name=name)
+
+
+def save_checkpoint_atomic(items: Union[nn.Cell, List[Dict[str, Tensor]]], path: str,
+                           append_dict: Optional[Dict[str, Union[int, float, str]]] = None,
+                           replace: bool = True) -> None:
+    """Write a checkpoint, with the digest of its contents (see read_checkpoint), under a temporary name and rename
+    it into place once it is on disk, so a crash never leaves half a file under the final name; readable by others
+    (see make_readable). `append_dict` adds scalars (e.g. training progress) beside the parameters; `replace`
+    False: never over a file (see place_new)."""
+    if not path.endswith(".ckpt"):
+        raise UserError(f"checkpoint file name must end with .ckpt: {path}")
+    tensors = _by_name(items)
+    extra = dict(append_dict or {})
+    extra[DIGEST_KEY] = contents_digest({**tensors, **extra})
+    with atomic_path(path, ".ckpt", plain_mode=False, durable=True, replace=replace) as tmp:
+        ms.save_checkpoint([{"name": name, "data": value} for name, value in tensors.items()], tmp,
+                           append_dict=extra)
+        make_readable(tmp)
+
+
+def _by_name(items: Union[nn.Cell, List[Dict[str, Tensor]]]) -> Dict[str, Tensor]:
+    """What is written, by name: a cell's parameters (each once) or a list of {"name", "data"}; MindSpore writes
+    exactly these (as a list of {"name", "data"}, the form every supported version takes), so the digest is
+    computed over what lands in the file."""
+    if isinstance(items, nn.Cell):
+        return {param.name: param for _, param in items.parameters_and_names()}
+    return {item["name"]: item["data"] for item in items}

@@ -1,0 +1,1024 @@
+// Matrix products for MindSpore's Custom op (func_type "aot") on CPU, computed by oneDNN from the libdnnl that ships
+// inside the MindSpore wheel, and attention's masked softmax, run on each head's scores while they are in cache.
+// That library is built for a caller-supplied thread pool and runs single-threaded here, so each product is split by
+// rows (or columns) of the result, or by attention head, over albert::Threads() threads.
+// Float32 products run as dnnl_sgemm. With SetBf16(1) the dense layers' products run in bfloat16 with float32
+// accumulation: each float32 operand is rounded to bfloat16 once per call, over the threads (a dense layer's weights
+// come already rounded: the graph makes their bfloat16 copy once per step, see cpu_kernels.Dense), and the products
+// run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h; dnnl_gemm_bf16bf16f32 where the
+// primitive API is missing). Attention's per-head products stay float32 sgemm: on a Xeon with AMX a bfloat16 product
+// at 128 x 128 x 64 ran at 0.55-0.85x sgemm's rate through dnnl_gemm_bf16bf16f32, and the fused attention with its
+// products as bfloat16 primitives (q, k, v and each pair's probabilities rounded) measured no faster than with sgemm
+// at 128 positions, forward and backward. Softmax, LayerNorm and everything else stay float32.
+// Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
+// feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; its
+// attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair.
+// See src/model/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
+#include <immintrin.h>
+
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+
+#include "dnnl_primitives.h"
+#include "parallel.h"
+#include "profile.h"
+#include "vector_math.h"
+
+extern "C" int dnnl_gemm_bf16bf16f32(char transa, char transb, int64_t m, int64_t n, int64_t k, float alpha,
+                                     const uint16_t *a, int64_t lda, const uint16_t *b, int64_t ldb, float beta,
+                                     float *c, int64_t ldc);
+
+namespace {
+
+bool &Bf16() {
+  static bool on = false;
+  return on;
+}
+
+bool IsBf16(const char *dtype) { return std::strcmp(dtype, "bfloat16") == 0; }
+
+// float32 -> bfloat16, rounded to nearest even (the CPU's own instruction where it has one).
+void ToBf16(const float *from, uint16_t *to, int64_t count) {
+  int64_t i = 0;
+#ifdef __AVX512BF16__
+  for (; i + 16 <= count; i += 16) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i *>(to + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(from + i)));
+  }
+#endif
+  for (; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, from + i, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) {
+      to[i] = static_cast<uint16_t>((bits >> 16) | 0x40);  // NaN stays NaN
+    } else {
+      to[i] = static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+    }
+  }
+}
+
+const int64_t kMinSlicePerThread = 64;        // rows or columns of a product per thread
+const int64_t kMinConvertPerThread = 1 << 15;  // elements rounded to bfloat16 per thread
+const int kOperandSlots = 7;                   // float32 operands of one call rounded to bfloat16, at most
+// x w^T products with fewer rows than this are split by columns (see ForBlocks).
+const int64_t kColumnSplitBelowRows = 512;
+
+// A product's operand: a row-major matrix (leading dimension ld) in float32, or in bfloat16 when the call's
+// products run in bfloat16.
+struct Matrix {
+  const float *f32;
+  const uint16_t *bf16;
+  int64_t ld;
+};
+
+// Tensor i of a call (2-D) as a product's operand. In bfloat16 (bf16) a float32 tensor is rounded once, over the
+// threads, into buffer `slot` of the calling thread (MindSpore may run two kernels at once, each from its own
+// thread); a bfloat16 tensor is used as it is.
+uint16_t *Buffer(int slot, int64_t count) {
+  thread_local std::vector<uint16_t> buffers[kOperandSlots];
+  std::vector<uint16_t> &buffer = buffers[slot];
+  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(count);
+  return buffer.data();
+}
+
+Matrix Operand(void **params, int64_t **shapes, const char **dtypes, int i, bool bf16, int slot) {
+  const int64_t ld = shapes[i][1];
+  if (IsBf16(dtypes[i])) return Matrix{nullptr, static_cast<const uint16_t *>(params[i]), ld};
+  const float *data = static_cast<const float *>(params[i]);
+  if (!bf16) return Matrix{data, nullptr, ld};
+  const int64_t count = shapes[i][0] * ld;
+  uint16_t *rounded = Buffer(slot, count);
+  albert::ParallelFor(count, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: operands to bf16");
+    ToBf16(data + begin, rounded + begin, end - begin);
+  });
+  return Matrix{nullptr, rounded, ld};
+}
+
+// A dense layer's output gradient dy [rows, cols] (tensor i) as a product's operand, its column sums (the bias
+// gradient) written to `sums` in the same pass over it: columns split over the threads, each column summed row by
+// row in float32 (as ColumnSum in row_ops.cc does).
+Matrix OutputGrad(void **params, int64_t **shapes, const char **dtypes, int i, bool bf16, int slot, float *sums) {
+  const int64_t rows = shapes[i][0], cols = shapes[i][1];
+  const float *dy = static_cast<const float *>(params[i]);
+  uint16_t *rounded = bf16 ? Buffer(slot, rows * cols) : nullptr;
+  albert::ParallelFor(cols, 64, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: output gradient sums");
+    float *out = sums + begin;
+    std::fill(out, out + (end - begin), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *row = dy + r * cols + begin;
+      for (int64_t c = 0; c < end - begin; ++c) out[c] += row[c];
+      if (rounded) ToBf16(row, rounded + r * cols + begin, end - begin);
+    }
+  });
+  return bf16 ? Matrix{nullptr, rounded, cols} : Matrix{dy, nullptr, cols};
+}
+
+// Whether a call's products run in bfloat16: under SetBf16(1), or when an operand comes in bfloat16.
+bool Bf16Call(const char **dtypes, std::initializer_list<int> operands) {
+  for (const int i : operands) {
+    if (IsBf16(dtypes[i])) return true;
+  }
+  return Bf16();
+}
+
+// True when tensor i is float32, or bfloat16 where `bf16_allowed`.
+bool Float(const char **dtypes, int i, bool bf16_allowed) {
+  return std::strcmp(dtypes[i], "float32") == 0 || (bf16_allowed && IsBf16(dtypes[i]));
+}
+
+// Rows [r0, r1) x columns [c0, c1) of c[m, n] = op(a) op(b) + beta c (+ bias[n] on every row instead of beta c),
+// row-major; op(x) = x or x^T, op(a) is [m, k], op(b) is [k, n].
+struct Block {
+  int64_t r0, r1, c0, c1;
+};
+
+int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const Matrix &a, const Matrix &b,
+              const float *bias, float beta, float *c) {
+  const int64_t rows = block.r1 - block.r0, columns = block.c1 - block.c0;
+  // Row r of op(a) starts at r * lda (a stored [m, k]) or at r (a stored [k, m], read transposed); column j of
+  // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
+  const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
+  float *c_block = c + block.r0 * n + block.c0;
+  if (a.bf16) {
+    ALBERT_PROFILE("thread: matmul primitive bf16");
+    const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
+    if (albert::dnnl::Run(shape, a.bf16 + a_start, b.bf16 + b_start, bias ? bias + block.c0 : nullptr, c_block)) {
+      return 0;
+    }
+  }
+  if (bias) {
+    for (int64_t row = 0; row < rows; ++row) std::memcpy(c_block + row * n, bias + block.c0, columns * sizeof(float));
+    beta = 1.0f;
+  }
+  const char op_a = ta ? 'T' : 'N', op_b = tb ? 'T' : 'N';
+  if (a.bf16) {
+    ALBERT_PROFILE("thread: gemm_bf16bf16f32");
+    return dnnl_gemm_bf16bf16f32(op_a, op_b, rows, columns, k, 1.0f, a.bf16 + a_start, a.ld, b.bf16 + b_start, b.ld,
+                                 beta, c_block, n);
+  }
+  ALBERT_PROFILE("thread: sgemm");
+  return dnnl_sgemm(op_a, op_b, rows, columns, k, 1.0f, a.f32 + a_start, a.ld, b.f32 + b_start, b.ld, beta, c_block,
+                    n);
+}
+
+// One attention head's product, always float32 (see the top of the file).
+int HeadProduct(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                const float *b, int64_t ldb, float *c, int64_t ldc) {
+  ALBERT_PROFILE("thread: attention sgemm");
+  return dnnl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+// Runs fn(block) over slices of c[m, n] on the threads; fn returns dnnl_sgemm's status. Split by rows, except
+// x w^T products (a dense layer's forward) of few rows: inference at batch 1 (128 rows) and the masked-LM decoder
+// (160 rows at batch 8) ran 9-20% faster with each thread on part of w's rows and all of x than on half of x's few
+// rows and all of w (Zen 4, 2 threads); with 1024 rows or more splitting by columns measured no faster in a train step.
+template <typename Fn>
+int ForBlocks(bool x_times_wt, int64_t m, int64_t n, Fn fn) {
+  const bool by_columns = x_times_wt && m < kColumnSplitBelowRows;
+  std::vector<int> status(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(by_columns ? n : m, kMinSlicePerThread, [&](int64_t part, int64_t begin,
+                                                                                       int64_t end) {
+    status[part] = fn(by_columns ? Block{0, m, begin, end} : Block{begin, end, 0, n});
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (status[p] != 0) return 3;
+  }
+  return 0;
+}
+
+// True when tensors first .. first+count-1 have the shape of tensor `like`.
+bool SameShapes(const int *ndims, int64_t **shapes, int first, int count, int like) {
+  for (int i = first; i < first + count; ++i) {
+    if (ndims[i] != ndims[like]) return false;
+    for (int d = 0; d < ndims[i]; ++d) {
+      if (shapes[i][d] != shapes[like][d]) return false;
+    }
+  }
+  return true;
+}
+
+// Where a product kernel finds its tensors: c = op(a) op(b) (+ bias). `weights`, when not -1, is a dense layer's
+// float32 weights passed beside b, their bfloat16 copy: only there to give the weights their gradient.
+struct Layout {
+  int a, b, bias, out, weights;
+};
+
+// c[m, n] = op(a) op(b) (+ bias[n] on every row), row-major; a and b float32 or bfloat16, bias and c float32.
+int Gemm(bool ta, bool tb, const Layout &at, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (ndims[at.a] != 2 || ndims[at.b] != 2 || ndims[at.out] != 2 || (at.bias >= 0 && ndims[at.bias] != 1) ||
+      !Float(dtypes, at.a, true) || !Float(dtypes, at.b, true) || !Float(dtypes, at.out, false) ||
+      (at.bias >= 0 && !Float(dtypes, at.bias, false)) ||
+      (at.weights >= 0 && (!Float(dtypes, at.weights, false) || !SameShapes(ndims, shapes, at.weights, 1, at.b)))) {
+    return 1;
+  }
+  const bool bf16 = Bf16Call(dtypes, {at.a, at.b});
+  const Matrix a = Operand(params, shapes, dtypes, at.a, bf16, 0), b = Operand(params, shapes, dtypes, at.b, bf16, 1);
+  const float *bias = at.bias >= 0 ? static_cast<const float *>(params[at.bias]) : nullptr;
+  float *c = static_cast<float *>(params[at.out]);
+  const int64_t m = ta ? shapes[at.a][1] : shapes[at.a][0], k = ta ? shapes[at.a][0] : shapes[at.a][1];
+  const int64_t n = tb ? shapes[at.b][0] : shapes[at.b][1];
+  if ((tb ? shapes[at.b][1] : shapes[at.b][0]) != k) return 1;
+  return ForBlocks(tb && !ta, m, n, [&](const Block &block) {
+    return GemmBlock(ta, tb, block, n, k, a, b, bias, 0.0f, c);
+  });
+}
+
+// The query, key and value layers of attention in one call, each thread's slice of all three in turn:
+// (x [M, K], w0, w1, w2 [N, K], b0, b1, b2 [N]) -> y_i = x w_i^T + b_i [M, N]; with `copies`, the weights'
+// bfloat16 copies follow the weights: (x, w0, w1, w2, w0', w1', w2', b0, b1, b2) (see Layout).
+int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const int weights = copies ? 4 : 1, biases = weights + 3, outputs = biases + 3;
+  if (ndims[0] != 2 || ndims[1] != 2 || ndims[biases] != 1 || !SameShapes(ndims, shapes, 2, weights + 1, 1) ||
+      !SameShapes(ndims, shapes, biases + 1, 2, biases) || shapes[0][1] != shapes[1][1] ||
+      shapes[biases][0] != shapes[1][0] || !Float(dtypes, 0, false)) {
+    return 1;
+  }
+  for (int i = 1; i < outputs + 3; ++i) {
+    if (!Float(dtypes, i, i >= weights && i < weights + 3)) return 1;
+  }
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
+  const bool bf16 = Bf16Call(dtypes, {weights, weights + 1, weights + 2});
+  const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0);
+  const Matrix w[3] = {Operand(params, shapes, dtypes, weights, bf16, 1),
+                       Operand(params, shapes, dtypes, weights + 1, bf16, 2),
+                       Operand(params, shapes, dtypes, weights + 2, bf16, 3)};
+  return ForBlocks(true, m, n, [&](const Block &block) {
+    int status = 0;
+    for (int i = 0; i < 3 && status == 0; ++i) {
+      status = GemmBlock(false, true, block, n, k, x, w[i], static_cast<const float *>(params[biases + i]), 0.0f,
+                         static_cast<float *>(params[outputs + i]));
+    }
+    return status;
+  });
+}
+
+// The gradients of dense layers y_i = x w_i^T (+ b_i) that share their input x [M, K], in one call: dy_i [M, N],
+// x, w_i [N, K] (float32 or bfloat16 copies) -> dx = sum_i dy_i w_i [M, K], dw_i = dy_i^T x [N, K] and, with biases,
+// db_i = column sums of dy_i [N]. Tensors: dy_0..dy_{n-1}, x, w_0..w_{n-1}, then the outputs dx, dw_*, db_*. Each
+// dy_i is read once for its bias gradient and its bfloat16 form, x is rounded once for all n weight gradients.
+int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const int x_at = count, w_at = count + 1, dx_at = 2 * count + 1, dw_at = dx_at + 1, db_at = dw_at + count;
+  const int tensors = db_at + (biases ? count : 0);
+  for (int i = 0; i < tensors; ++i) {
+    if (!Float(dtypes, i, i >= w_at && i < dx_at) || ndims[i] != (biases && i >= db_at ? 1 : 2)) return 1;
+  }
+  if (!SameShapes(ndims, shapes, 1, count - 1, 0) || !SameShapes(ndims, shapes, w_at + 1, count - 1, w_at) ||
+      shapes[x_at][0] != shapes[0][0] || shapes[w_at][0] != shapes[0][1] || shapes[w_at][1] != shapes[x_at][1]) {
+    return 1;
+  }
+  const int64_t m = shapes[0][0], n = shapes[0][1], k = shapes[x_at][1];
+  const bool bf16 = Bf16Call(dtypes, {w_at});
+  std::vector<Matrix> dy(count), w(count);
+  std::vector<float> unused_sums(biases ? 0 : n);
+  for (int i = 0; i < count; ++i) {
+    float *sums = biases ? static_cast<float *>(params[db_at + i]) : nullptr;
+    dy[i] = sums ? OutputGrad(params, shapes, dtypes, i, bf16, i, sums) : Operand(params, shapes, dtypes, i, bf16, i);
+    w[i] = Operand(params, shapes, dtypes, w_at + i, bf16, count + 1 + i);
+  }
+  const Matrix x = Operand(params, shapes, dtypes, x_at, bf16, count);
+  float *dx = static_cast<float *>(params[dx_at]);
+  int status = ForBlocks(false, m, k, [&](const Block &block) {
+    int result = 0;
+    for (int i = 0; i < count && result == 0; ++i) {
+      result = GemmBlock(false, false, block, k, n, dy[i], w[i], nullptr, i == 0 ? 0.0f : 1.0f, dx);
+    }
+    return result;
+  });
+  for (int i = 0; i < count && status == 0; ++i) {
+    status = ForBlocks(false, n, k, [&](const Block &block) {
+      return GemmBlock(true, false, block, k, m, dy[i], x, nullptr, 0.0f, static_cast<float *>(params[dw_at + i]));
+    });
+  }
+  return status;
+}
+
+// Serving's int8 products (src.predict --precision int8): y = x w^T (+ b) with w quantized once at load, int8 per
+// output channel with float32 scales (cpu_kernels.quantize_int8), and x quantized on each call per row, symmetric:
+// q = round(x * 127 / max|row|), scale max|row| / 127. The int8 product sums exactly in int32 (a oneDNN matmul
+// primitive on AMX-INT8 or VNNI: cpu_kernels.int8_support refuses the others, see ExactInt8), and each row's sums
+// become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets a NaN
+// scale, so its outputs are NaN.
+const int64_t kInt8ChunkRows = 128;  // rows of a thread's block per primitive call (its int32 sums stay in cache)
+
+struct QuantizedRows {
+  const int8_t *values;
+  const float *scales;
+};
+
+// Row `row` [k] quantized into q, its scale returned (NaN when the row holds NaN or inf). The test for those is a
+// comparison: the build's -fno-signed-zeros lets GCC fold x * 0 to 0 even for NaN.
+float QuantizeRow(const float *row, int64_t k, int8_t *q) {
+  const float kLargest = std::numeric_limits<float>::max();
+  float largest = 0.0f;
+  bool finite = true;
+  int64_t i = 0;
+#ifdef __AVX512F__
+  __m512 most = _mm512_setzero_ps();
+  __mmask16 unusual = 0;  // lanes that saw NaN or inf (|v| > FLT_MAX or unordered)
+  for (; i + 16 <= k; i += 16) {
+    const __m512 v = _mm512_abs_ps(_mm512_loadu_ps(row + i));
+    most = _mm512_max_ps(most, v);
+    unusual |= _mm512_cmp_ps_mask(v, _mm512_set1_ps(kLargest), _CMP_NLE_UQ);
+  }
+  largest = _mm512_reduce_max_ps(most);
+  finite = unusual == 0;
+#endif
+  for (int64_t j = i; j < k; ++j) {
+    const float v = std::fabs(row[j]);
+    largest = std::max(largest, v);
+    finite = finite && v <= kLargest;
+  }
+  if (!finite || largest == 0.0f) {
+    std::memset(q, 0, static_cast<size_t>(std::max<int64_t>(k, 0)));
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  const float inverse = 127.0f / largest;
+  i = 0;
+#ifdef __AVX512F__
+  const __m512 times = _mm512_set1_ps(inverse);
+  for (; i + 16 <= k; i += 16) {  // rounded to nearest even (the default rounding mode), |value| <= 127
+    const __m512i value = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + i), times));
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i), _mm512_cvtsepi32_epi8(value));
+  }
+#endif
+  for (; i < k; ++i) {
+    q[i] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[i] * inverse))));
+  }
+  return largest / 127.0f;
+}
+
+QuantizedRows QuantizeRows(const float *x, int64_t rows, int64_t k) {
+  thread_local std::vector<int8_t> values;
+  thread_local std::vector<float> scales;
+  if (static_cast<int64_t>(values.size()) < rows * k) values.resize(rows * k);
+  if (static_cast<int64_t>(scales.size()) < rows) scales.resize(rows);
+  int8_t *q = values.data();
+  float *s = scales.data();
+  albert::ParallelFor(rows, 16, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: activations to int8");
+    for (int64_t r = begin; r < end; ++r) s[r] = QuantizeRow(x + r * k, k, q + r * k);
+  });
+  return QuantizedRows{q, s};
+}
+
+// Rows and columns `block` of y [m, n] = x w^T (+ bias): x quantized rows [m, k], w [n, k] int8 with scales [n].
+int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, const int8_t *w,
+              const float *w_scales, const float *bias, float *y) {
+  const int64_t columns = block.c1 - block.c0;
+  thread_local std::vector<int32_t> sums;
+  if (static_cast<int64_t>(sums.size()) < kInt8ChunkRows * columns) sums.resize(kInt8ChunkRows * columns);
+  for (int64_t r0 = block.r0; r0 < block.r1; r0 += kInt8ChunkRows) {
+    const int64_t rows = std::min(kInt8ChunkRows, block.r1 - r0);
+    {
+      ALBERT_PROFILE("thread: matmul primitive int8");
+      const albert::dnnl::Shape shape{false, true, false, false, rows, columns, k, k, k, columns, albert::dnnl::kS8};
+      if (!albert::dnnl::Run(shape, x.values + r0 * k, w + block.c0 * k, nullptr, sums.data())) return 3;
+    }
+    ALBERT_PROFILE("thread: int8 sums to float32");
+    for (int64_t r = 0; r < rows; ++r) {
+      const float row_scale = x.scales[r0 + r];
+      const int32_t *from = sums.data() + r * columns;
+      const float *scales = w_scales + block.c0;
+      float *to = y + (r0 + r) * n + block.c0;
+      if (bias) {
+        const float *b = bias + block.c0;
+        for (int64_t c = 0; c < columns; ++c) to[c] = static_cast<float>(from[c]) * (row_scale * scales[c]) + b[c];
+      } else {
+        for (int64_t c = 0; c < columns; ++c) to[c] = static_cast<float>(from[c]) * (row_scale * scales[c]);
+      }
+    }
+  }
+  return 0;
+}
+
+// True when tensors [first, first + count) are float32 vectors of n.
+bool Vectors(const int *ndims, int64_t **shapes, const char **dtypes, int first, int count, int64_t n) {
+  for (int i = first; i < first + count; ++i) {
+    if (std::strcmp(dtypes[i], "float32") != 0 || ndims[i] != 1 || shapes[i][0] != n) return false;
+  }
+  return true;
+}
+
+// True when tensor i is a 2-D [rows, cols] tensor of `dtype`.
+bool Matrix2D(const int *ndims, int64_t **shapes, const char **dtypes, int i, const char *dtype, int64_t rows,
+              int64_t cols) {
+  return std::strcmp(dtypes[i], dtype) == 0 && ndims[i] == 2 && shapes[i][0] == rows && shapes[i][1] == cols;
+}
+
+// `count` dense layers sharing their input, in int8: (x [M, K] float32, w_0..w_{count-1} [N, K] int8,
+// s_0.. [N] float32 (w's scales), with `biases` b_0.. [N] float32) -> y_0.. [M, N] float32; x quantized once.
+int DenseInt8(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const int w_at = 1, s_at = 1 + count, b_at = s_at + count, y_at = b_at + (biases ? count : 0);
+  if (ndims[0] != 2 || ndims[w_at] != 2) return 1;
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[w_at][0];
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) || !Vectors(ndims, shapes, dtypes, s_at, y_at - s_at, n)) {
+    return 1;
+  }
+  for (int i = 0; i < count; ++i) {
+    if (!Matrix2D(ndims, shapes, dtypes, w_at + i, "int8", n, k) ||
+        !Matrix2D(ndims, shapes, dtypes, y_at + i, "float32", m, n)) {
+      return 1;
+    }
+  }
+  const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, k);
+  return ForBlocks(true, m, n, [&](const Block &block) {
+    int status = 0;
+    for (int i = 0; i < count && status == 0; ++i) {
+      status = Int8Block(block, n, k, x, static_cast<const int8_t *>(params[w_at + i]),
+                         static_cast<const float *>(params[s_at + i]),
+                         biases ? static_cast<const float *>(params[b_at + i]) : nullptr,
+                         static_cast<float *>(params[y_at + i]));
+    }
+    return status;
+  });
+}
+
+// Rows [0, rows) of y [., n] = LayerNorm(y + residual) in place, a row at a time: the residual add and LayerNorm
+// after a product, while its rows are in cache.
+void ResidualNormRows(float *y, const float *residual, const float *gamma, const float *beta, float eps, int64_t rows,
+                      int64_t n) {
+  ALBERT_PROFILE("thread: residual and LayerNorm");
+  for (int64_t r = 0; r < rows; ++r) {
+    float *row = y + r * n, mean, rstd;
+    const float *add = residual + r * n;
+    for (int64_t c = 0; c < n; ++c) row[c] += add[c];
+    albert::LayerNormRow(row, gamma, beta, eps, n, row, &mean, &rstd);
+  }
+}
+
+// Runs fn(r0, rows) over chunks of at most kInt8ChunkRows rows of [0, m), each thread on its own rows; fn returns a
+// status (0: done).
+template <typename Fn>
+int ForRowChunks(int64_t m, Fn fn) {
+  std::vector<int> status(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(m, 1, [&](int64_t part, int64_t begin, int64_t end) {
+    for (int64_t r0 = begin; r0 < end && status[part] == 0; r0 += kInt8ChunkRows) {
+      status[part] = fn(r0, std::min(kInt8ChunkRows, end - r0));
+    }
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (status[p] != 0) return 3;
+  }
+  return 0;
+}
+
+// Attention's output layer served in int8 with the residual and LayerNorm after it (post-LN blocks):
+// (x [M, K], w [N, K] int8, s [N], b [N], residual [M, N], gamma [N], beta [N], eps [1]) -> y [M, N] =
+// LayerNorm(residual + x w^T + b), each chunk of rows normalized while in cache.
+int DenseResidualNorm(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (ndims[0] != 2 || ndims[1] != 2) return 1;
+  const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) || !Matrix2D(ndims, shapes, dtypes, 1, "int8", n, k) ||
+      !Vectors(ndims, shapes, dtypes, 2, 2, n) || !Matrix2D(ndims, shapes, dtypes, 4, "float32", m, n) ||
+      !Vectors(ndims, shapes, dtypes, 5, 2, n) || !Vectors(ndims, shapes, dtypes, 7, 1, 1) ||
+      !Matrix2D(ndims, shapes, dtypes, 8, "float32", m, n)) {
+    return 1;
+  }
+  const int8_t *w = static_cast<const int8_t *>(params[1]);
+  const float *scales = static_cast<const float *>(params[2]), *bias = static_cast<const float *>(params[3]);
+  const float *residual = static_cast<const float *>(params[4]);
+  const float *gamma = static_cast<const float *>(params[5]), *beta = static_cast<const float *>(params[6]);
+  const float eps = *static_cast<const float *>(params[7]);
+  float *y = static_cast<float *>(params[8]);
+  const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, k);
+  return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
+    const int status = Int8Block(Block{r0, r0 + rows, 0, n}, n, k, x, w, scales, bias, y);
+    if (status == 0) ResidualNormRows(y + r0 * n, residual + r0 * n, gamma, beta, eps, rows, n);
+    return status;
+  });
+}
+
+// A transformer block's feed-forward network served in int8, each thread's rows in chunks that stay in cache:
+// (x [M, H] float32, w1 [I, H] int8, s1 [I], b1 [I], w2 [H, I] int8, s2 [H], b2 [H]) -> y = gelu(x w1^T + b1) w2^T
+// + b2 [M, H] (the tanh GELU), the same as DenseInt8, GeluTanh and DenseInt8 in turn, but the [M, I] activations
+// never leave the thread: each chunk's intermediate rows are made, put through GELU, quantized and multiplied while
+// in cache (on ALBERT-base at batch 32 the three passes over that 50 MB tensor were a fifth of the serving time).
+// With `norm`, three more inputs (gamma, beta [H], eps [1]) make y = LayerNorm(x + that), a post-LN block's end.
+int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (ndims[0] != 2 || ndims[1] != 2) return 1;
+  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[1][0];
+  const int out = norm ? 10 : 7;
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, 1, "int8", inner, hidden) || !Vectors(ndims, shapes, dtypes, 2, 2, inner) ||
+      !Matrix2D(ndims, shapes, dtypes, 4, "int8", hidden, inner) || !Vectors(ndims, shapes, dtypes, 5, 2, hidden) ||
+      (norm && (!Vectors(ndims, shapes, dtypes, 7, 2, hidden) || !Vectors(ndims, shapes, dtypes, 9, 1, 1))) ||
+      !Matrix2D(ndims, shapes, dtypes, out, "float32", m, hidden)) {
+    return 1;
+  }
+  const float *input = static_cast<const float *>(params[0]);
+  const int8_t *w1 = static_cast<const int8_t *>(params[1]), *w2 = static_cast<const int8_t *>(params[4]);
+  const float *s1 = static_cast<const float *>(params[2]), *b1 = static_cast<const float *>(params[3]);
+  const float *s2 = static_cast<const float *>(params[5]), *b2 = static_cast<const float *>(params[6]);
+  float *y = static_cast<float *>(params[out]);
+  const QuantizedRows x = QuantizeRows(input, m, hidden);
+  return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
+    thread_local std::vector<float> activations, scales;
+    thread_local std::vector<int8_t> quantized;
+    activations.resize(kInt8ChunkRows * inner);
+    quantized.resize(kInt8ChunkRows * inner);
+    scales.resize(kInt8ChunkRows);
+    float *h = activations.data();
+    int status = Int8Block(Block{0, rows, 0, inner}, inner, hidden,
+                           QuantizedRows{x.values + r0 * hidden, x.scales + r0}, w1, s1, b1, h);
+    if (status != 0) return status;
+    {
+      ALBERT_PROFILE("thread: feed-forward gelu and int8");
+      for (int64_t r = 0; r < rows; ++r) {
+        float *row = h + r * inner;
+        for (int64_t c = 0; c < inner; ++c) row[c] = albert::Gelu(row[c]);
+        scales[r] = QuantizeRow(row, inner, quantized.data() + r * inner);
+      }
+    }
+    status = Int8Block(Block{0, rows, 0, hidden}, hidden, inner, QuantizedRows{quantized.data(), scales.data()}, w2,
+                       s2, b2, y + r0 * hidden);
+    if (status == 0 && norm) {
+      ResidualNormRows(y + r0 * hidden, input + r0 * hidden, static_cast<const float *>(params[7]),
+                       static_cast<const float *>(params[8]), *static_cast<const float *>(params[9]), rows, hidden);
+    }
+    return status;
+  });
+}
+
+// Multi-head attention on the [B, S, H] activations as they are: head n of batch row b is columns n*D .. n*D+D-1
+// of that row's [S, H] block (leading dimension H), so no head is moved to [B, N, S, D] and back. The S x S
+// matrices are [B, N, S, S]. Every (b, n) pair is one single-threaded sgemm (or two), and the pairs are split over
+// the threads; a pair's S x S block is still in cache when its softmax (or softmax gradient) runs.
+struct Heads {
+  int64_t batch, seq, hidden, count, size;  // B, S, H, N, D = H / N
+
+  int64_t Columns(int64_t pair) const { return pair / count * seq * hidden + pair % count * size; }
+  int64_t Square(int64_t pair) const { return pair * seq * seq; }
+};
+
+// Checks the [B, S, H] operands (at the given positions) against each other and against the [B, N, S, S] one at
+// `square`, or, where there is none (square -1), against `count` heads.
+bool ReadHeads(const int *ndims, int64_t **shapes, int square, std::initializer_list<int> rows, Heads *heads,
+               int64_t count = 0) {
+  const int first = *rows.begin();
+  if (ndims[first] != 3 || (square >= 0 && (ndims[square] != 4 || shapes[square][3] != shapes[square][2]))) {
+    return false;
+  }
+  const int64_t *s = square >= 0 ? shapes[square] : nullptr;
+  *heads = Heads{shapes[first][0], shapes[first][1], shapes[first][2], s ? s[1] : count, 0};
+  if (s && (s[0] != heads->batch || s[2] != heads->seq)) return false;
+  for (const int i : rows) {
+    if (ndims[i] != 3 || shapes[i][0] != heads->batch || shapes[i][1] != heads->seq || shapes[i][2] != heads->hidden) {
+      return false;
+    }
+  }
+  if (heads->count < 1 || heads->hidden % heads->count != 0) return false;
+  heads->size = heads->hidden / heads->count;
+  return true;
+}
+
+// Runs fn(pair, scratch) for every (b, n) pair over the threads; fn returns dnnl_sgemm's status. `scratch` is S*S
+// floats of the thread's own (when scratch_size is nonzero).
+template <typename Fn>
+int ForEachPair(const Heads &heads, int64_t scratch_size, Fn fn) {
+  std::vector<int> status(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(heads.batch * heads.count, 1, [&](int64_t part, int64_t begin,
+                                                                             int64_t end) {
+    std::vector<float> scratch(scratch_size);
+    for (int64_t pair = begin; pair < end && status[part] == 0; ++pair) status[part] = fn(pair, scratch.data());
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (status[p] != 0) return 3;
+  }
+  return 0;
+}
+
+// The additive mask of the scores: [B, 1, 1, S] (one row per batch row) or [B, N, S, S] (one per pair and row).
+struct Mask {
+  const float *bias;
+  bool full;
+
+  const float *Row(const Heads &heads, int64_t pair, int64_t row) const {
+    return full ? bias + heads.Square(pair) + row * heads.seq : bias + pair / heads.count * heads.seq;
+  }
+};
+
+bool ReadMask(void **params, int *ndims, int64_t **shapes, int i, const Heads &heads, Mask *mask) {
+  const int64_t size = albert::Size(i, ndims, shapes), seq = heads.seq;
+  *mask = Mask{static_cast<const float *>(params[i]), size == heads.batch * heads.count * seq * seq};
+  return mask->full || size == heads.batch * seq;
+}
+
+// A pair's probabilities into square [S, S]: softmax(scale q_bn k_bn^T + mask), the product and the softmax back to
+// back.
+int PairProbs(const Heads &heads, int64_t pair, const float *q, const float *k, const Mask &mask, float scale,
+              float *square) {
+  const int64_t seq = heads.seq, columns = heads.Columns(pair);
+  const int status = HeadProduct('N', 'T', seq, seq, heads.size, scale, q + columns, heads.hidden, k + columns,
+                                 heads.hidden, square, seq);
+  ALBERT_PROFILE("thread: attention softmax");
+  for (int64_t row = 0; row < seq; ++row) {
+    albert::SoftmaxRow(square + row * seq, mask.Row(heads, pair, row), square + row * seq, seq);
+  }
+  return status;
+}
+
+// A pair's query and key gradients from its probabilities and their gradient dprobs [S, S]: ds = probs (dprobs -
+// rowsum(probs dprobs)) into ds (which may be dprobs), dq = scale ds k, dk = scale ds^T q.
+int PairProbsGrad(const Heads &heads, int64_t pair, const float *probs, const float *dprobs, const float *q,
+                  const float *k, float scale, float *ds, float *dq, float *dk) {
+  const int64_t seq = heads.seq, columns = heads.Columns(pair), ld = heads.hidden;
+  {
+    ALBERT_PROFILE("thread: attention softmax grad");
+    for (int64_t row = 0; row < seq; ++row) {
+      albert::SoftmaxGradRow(probs + row * seq, dprobs + row * seq, ds + row * seq, seq);
+    }
+  }
+  const int status = HeadProduct('N', 'N', seq, heads.size, seq, scale, ds, seq, k + columns, ld, dq + columns, ld);
+  return status != 0 ? status : HeadProduct('T', 'N', seq, heads.size, seq, scale, ds, seq, q + columns, ld,
+                                            dk + columns, ld);
+}
+
+// (q, k [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> probs [B, N, S, S]:
+// softmax(scale q_bn k_bn^T + bias) along the last axis, per pair (for dropout on the probabilities in between;
+// without it, Attention below does the whole of attention).
+int AttentionProbs(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  Mask mask;
+  if (!albert::AllFloat32(5, dtypes) || !ReadHeads(ndims, shapes, 4, {0, 1}, &heads) ||
+      !ReadMask(params, ndims, shapes, 2, heads, &mask)) {
+    return 1;
+  }
+  const float *q = static_cast<const float *>(params[0]);
+  const float *k = static_cast<const float *>(params[1]);
+  const float scale = *static_cast<const float *>(params[3]);
+  float *probs = static_cast<float *>(params[4]);
+  return ForEachPair(heads, 0, [&](int64_t pair, float *) {
+    return PairProbs(heads, pair, q, k, mask, scale, probs + heads.Square(pair));
+  });
+}
+
+// (probs, dprobs [B, N, S, S], q, k [B, S, H], scale [1]) -> (dq, dk [B, S, H]), the backward of AttentionProbs,
+// ds in the thread's scratch.
+int AttentionProbsGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  if (!albert::AllFloat32(7, dtypes) || !ReadHeads(ndims, shapes, 0, {2, 3, 5, 6}, &heads) || ndims[1] != 4 ||
+      albert::Size(1, ndims, shapes) != albert::Size(0, ndims, shapes)) {
+    return 1;
+  }
+  const float *probs = static_cast<const float *>(params[0]);
+  const float *dprobs = static_cast<const float *>(params[1]);
+  const float *q = static_cast<const float *>(params[2]);
+  const float *k = static_cast<const float *>(params[3]);
+  const float scale = *static_cast<const float *>(params[4]);
+  float *dq = static_cast<float *>(params[5]);
+  float *dk = static_cast<float *>(params[6]);
+  return ForEachPair(heads, heads.seq * heads.seq, [&](int64_t pair, float *ds) {
+    const int64_t square = heads.Square(pair);
+    return PairProbsGrad(heads, pair, probs + square, dprobs + square, q, k, scale, ds, dq, dk);
+  });
+}
+
+// The whole of attention per pair while its S x S block is in cache: (q, k, v [B, S, H], bias, scale [1]) ->
+// context [B, S, H] = softmax(scale q_bn k_bn^T + bias) v_bn per head. With `keep_probs` the probabilities
+// [B, N, S, S] are a second output, for the backward; otherwise (inference) a sixth input, heads [1] int32, gives N
+// and each pair's probabilities live in the thread's scratch.
+int Attention(bool keep_probs, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  Mask mask;
+  const bool typed = keep_probs ? albert::AllFloat32(7, dtypes)
+                                : albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
+                                      std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
+  const int64_t count = keep_probs ? 0 : *static_cast<const int32_t *>(params[5]);
+  if (!typed || !ReadHeads(ndims, shapes, keep_probs ? 6 : -1, {0, 1, 2, 5 + !keep_probs}, &heads, count) ||
+      !ReadMask(params, ndims, shapes, 3, heads, &mask)) {
+    return 1;
+  }
+  const float *q = static_cast<const float *>(params[0]);
+  const float *k = static_cast<const float *>(params[1]);
+  const float *v = static_cast<const float *>(params[2]);
+  const float scale = *static_cast<const float *>(params[4]);
+  float *context = static_cast<float *>(params[5 + !keep_probs]);
+  float *probs = keep_probs ? static_cast<float *>(params[6]) : nullptr;
+  const int64_t seq = heads.seq, ld = heads.hidden;
+  return ForEachPair(heads, keep_probs ? 0 : seq * seq, [&](int64_t pair, float *scratch) {
+    const int64_t columns = heads.Columns(pair);
+    float *square = keep_probs ? probs + heads.Square(pair) : scratch;
+    const int status = PairProbs(heads, pair, q, k, mask, scale, square);
+    return status != 0 ? status : HeadProduct('N', 'N', seq, heads.size, seq, 1.0f, square, seq, v + columns, ld,
+                                              context + columns, ld);
+  });
+}
+
+// Attention for serving in int8 (inference only), each batch row's heads in two bfloat16 matmul primitive calls:
+// the same inputs and output as Attention(false, ...). q (times the scale), k and v are rounded to bfloat16 once;
+// per batch row, scores [N, S, S] = q_n k_n^T for all N heads in one batched call (the heads read in place in
+// [S, H]), softmax with the mask in float32, the probabilities rounded to bfloat16, context_n = p_n v_n in one more
+// call written in place into [S, H]. Per-pair float32 sgemm ran these 128 x 128 x 64 products at about 100
+// GFLOP/s on a Xeon with AMX. Where oneDNN has no such primitive, the float32 path runs instead.
+int AttentionBf16(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  Mask mask;
+  const bool typed = albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
+                     std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
+  const int64_t count = typed ? *static_cast<const int32_t *>(params[5]) : 0;
+  if (!typed || !ReadHeads(ndims, shapes, -1, {0, 1, 2, 6}, &heads, count) ||
+      !ReadMask(params, ndims, shapes, 3, heads, &mask)) {
+    return 1;
+  }
+  const int64_t batch = heads.batch, seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
+  const int64_t size = batch * seq * hidden;
+  const float scale = *static_cast<const float *>(params[4]);
+  const float *q = static_cast<const float *>(params[0]);
+  uint16_t *q16 = Buffer(0, size), *k16 = Buffer(1, size), *v16 = Buffer(2, size);
+  albert::ParallelFor(size, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: attention operands to bf16");
+    float scaled[256];
+    for (int64_t i = begin; i < end; i += 256) {
+      const int64_t chunk = std::min<int64_t>(256, end - i);
+      for (int64_t j = 0; j < chunk; ++j) scaled[j] = q[i + j] * scale;
+      ToBf16(scaled, q16 + i, chunk);
+    }
+    ToBf16(static_cast<const float *>(params[1]) + begin, k16 + begin, end - begin);
+    ToBf16(static_cast<const float *>(params[2]) + begin, v16 + begin, end - begin);
+  });
+  float *context = static_cast<float *>(params[6]);
+  const albert::dnnl::Shape scores_shape{false, true, false, false, seq, seq, d, hidden, hidden, seq,
+                                         albert::dnnl::kBf16, n, d, d, seq * seq};
+  const albert::dnnl::Shape context_shape{false, false, false, false, seq, d, seq, seq, hidden, hidden,
+                                          albert::dnnl::kBf16, n, seq * seq, d, d};
+  std::vector<int> failed(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
+    thread_local std::vector<float> scores;
+    thread_local std::vector<uint16_t> probs;
+    scores.resize(n * seq * seq);
+    probs.resize(n * seq * seq);
+    for (int64_t b = begin; b < end && !failed[part]; ++b) {
+      const int64_t row = b * seq * hidden;
+      {
+        ALBERT_PROFILE("thread: attention primitives bf16");
+        failed[part] = !albert::dnnl::Run(scores_shape, q16 + row, k16 + row, nullptr, scores.data());
+      }
+      if (failed[part]) break;
+      {
+        ALBERT_PROFILE("thread: attention softmax");
+        for (int64_t h = 0; h < n; ++h) {
+          for (int64_t r = 0; r < seq; ++r) {
+            float *line = scores.data() + (h * seq + r) * seq;
+            albert::SoftmaxRow(line, mask.Row(heads, b * n + h, r), line, seq);
+            ToBf16(line, probs.data() + (h * seq + r) * seq, seq);
+          }
+        }
+      }
+      ALBERT_PROFILE("thread: attention primitives bf16");
+      failed[part] = !albert::dnnl::Run(context_shape, probs.data(), v16 + row, nullptr, context + row);
+    }
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (failed[p]) return Attention(false, params, ndims, shapes, dtypes);
+  }
+  return 0;
+}
+
+// Its backward, per pair in cache: (probs [B, N, S, S], dcontext, q, k, v [B, S, H], scale [1]) -> (dq, dk, dv
+// [B, S, H]): dprobs = dcontext_bn v_bn^T (the thread's scratch), dv = probs^T dcontext, then dq and dk from the
+// softmax's gradient as AttentionProbsGrad.
+int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  if (!albert::AllFloat32(9, dtypes) || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
+  const float *probs = static_cast<const float *>(params[0]);
+  const float *dcontext = static_cast<const float *>(params[1]);
+  const float *q = static_cast<const float *>(params[2]);
+  const float *k = static_cast<const float *>(params[3]);
+  const float *v = static_cast<const float *>(params[4]);
+  const float scale = *static_cast<const float *>(params[5]);
+  float *dq = static_cast<float *>(params[6]);
+  float *dk = static_cast<float *>(params[7]);
+  float *dv = static_cast<float *>(params[8]);
+  const int64_t seq = heads.seq, ld = heads.hidden;
+  return ForEachPair(heads, seq * seq, [&](int64_t pair, float *dprobs) {
+    const int64_t columns = heads.Columns(pair);
+    const float *square = probs + heads.Square(pair);
+    int status = HeadProduct('N', 'T', seq, seq, heads.size, 1.0f, dcontext + columns, ld, v + columns, ld, dprobs,
+                             seq);
+    if (status == 0) {
+      status = HeadProduct('T', 'N', seq, heads.size, seq, 1.0f, square, seq, dcontext + columns, ld, dv + columns,
+                           ld);
+    }
+    return status != 0 ? status : PairProbsGrad(heads, pair, square, dprobs, q, k, scale, dprobs, dq, dk);
+  });
+}
+
+// The products of the context and of its gradients, out = scale * op(x) op(y) per pair:
+//   kScores:   x, y [B, S, H]               -> [B, N, S, S]  x_bn y_bn^T   (dprobs = dcontext v^T)
+//   kContext:  x [B, N, S, S], y [B, S, H] -> [B, S, H]     x_bn y_bn      (context = probs v)
+//   kContextT: x [B, N, S, S], y [B, S, H] -> [B, S, H]     x_bn^T y_bn    (dv = probs^T dcontext)
+enum class HeadProductKind { kScores, kContext, kContextT };
+
+int HeadGemm(HeadProductKind kind, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const bool scores = kind == HeadProductKind::kScores;
+  Heads heads;
+  if (!albert::AllFloat32(4, dtypes) ||
+      !ReadHeads(ndims, shapes, scores ? 3 : 0, scores ? std::initializer_list<int>{0, 1}
+                                                       : std::initializer_list<int>{1, 3}, &heads)) {
+    return 1;
+  }
+  const float *x = static_cast<const float *>(params[0]);
+  const float *y = static_cast<const float *>(params[1]);
+  const float scale = *static_cast<const float *>(params[2]);
+  float *out = static_cast<float *>(params[3]);
+  const int64_t seq = heads.seq, ld = heads.hidden;
+  return ForEachPair(heads, 0, [&](int64_t pair, float *) {
+    const int64_t columns = heads.Columns(pair), square = heads.Square(pair);
+    if (scores) {
+      return HeadProduct('N', 'T', seq, seq, heads.size, scale, x + columns, ld, y + columns, ld, out + square, seq);
+    }
+    return HeadProduct(kind == HeadProductKind::kContextT ? 'T' : 'N', 'N', seq, heads.size, seq, scale,
+                       x + square, seq, y + columns, ld, out + columns, ld);
+  });
+}
+
+// The implementation oneDNN picks for a matmul primitive of `type` (albert::dnnl::kBf16 or kS8) on this CPU (its
+// name says the ISA: e.g. brg_matmul:avx10_1_512_amx), "" when there is none or no primitive API.
+std::string PrimitiveImplementation(int type) {
+  const albert::dnnl::Api &api = albert::dnnl::GetApi();
+  if (!api.missing.empty()) return "";
+  albert::dnnl::Matmul probe;
+  albert::dnnl::Shape shape{false, true, false, false, 256, 256, 256, 256, 256, 256, type};
+  const std::string name = albert::dnnl::Create(api, shape, &probe) ? probe.implementation : "";
+  albert::dnnl::Release(api, &probe);
+  return name;
+}
+
+// True for an int8 implementation with exact int32 sums: AMX-INT8 or VNNI. Without them oneDNN's int8 kernels add
+// pairs of u8 x s8 products in 16 bits (vpmaddubsw), which saturate for full-range operands (measured: wrong sums
+// under ONEDNN_MAX_CPU_ISA=AVX2); oneDNN's documentation advises 7-bit weights there.
+bool ExactInt8(const std::string &implementation) {
+  return implementation.find("vnni") != std::string::npos || implementation.find("amx") != std::string::npos;
+}
+
+int CopyOut(const std::string &text, char *out, int size) {
+  if (out && size > 0) {
+    std::strncpy(out, text.c_str(), size - 1);
+    out[size - 1] = '\0';
+  }
+  return static_cast<int>(text.size());
+}
+}  // namespace
+
+extern "C" {
+void SetThreads(int threads) { albert::Threads() = std::max(1, threads); }
+void SetBf16(int on) { Bf16() = on != 0; }
+void SetProfile(int on) { albert::SetProfiling(on); }
+// "oneDNN X.Y.Z (float32: ...; bfloat16: ...; int8: ...)": how each precision's dense products run here (the
+// primitive implementations name the ISA), or why the primitives are not used; into out (at most size bytes,
+// NUL-terminated). Returns the length needed.
+int DnnlDescribe(char *out, int size) {
+  const albert::dnnl::Api &api = albert::dnnl::GetApi();
+  std::string text;
+  if (api.version) {
+    const albert::dnnl::Version *v = api.version();
+    text = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+  } else {
+    text = "oneDNN (version unknown)";
+  }
+  text += " (float32: dnnl_sgemm; bfloat16: ";
+  if (!api.missing.empty()) {
+    text += "dnnl_gemm_bf16bf16f32 (no matmul primitives: " + api.missing + "); int8: none)";
+    return CopyOut(text, out, size);
+  }
+  const std::string bf16 = PrimitiveImplementation(albert::dnnl::kBf16);
+  const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
+  text += bf16.empty() ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)" : "matmul primitive " + bf16;
+  text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
+                       : ExactInt8(int8) ? "matmul primitive " + int8
+                                         : "none (oneDNN's int8 matmul here, " + int8 + ", has neither VNNI nor AMX: "
+                                           "its 16-bit sums saturate)");
+  return CopyOut(text + ")", out, size);
+}
+// The int8 matmul primitive's implementation (see PrimitiveImplementation) into out; "" when there is none with
+// exact sums (ExactInt8).
+int Int8Implementation(char *out, int size) {
+  const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
+  return CopyOut(ExactInt8(int8) ? int8 : "", out, size);
+}
+// Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
+int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
+int ProfileReport(char *out, int size) { return albert::ProfileReport(out, size); }
+int MatMulNT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNT");
+  return Gemm(false, true, Layout{0, 1, -1, 2, -1}, p, d, s, t);
+}
+// x [m, k], w [n, k], bias [n] -> x w^T + bias: nn.Dense in one call.
+int MatMulNTBias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNTBias");
+  return Gemm(false, true, Layout{0, 1, 2, 3, -1}, p, d, s, t);
+}
+// x [m, k], w [n, k] float32, w' [n, k] bfloat16 (w rounded), bias [n] -> x w'^T + bias: nn.Dense in one call with
+// the weights' bfloat16 copy the graph made once per step (w is there for its gradient only).
+int MatMulNTBiasCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNTBiasCopy");
+  return Gemm(false, true, Layout{0, 2, 3, 4, 1}, p, d, s, t);
+}
+// The same without a bias: (x, w, w') -> x w'^T.
+int MatMulNTCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulNTCopy");
+  return Gemm(false, true, Layout{0, 2, -1, 3, 1}, p, d, s, t);
+}
+// (dy, x, w) -> (dx, dw, db): a dense layer's gradients (x w^T + b), w float32 or its bfloat16 copy.
+int DenseGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGrad");
+  return DenseGrads(1, true, p, d, s, t);
+}
+// (dy, x, w) -> (dx, dw): the same without a bias.
+int DenseGradNoBias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGradNoBias");
+  return DenseGrads(1, false, p, d, s, t);
+}
+// (dq, dk, dv, x, wq, wk, wv) -> (dx, dwq, dwk, dwv, dbq, dbk, dbv): the query, key and value layers' gradients.
+int DenseQKVGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKVGrad");
+  return DenseGrads(3, true, p, d, s, t);
+}
+int HeadScores(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("HeadScores");
+  return HeadGemm(HeadProductKind::kScores, p, d, s, t);
+}
+int HeadContext(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("HeadContext");
+  return HeadGemm(HeadProductKind::kContext, p, d, s, t);
+}
+int HeadContextT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("HeadContextT");
+  return HeadGemm(HeadProductKind::kContextT, p, d, s, t);
+}
+int DenseQKV(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKV");
+  return DenseThree(false, p, d, s, t);
+}
+int DenseQKVCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKVCopy");
+  return DenseThree(true, p, d, s, t);
+}
+// Serving's int8 dense layers (see DenseInt8): (x, w int8, scales) -> x w^T; (x, w, scales, b) -> x w^T + b;
+// (x, wq, wk, wv, sq, sk, sv, bq, bk, bv) -> (q, k, v).
+int MatMulInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulInt8");
+  return DenseInt8(1, false, p, d, s, t);
+}
+int MatMulInt8Bias(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("MatMulInt8Bias");
+  return DenseInt8(1, true, p, d, s, t);
+}
+int DenseQKVInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseQKVInt8");
+  return DenseInt8(3, true, p, d, s, t);
+}
+// (x, w1, s1, b1, w2, s2, b2) -> gelu(x w1^T + b1) w2^T + b2: a block's feed-forward network in int8 (FeedForward).
+int FeedForwardInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FeedForwardInt8");
+  return FeedForward(false, p, d, s, t);
+}
+// (x, w1, s1, b1, w2, s2, b2, gamma, beta, eps) -> LayerNorm(x + gelu(x w1^T + b1) w2^T + b2).
+int FeedForwardNormInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FeedForwardNormInt8");
+  return FeedForward(true, p, d, s, t);
+}
+// (x, w, s, b, residual, gamma, beta, eps) -> LayerNorm(residual + x w^T + b) (DenseResidualNorm).
+int DenseResidualNormInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseResidualNormInt8");
+  return DenseResidualNorm(p, d, s, t);
+}
+// x float32 (any shape) -> x rounded to bfloat16: a dense layer's weights, once per step (cpu_kernels.bf16_copy).
+int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("RoundToBf16");
+  if (std::strcmp(t[0], "float32") != 0 || !IsBf16(t[1])) return 2;
+  const float *from = static_cast<const float *>(p[0]);
+  uint16_t *to = static_cast<uint16_t *>(p[1]);
+  albert::ParallelFor(albert::Size(0, d, s), kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    ToBf16(from + begin, to + begin, end - begin);
+  });
+  return 0;
+}
+int FusedAttention(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FusedAttention");
+  return Attention(true, p, d, s, t);
+}
+int FusedAttentionInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FusedAttentionInference");
+  return Attention(false, p, d, s, t);
+}
+// FusedAttentionInference's inputs and output, its products in bfloat16 (AttentionBf16): int8 serving's attention.
+int FusedAttentionInferenceBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FusedAttentionInferenceBf16");
+  return AttentionBf16(p, d, s, t);
+}
+int FusedAttentionGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FusedAttentionGrad");
+  return AttentionGrad(p, d, s, t);
+}
+int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("HeadProbs");
+  return AttentionProbs(p, d, s, t);
+}
+int HeadProbsGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("HeadProbsGrad");
+  return AttentionProbsGrad(p, d, s, t);
+}
+}

@@ -1,0 +1,301 @@
+"""Train checkpoints: naming and listing, their lineage (which run wrote them), resuming a run (`resume_or_init`),
+which files a run may delete (`Lineage.owns`), and the checks that keep a run from losing work (space for a
+checkpoint before the first step, ranks that would resume from different steps).
+
+A run killed at any point resumes to the uninterrupted run's trajectory: `resume_or_init` restores weights,
+optimizer state, loss scale and progress from the newest intact checkpoint of the save folder's lineage, or the
+checkpoint the run starts from. A file of another run, one whose stored step differs from its name's, or a damaged
+one (its digest does not match, see src/utils.read_checkpoint) is named in a warning and never resumed from or
+deleted.
+"""
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import mindspore as ms
+import numpy as np
+from mindspore import nn
+
+from model_utils.errors import UserError
+from src.devices.device_setup import Device, all_ranks_sum
+from src.training.settings import TrainSettings
+from src.training.step_plan import PLAN_KEYS, Progress, StepPlan
+from src.common.atomic_files import save_json_atomic
+from src.common.checkpoint_io import contents_digest, load_weights, read_checkpoint
+
+# Progress stored beside the weights in every checkpoint (never under the name `global_step`, the optimizer's).
+PROGRESS_KEYS = ("micro_step", "overflow_count")
+RUN_ID_KEY = "run_id"  # the lineage a train checkpoint belongs to (see Lineage)
+LINEAGE_FILE = "run_lineage.json"  # in the save folder
+
+
+CHECKPOINT_NAME = re.compile(r"^(?P<prefix>[\w.]+)-(?P<step>\d+)\.ckpt$")
+
+
+def list_checkpoints(directory: str, prefix: str) -> List[Tuple[int, str]]:
+    """(optimizer step, path) of the finished checkpoints `<prefix>-<step>.ckpt` in `directory`, oldest first.
+
+    Files still being written carry a temporary name (`.tmp-*`, see save_checkpoint_atomic) and never match.
+    """
+    if not os.path.isdir(directory):
+        return []
+    found = []
+    for name in os.listdir(directory):
+        match = CHECKPOINT_NAME.match(name)
+        if match and match["prefix"] == prefix:
+            found.append((int(match["step"]), os.path.join(directory, name)))
+    return sorted(found)
+
+
+def checkpoint_step(path: str) -> int:
+    """The optimizer step a train checkpoint's name carries (0 for other checkpoints: converted, renamed)."""
+    match = CHECKPOINT_NAME.match(os.path.basename(path))
+    return int(match["step"]) if match else 0
+
+
+@dataclass
+class Lineage:
+    """The run a save folder's checkpoints belong to: a random id written once into `LINEAGE_FILE` in the folder
+    and into every checkpoint the run saves, kept across restarts (ranks other than 0 only read it). Checkpoints of
+    an older version of this package carry no id: the first run to resume from them adopts them, recording each
+    file's contents digest, so that later copies of other runs' old files stay strangers."""
+
+    run_id: str
+    adopted: Dict[str, str] = field(default_factory=dict)  # file name -> contents digest
+
+    @classmethod
+    def new(cls) -> "Lineage":
+        return cls(uuid.uuid4().hex)
+
+    @classmethod
+    def read(cls, directory: str) -> Optional["Lineage"]:
+        """The folder's lineage, None when it has none yet; a damaged file is one line naming it."""
+        path = os.path.join(directory, LINEAGE_FILE)
+        if not os.path.isfile(path):
+            return None
+        try:
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            return cls(str(data["run_id"]), {str(k): str(v) for k, v in data.get("adopted", {}).items()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            raise UserError(f"cannot read {path} (which run the checkpoints there belong to): {err}; restore it, "
+                            f"or start a new run in another folder") from err
+
+    def write(self, directory: str) -> None:
+        save_json_atomic({"run_id": self.run_id, "adopted": self.adopted}, os.path.join(directory, LINEAGE_FILE))
+
+    def stranger(self, path: str, values: Dict) -> str:
+        """Why the checkpoint `values` read from `path` is not of this lineage ("" when it is)."""
+        stored = values.get(RUN_ID_KEY)
+        if stored is not None:
+            return "" if stored == self.run_id else f"it belongs to another run (run id {stored}, this run's {self.run_id})"
+        digest = self.adopted.get(os.path.basename(path))
+        if digest is None:
+            return "it carries no run id and is not one of the checkpoints this run adopted"
+        return "" if digest == contents_digest(values) else "its contents changed since this run adopted it"
+
+    def owns(self, path: str, plan: StepPlan) -> bool:
+        """Whether `path` is a checkpoint of this lineage, numbered with its stored step, for the same data plan:
+        the only files a run may delete. Reads the small values only, except for adopted files."""
+        wanted = set(PROGRESS_KEYS + PLAN_KEYS + (RUN_ID_KEY,))
+        try:
+            if os.path.basename(path) in self.adopted:
+                values = read_checkpoint(path)
+            else:
+                values = ms.load_checkpoint(path, choice_func=wanted.__contains__)
+        except Exception:  # MindSpore raises ValueError/RuntimeError for damaged or foreign files
+            return False
+        same_plan = all(int(_scalar(values[key])) == value for key, value in plan.signature().items()
+                        if key in values)
+        return same_plan and not self.stranger(path, values) and not _step_mismatch(path, values)
+
+
+def _step_mismatch(path: str, values: Dict) -> str:
+    """Why the checkpoint's stored step is not its name's ("" when it is, or when the name carries none)."""
+    match = CHECKPOINT_NAME.match(os.path.basename(path))
+    if not match or not all(key in values for key in PROGRESS_KEYS):
+        return ""
+    accumulation = int(_scalar(values["accumulation_steps"])) if "accumulation_steps" in values else 1
+    stored = int(_scalar(values["micro_step"])) // max(accumulation, 1)
+    return "" if stored == int(match["step"]) else f"its name says step {match['step']} but it holds step {stored}"
+
+
+def _scalar(value) -> float:
+    return float(value.asnumpy()) if hasattr(value, "asnumpy") else float(value)
+
+
+def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settings: TrainSettings,
+                   log: Callable[[str], None] = print) -> Tuple[Progress, Lineage]:
+    """Restore the run's state, or start fresh; returns the progress and the lineage the run's checkpoints carry.
+
+    - the newest intact train checkpoint of the save folder's lineage in `settings.save_dir` (see
+      newest_train_checkpoint): weights, optimizer state, loss scale and progress are restored, whatever
+      `settings.init_checkpoint` says, so a restarted run continues instead of starting over; its data plan must
+      match.
+    - else a train checkpoint in `init_checkpoint` (not when `init_only`) is resumed the same way, and the run
+      continues its lineage unless the save folder has one;
+    - else `init_checkpoint` holding weights only (a converted public checkpoint or a network checkpoint), or any
+      checkpoint when `init_only` (fine-tuning from a pretraining run): the network's weights are loaded (names
+      starting with `allow_missing`, a new task head, may be absent) and training starts at step 0.
+    """
+    save_dir, start = settings.save_dir, settings.init_checkpoint
+    own = newest_train_checkpoint(save_dir, settings.checkpoint_prefix, log) if save_dir else None
+    if own:
+        if start:
+            log(f"{save_dir} already holds this run's checkpoints: continuing from them, not from {start}")
+        return _resume(train_cell, own.values, plan, own.path, settings, log), own.lineage
+    lineage = (Lineage.read(save_dir) if save_dir else None) or Lineage.new()
+    if not start:
+        if settings.init_only:  # fine-tuning without pretrained weights: rarely meant
+            log(f"no {settings.flag('init_checkpoint')}: the whole network starts from random weights")
+        return Progress(), lineage
+    values = read_checkpoint(start)
+    if not settings.init_only and all(key in values for key in PROGRESS_KEYS):
+        if save_dir and not Lineage.read(save_dir) and RUN_ID_KEY in values:
+            lineage = Lineage(values[RUN_ID_KEY])
+        return _resume(train_cell, values, plan, start, settings, log), lineage
+    report = load_weights(network, values, allow_missing=settings.allow_missing, name=start)
+    new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
+    log(f"initialised the network from {start} (weights only: training starts at step 0{new})")
+    return Progress(), lineage
+
+
+def check_same_start(progress: Progress, device: Device, settings: TrainSettings) -> None:
+    """Data parallel needs every rank to resume from the same step. A rank on a machine that cannot see rank 0's
+    checkpoints (written on rank 0's machine) would start over from random weights, and the ranks would silently
+    average gradients of different models: refuse on every rank at once. (float32 on the wire: exact up to 2^24.)"""
+    if device.group_size < 2:
+        return
+    mine = np.zeros(device.group_size, np.float32)
+    mine[device.rank] = progress.micro_step
+    steps = all_ranks_sum(mine).astype(np.int64)
+    if len(set(steps.tolist())) > 1:
+        found = ", ".join(f"rank {rank}: micro-step {step}" for rank, step in enumerate(steps.tolist()))
+        raise UserError(f"the ranks would resume from different steps ({found}): every node must see the same "
+                        f"checkpoints in {settings.save_dir or settings.flag('init_checkpoint')}; put it on storage "
+                        f"all nodes "
+                        f"share, or copy the newest checkpoint to the same path on every node")
+
+
+@dataclass
+class Resumable:
+    """A checkpoint to resume from, and the lineage of the folder (adopted from the file when it had none)."""
+
+    path: str
+    values: Dict
+    lineage: Lineage
+
+
+def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], None] = print) -> Optional[Resumable]:
+    """The newest checkpoint in `directory` that reads back intact, holds training progress, holds the step its
+    name says and belongs to the folder's lineage. Every other file is named in a warning and left on disk for the
+    user to inspect. Damaged files and no intact one in a folder a run has recorded its lineage in: one line
+    (starting over would silently lose the run)."""
+    lineage = Lineage.read(directory) if os.path.isdir(directory) else None
+    damaged = []
+    for _, path in reversed(list_checkpoints(directory, prefix)):
+        try:
+            values = read_checkpoint(path)
+        except UserError as err:
+            log(f"warning: skipping {path}: {err}")
+            damaged.append(path)
+            continue
+        why = _not_resumable(path, values, lineage)
+        if why:
+            log(f"warning: not resuming from {path}: {why} (left in place, never deleted)")
+            continue
+        if damaged:
+            log(f"warning: resuming from {path}, the newest intact checkpoint of this run")
+        return Resumable(path, values, lineage or _adopt(directory, prefix, path, values, log))
+    if damaged and lineage:
+        raise UserError(f"no intact checkpoint of this run to resume from in {directory}: {', '.join(damaged)} "
+                        f"{'is' if len(damaged) == 1 else 'are'} damaged; restore from a copy, or move "
+                        f"{'it' if len(damaged) == 1 else 'them'} out of the folder to start over")
+    return None
+
+
+def _not_resumable(path: str, values: Dict, lineage: Optional[Lineage]) -> str:
+    """Why a readable checkpoint may not be resumed from ("" when it may)."""
+    if not all(key in values for key in PROGRESS_KEYS):
+        return "it holds no training progress (not written by a training run)"
+    return (lineage.stranger(path, values) if lineage else "") or _step_mismatch(path, values)
+
+
+def _adopt(directory: str, prefix: str, path: str, values: Dict, log: Callable[[str], None]) -> Lineage:
+    """The lineage of a folder that has none recorded: the run id `values` carry (checkpoints moved to a new
+    folder continue their run), or, for checkpoints an older version wrote, a new id adopting this file and the
+    older id-less train checkpoints beside it."""
+    if RUN_ID_KEY in values:
+        return Lineage(values[RUN_ID_KEY])
+    lineage = Lineage.new()
+    for _, older in list_checkpoints(directory, prefix):
+        try:
+            found = values if older == path else read_checkpoint(older)
+        except UserError:
+            continue
+        if RUN_ID_KEY not in found and not _not_resumable(older, found, None):
+            lineage.adopted[os.path.basename(older)] = contents_digest(found)
+    log(f"{directory}: {len(lineage.adopted)} checkpoint(s) written before runs recorded their lineage adopted "
+        f"as run {lineage.run_id}")
+    return lineage
+
+
+def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, settings: TrainSettings,
+            log: Callable[[str], None]) -> Progress:
+    """Weights, optimizer state, loss scale and progress from a train checkpoint written for this plan."""
+    _check_plan(values, plan, path, settings)
+    load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS}, name=path)
+    progress = Progress(micro_step=int(_scalar(values["micro_step"])),
+                        overflow_count=int(_scalar(values["overflow_count"])))
+    log(f"resumed from {path}: optimizer step {progress.micro_step // plan.accumulation_steps} of "
+        f"{plan.total_steps}")
+    return progress
+
+
+def _check_plan(values: Dict, plan: StepPlan, path: str, settings: TrainSettings) -> None:
+    mine = plan.signature()
+    changed = [f"{key}: checkpoint {int(_scalar(values[key]))}, now {mine[key]}"
+               for key in PLAN_KEYS if key in values and int(_scalar(values[key])) != mine[key]]
+    if changed:
+        raise UserError(f"{path} was written by a run that read its data differently ({'; '.join(changed)}); "
+                        f"resume with the same settings, or start a new run in another {settings.flag('save_dir')}")
+
+
+def check_checkpoint_space(directory: str, cell: nn.Cell, save_flag: str = "save_checkpoint_path") -> None:
+    """Fail before any training time is spent when a checkpoint of `cell` cannot be written to `directory`
+    (unwritable, read-only, full): reserve a checkpoint's size in a temporary file there, then delete it."""
+    size = sum(p.nbytes for p in cell.get_parameters()) + (1 << 20)  # tensors + names and framing
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".tmp-space-", dir=directory)
+    except OSError as err:
+        raise UserError(f"cannot write checkpoints to {directory}: {err.strerror or err}") from err
+    try:
+        try:
+            os.posix_fallocate(handle, 0, size)
+        except OSError as err:
+            if err.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise UserError(f"cannot write checkpoints to {directory}: {err.strerror} (one checkpoint needs "
+                                f"{size / 2 ** 20:.1f} MiB); free space or set {save_flag}") from err
+            free = shutil.disk_usage(directory).free  # a file system without fallocate
+            if free < size:
+                raise UserError(f"cannot write checkpoints to {directory}: one checkpoint needs "
+                                f"{size / 2 ** 20:.1f} MiB, {free / 2 ** 20:.1f} free")
+    finally:
+        os.close(handle)
+        os.remove(probe)
+
+
+def weights_digest(cell: nn.Cell) -> str:
+    """sha256 of every trainable parameter's bytes: equal on all ranks when data parallel kept them in sync."""
+    digest = hashlib.sha256()
+    for param in cell.trainable_params():
+        digest.update(param.name.encode())
+        digest.update(np.ascontiguousarray(param.asnumpy()).tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,205 @@
+"""The fine-tuning driver shared by run_classifier.py, run_race.py, run_squad_v1.py and run_squad_v2.py.
+
+A `Task` (src/tasks/registry.py) says only what is task-specific: its yaml, its dataset, its head and loss, and how its
+outputs become predictions and metrics. `run` does the rest, the same way for every task:
+
+1. parse the task yaml into flags; check every input (data files, eval json, checkpoints) before any training;
+2. `do_train`: the pretraining machinery of src/training/train_loop.py (step plan, resume, loss scaling, accumulation,
+   checkpoints, metrics.jsonl, data parallel), initialised from `load_pretrain_checkpoint_path` where only the
+   task head may be missing;
+3. `do_eval` / `do_predict`: the trained weights (or `load_finetune_checkpoint_path`) in the inference head; the
+   ranks split the rows (rank 0 shows the progress), their outputs are summed into one table (each row exactly
+   once, checked), and rank 0 writes predictions into OUTPUT_DIR/eval or OUTPUT_DIR/predict, plus
+   eval_results.json with the metrics, also as TensorBoard scalars eval/<metric> at the step of the weights.
+
+The modules that import MindSpore are imported inside the functions that need them, so that `--help` and the
+input checks of step 1 answer without MindSpore's import (seconds).
+"""
+import os
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from model_utils.config import Config, parse_cli
+from model_utils.errors import UserError, as_user_error
+from src.common.atomic_files import save_json_atomic
+from src.data.pipelines import check_schema, count_rows
+from src.common.fixed_shape_batches import cell_runner, real_rows, run_padded
+from src.common.progress import progress
+from src.common.run_log import log_to
+from src.training.settings import TrainSettings, finetune_settings
+from src.training.summaries import write_metrics
+from src.tasks.registry import Task
+
+RUN_WEIGHTS = "the fine-tuned weights of this run"  # eval_results.json's checkpoint when the run trained them
+
+
+@dataclass(frozen=True)
+class FinetuneRun:
+    """What every step of one fine-tuning run shares: the task, its settings (the yaml, the output and checkpoint
+    folders), the device and the main rank's log."""
+    task: Task
+    settings: TrainSettings
+    device: object
+    log: Callable[[str], None]
+
+    @property
+    def config(self) -> Config:
+        return self.settings.config
+
+
+@dataclass(frozen=True)
+class TrainedHead:
+    """The head this run trained, its AlbertConfig and the optimizer steps it took."""
+    head: object
+    net: object
+    steps: int
+
+
+def run(task: Task, argv: Sequence[str]) -> int:
+    """Train and/or evaluate and/or predict as the flags say; returns the exit code."""
+    config = parse_cli(task.config_file, argv, task.description)
+    jobs = _check_config(task, config)
+
+    from src.devices.device_setup import kernels_status, start_device
+
+    device, log = start_device(config)
+    this_run = FinetuneRun(task, finetune_settings(config, task.checkpoint_prefix), device, log)
+    actions = ["train"] * bool(config.do_train) + [action for action, _ in jobs]
+    log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}; "
+        f"kernels: {kernels_status(device.target)}")
+    trained = _train(this_run) if config.do_train else None
+    for action, data_file in jobs:
+        _evaluate(this_run, trained, action, data_file)
+    return 0
+
+
+def _check_config(task: Task, config: Config) -> List[tuple]:
+    """Everything a run needs, checked before any time is spent; returns the (action, data file) evaluations."""
+
+    if not (config.do_train or config.do_eval or config.do_predict):
+        raise UserError("nothing to do: set at least one of --do_train, --do_eval, --do_predict to true")
+    if config.do_train:
+        _need(config, "train_data_file_path", "do_train")
+        check_schema(config.train_data_file_path, config.schema_file_path, task.train_columns)
+        if config.load_finetune_checkpoint_path:
+            raise UserError("load_finetune_checkpoint_path is for evaluating or predicting without training; to "
+                            "fine-tune, start from --load_pretrain_checkpoint_path")
+    elif config.load_finetune_checkpoint_path and not os.path.isfile(config.load_finetune_checkpoint_path):
+        raise UserError(f"load_finetune_checkpoint_path not found: {config.load_finetune_checkpoint_path}")
+    if config.load_pretrain_checkpoint_path and not os.path.isfile(config.load_pretrain_checkpoint_path):
+        raise UserError(f"load_pretrain_checkpoint_path not found: {config.load_pretrain_checkpoint_path}")
+    jobs = []
+    for action, key in (("eval", "eval_data_file_path"), ("predict", "predict_data_file_path")):
+        if config[f"do_{action}"]:
+            _need(config, key, f"do_{action}")
+            check_schema(config[key], "", task.eval_columns)
+            task.check_eval_inputs(config, config[key], action)
+            jobs.append((action, config[key]))
+    return jobs
+
+
+def _need(config: Config, key: str, because: str) -> None:
+    if not config[key]:
+        raise UserError(f"{because} is true but --{key} is not set")
+
+
+def _train(this_run: FinetuneRun) -> TrainedHead:
+    """Fine-tune from the pretrained weights."""
+    from src.training.network_config import checked_network
+    from src.training.train_loop import fit
+
+    task, config = this_run.task, this_run.config
+    data = config.train_data_file_path
+    net, meta, shape = checked_network(config, data, task.train_columns, config.load_pretrain_checkpoint_path)
+    task.check_data(config, meta, shape, data)
+    heads = []
+
+    def make_network(runtime):
+        heads.append(task.build_model(config, net, True, runtime))
+        return task.build_loss(config, heads[0])
+
+    def make_dataset(rows):
+        return task.dataset(config, data, config.train_batch_size, True, rows)
+
+    steps = fit(this_run.settings, make_network, net, this_run.device, shape[-1], make_dataset, this_run.log)
+    return TrainedHead(heads[0], net, steps)
+
+
+def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str, data_file: str) -> None:
+    """`action` (eval or predict) on `data_file` with the head this run `trained`, else with a checkpoint."""
+    from src.common.checkpoint_io import load_weights
+    from src.devices.device_setup import model_runtime
+    from src.training.checkpoints import checkpoint_step, newest_train_checkpoint
+    from src.training.network_config import checked_network
+
+    task, config, device, log = this_run.task, this_run.config, this_run.device, this_run.log
+    save_dir, output_dir = this_run.settings.save_dir, this_run.settings.output_dir
+    source = RUN_WEIGHTS
+    if trained is None:
+        # The save folder's newest checkpoint that reads back whole: a damaged or foreign file numbered higher is
+        # skipped with a warning.
+        newest = newest_train_checkpoint(save_dir, task.checkpoint_prefix, log) \
+            if not config.load_finetune_checkpoint_path else None
+        checkpoint = config.load_finetune_checkpoint_path or (newest.path if newest else None)
+        if not checkpoint:
+            raise UserError(f"do_{action} without do_train needs --load_finetune_checkpoint_path (no checkpoint of "
+                            f"this task in {save_dir} either)")
+        net, _, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
+        source, step = checkpoint, checkpoint_step(checkpoint)
+    else:
+        net, step = trained.net, trained.steps
+    runtime = model_runtime(device.target, net.compute_type)
+    with as_user_error():
+        model = task.build_model(config, net, False, runtime)
+    model.set_train(False)
+    load_weights(model, {p.name: p for p in trained.head.get_parameters()} if trained is not None else source)
+    total = count_rows(data_file)
+    if total < device.group_size:
+        raise UserError(f"{data_file} has {total} rows, fewer than the {device.group_size} devices")
+    rows = np.arange(total)[device.rank::device.group_size]
+    if device.is_main:
+        log_to(output_dir)
+    log(f"{action}: {total} rows of {data_file} with {source}")
+    outputs = _gather_rows(_predict_rows(task, config, model, data_file, rows, action, device.is_main), rows, total,
+                           device.group_size)
+    if device.is_main:
+        folder = os.path.join(output_dir, action)
+        metrics = task.report(config, outputs, data_file, folder, action == "eval", log)
+        if action == "eval":
+            path = os.path.join(folder, "eval_results.json")
+            save_json_atomic({**metrics, "rows": total, "devices": device.group_size, "checkpoint": source,
+                              "data": os.path.abspath(data_file)}, path)
+            log(f"wrote {path}")
+            write_metrics(config, output_dir, "eval", metrics, step)
+
+
+def _predict_rows(task: Task, config: Config, model, data_file: str, rows: np.ndarray, action: str,
+                  shown: bool) -> List[np.ndarray]:
+    """The head's outputs for `rows`, in that order (the last batch is padded to the compiled shape); its progress
+    `shown` as `action`."""
+    positions = [list(task.eval_columns).index(name) for name in task.head_inputs]
+    dataset = task.dataset(config, data_file, config.eval_batch_size, False, rows)
+    batches = ([batch[i] for i in positions] for batch in dataset.create_tuple_iterator(output_numpy=True,
+                                                                                        num_epochs=1))
+    with progress(action, len(rows), " rows", enabled=shown) as bar:
+        return real_rows(run_padded(cell_runner(model), batches, config.eval_batch_size, bar=bar))
+
+
+def _gather_rows(outputs: List[np.ndarray], rows: np.ndarray, total: int, group_size: int) -> List[np.ndarray]:
+    """Every rank's outputs placed at their global rows and summed over the ranks (zeros elsewhere), so each
+    rank ends with the whole table; a row count column proves each row was evaluated exactly once."""
+    if group_size == 1:
+        return outputs
+    from src.devices.device_setup import all_ranks_sum
+
+    gathered = []
+    for values in outputs + [np.ones(len(rows), np.float32)]:
+        table = np.zeros((total,) + values.shape[1:], np.float32)
+        table[rows] = values
+        gathered.append(all_ranks_sum(table))
+    counts = gathered.pop()
+    if not np.all(counts == 1):
+        raise RuntimeError(f"evaluation rows were not split exactly once over the ranks (counts {set(counts)})")
+    return [table.astype(values.dtype) for table, values in zip(gathered, outputs)]

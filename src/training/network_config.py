@@ -1,0 +1,67 @@
+"""What a run trains: the network config (preset, json file, overrides; the config saved beside a checkpoint) and
+the checks that the data fits it."""
+import os
+from typing import Optional, Sequence
+
+from model_utils.config import Config
+from model_utils.errors import UserError, as_user_error
+from src.data.pipelines import check_data_meta, check_schema, load_data_meta
+from src.model.albert import AlbertConfig
+
+
+def network_config(config: Config, data_vocab_size: Optional[int], config_file: str = "") -> AlbertConfig:
+    """The AlbertConfig of a run: `albert_config_file`, else `config_file` (e.g. the albert_config.json saved beside
+    a checkpoint), else the preset; then net_cfg overrides. A preset's vocab_size defaults to the data's
+    vocabulary unless net_cfg.vocab_size sets it."""
+    overrides = {key: value for key, value in config.net_cfg.to_dict().items() if value is not None}
+    config_file = config.albert_config_file or config_file
+    with as_user_error():
+        if config_file:
+            base = AlbertConfig.from_json_file(config_file)
+        else:
+            base = AlbertConfig.from_preset(config.albert_network)
+            if data_vocab_size is not None:
+                overrides.setdefault("vocab_size", data_vocab_size)
+        return base.replace(**overrides)
+
+
+def config_beside(checkpoint: str) -> str:
+    """The network config saved with a checkpoint: `<checkpoint>.json` (src.convert_checkpoint) or the
+    albert_config.json that training runs write into their checkpoint folder; "" when there is none."""
+    if not checkpoint:
+        return ""
+    for path in (checkpoint + ".json", os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "albert_config.json")):
+        if os.path.isfile(path):
+            return path
+    return ""
+
+
+def check_data_fits(meta: dict, net: AlbertConfig, seq_shape: Sequence[int], data_dir: str) -> None:
+    """Stop before building a model the data cannot feed (vocabulary, sequence length)."""
+    if meta:
+        try:
+            check_data_meta(meta, vocab_size=net.vocab_size)
+        except UserError as err:
+            raise UserError(f"{data_dir}: {err}") from err
+    if seq_shape and seq_shape[-1] > net.max_position_embeddings:
+        raise UserError(f"{data_dir}: sequences of {seq_shape[-1]} tokens but the network's "
+                        f"max_position_embeddings is {net.max_position_embeddings}")
+
+
+def data_meta(data_dir: str) -> dict:
+    """The creator's .meta.json when there is one (data from other tools may lack it)."""
+    try:
+        return load_data_meta(data_dir)
+    except UserError:
+        return {}
+
+
+def checked_network(config: Config, data_file: str, columns: Sequence[str], checkpoint: str, schema_file: str = ""):
+    """The AlbertConfig (yaml, else the albert_config.json beside `checkpoint`, else the preset) checked against the
+    data (its columns, the ModelZoo-style `schema_file` if given, its tokenizer and sequence length); returns it with
+    the data's meta and row shape. Pretraining and fine-tuning build their network this one way."""
+    shape = check_schema(data_file, schema_file, columns)
+    meta = data_meta(data_file)
+    net = network_config(config, meta.get("tokenizer", {}).get("vocab_size"), config_beside(checkpoint))
+    check_data_fits(meta, net, shape, data_file)
+    return net, meta, shape
