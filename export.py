@@ -38,6 +38,7 @@ from model_utils.config import Config, flatten, load_yaml_documents, parse_cli, 
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
                                      replace_folder)
+from src.data.schema import column_dtype
 from src.tasks.registry import TASKS, Signature
 
 ROOT = Path(__file__).resolve().parent
@@ -378,10 +379,11 @@ def main(argv: List[str]) -> int:
     device = setup_device(args.device_target, args.device_id)
     model, net = build_network(args, task, task_config, source, device.target)
     names = list(inspect.signature(model.construct).parameters)
+    dtypes = [column_dtype(column) for column in TASKS[task].head_inputs]  # in the head's argument order
     if batch is None:
-        inputs = [Tensor(shape=shape, dtype=ms.int32) for _ in names]
+        inputs = [Tensor(shape=shape, dtype=getattr(ms, dtype)) for dtype in dtypes]
     else:
-        inputs = [Tensor(np.zeros(shape, np.int32)) for _ in names]
+        inputs = [Tensor(np.zeros(shape, dtype)) for dtype in dtypes]
     written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize, args.overwrite,
                                 calibration)
     from src.common.run_log import log_to
@@ -393,7 +395,7 @@ def main(argv: List[str]) -> int:
         f"{args.file_format}{' int8' if args.quantize == 'int8' else ''}"
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "
           f"{net.hidden_size}, {device.target}) as {made}: {', '.join(written)}")
-    print(f"inputs:  {_describe([(name, 'int32', shown_shape) for name in names])}")
+    print(f"inputs:  {_describe([(name, dtype, shown_shape) for name, dtype in zip(names, dtypes)])}")
     print(f"outputs: {_describe(TASKS[task].outputs(task_config, shown_batch, seq))}")
     return 0
 

@@ -11,8 +11,8 @@ import sys
 from typing import List
 
 from model_utils.errors import run_cli
-from src.training.finetune import run
 from src.tasks.registry import TASKS
+from src.training.finetune import run
 
 
 def main(argv: List[str]) -> int:

@@ -35,13 +35,13 @@ from typing import Dict, Iterator, List, Sequence, Tuple
 import numpy as np
 
 from model_utils.errors import UserError, run_cli
+from src.common.progress import progress
+from src.common.run_log import log_to
 from src.data import schema
 from src.data.features import InputExample, RaceExample, classifier_feature, race_feature
 from src.data.input_text import (check_max_seq_length, load_json, parse_tool_config, read_tsv, require,
                                  tokenizer_from_config)
 from src.data.mindrecord_io import RecordWriter, check_output_free, jsonl_line
-from src.common.progress import progress
-from src.common.run_log import log_to
 from src.data.tokenization import FullTokenizer
 from src.data.tsv_tasks import TsvTask, label_list, task_named
 

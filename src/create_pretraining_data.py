@@ -65,13 +65,13 @@ from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from model_utils.errors import UserError, run_cli
+from src.common.progress import progress
+from src.common.run_log import log_to
+from src.data import schema
 from src.data.corpus import Corpus, Document
 from src.data.input_text import (check_max_seq_length, full_disk_reported, parse_tool_config, resolve_input_files,
                                  tokenizer_from_config)
-from src.data import schema
 from src.data.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
-from src.common.progress import progress
-from src.common.run_log import log_to
 from src.data.tokenization import FullTokenizer
 
 FILE_BYTES = 256 << 20  # default size of an output file

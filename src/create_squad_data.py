@@ -38,13 +38,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, TextIO
 import numpy as np
 
 from model_utils.errors import UserError, run_cli
+from src.common.progress import progress
+from src.common.run_log import log_to
 from src.data import schema
 from src.data.features import (FIRST_UNIQUE_ID, SquadExample, SquadOptions, example_features, example_row,
                                tokenize_context)
 from src.data.input_text import load_json, parse_tool_config, require, tokenizer_from_config
 from src.data.mindrecord_io import RecordWriter, check_output_free, jsonl_line
-from src.common.progress import progress
-from src.common.run_log import log_to
 from src.data.tokenization import FullTokenizer
 
 

@@ -12,8 +12,8 @@ from typing import Iterable, List, Sequence
 from mindspore.nn.utils import no_init_parameters
 
 from model_utils.errors import run_cli
-from src.model.pretraining_heads import AlbertPreTraining
 from src.model.albert import PRESETS, AlbertConfig
+from src.model.pretraining_heads import AlbertPreTraining
 
 
 def counts(config: AlbertConfig) -> tuple:

@@ -15,8 +15,8 @@ from typing import Dict, List
 
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import check_outputs, save_text_atomic
-from src.data.input_text import parse_tool_config
 from src.common.run_log import log_to
+from src.data.input_text import parse_tool_config
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 _RULE = re.compile(r"^[*=\-~^]{3,}$")  # reST heading underlines

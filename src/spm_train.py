@@ -18,9 +18,9 @@ from typing import Iterator, List, Sequence
 
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import atomic_path, check_outputs
+from src.common.run_log import log_to
 from src.data.corpus import DEFAULT_TEXT_KEY, Corpus
 from src.data.input_text import parse_tool_config, resolve_input_files
-from src.common.run_log import log_to
 from src.data.tokenization import preprocess_text
 
 SEED = 12345

@@ -75,13 +75,15 @@ def test_training_shards_are_disjoint(data):
     assert len(seen[0]) + len(seen[1]) >= 400
 
 
-def test_eval_shards_are_padded_to_equal_size(data):
+def test_eval_shards_hold_every_row_exactly_once(data):
     shards = [_rows(dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 16, is_training=False,
                                                           num_shards=5, shard_id=i)) for i in range(5)]
     sizes = [sum(len(b["label_ids"]) for b in shard) for shard in shards]
-    assert sizes == [82] * 5  # 408 rows + 2 padding rows
-    real = [b["is_real_example"] for shard in shards for b in shard]
-    assert np.concatenate(real).sum() == 408
+    assert sizes == [82, 82, 82, 81, 81]  # 408 rows, each in exactly one shard: none repeated, no padding rows
+    whole = _rows(dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 408, is_training=False))[0]
+    for i, shard in enumerate(shards):
+        np.testing.assert_array_equal(np.concatenate([b["input_ids"] for b in shard]), whole["input_ids"][i::5])
+    assert all(b["is_real_example"].all() for shard in shards for b in shard)
     assert shards[0][0]["label_ids"].dtype == np.int32
     assert dataset.create_classification_dataset(data / "mrpc_dev.mindrecord", 16, is_training=False
                                                  ).get_col_names() == dataset.CLASSIFIER_EVAL_COLUMNS
@@ -102,8 +104,8 @@ def test_race_and_squad(data):
                                               shard_id=2)
     ids = np.concatenate([b["unique_ids"] for b in _rows(evaluation)])
     total = dataset._num_rows(dataset.resolve_mindrecord_files(data / "squad_dev.mindrecord"))
-    assert len(ids) == -(-total // 3)
-    assert ((ids >= 1000000000) | (ids == -1)).all()
+    assert len(ids) == len(range(2, total, 3))
+    assert (ids >= 1000000000).all() and len(set(ids.tolist())) == len(ids)
 
 
 def test_errors(data, tmp_path):

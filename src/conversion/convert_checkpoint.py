@@ -21,9 +21,9 @@ import numpy as np
 
 from model_utils.config import ArgumentParser, boolean
 from model_utils.errors import UserError, as_user_error, run_cli
-from src.model.albert import AlbertConfig
 from src.common.atomic_files import check_outputs, claimed_folder_of, save_json_atomic
 from src.common.run_log import log_to
+from src.model.albert import AlbertConfig
 
 Tensors = Dict[str, np.ndarray]
 

@@ -312,7 +312,11 @@ def _build(data: DataSource, columns: List[str], batch_size: int, is_training: b
     if seed is not None:
         ds.config.set_seed(seed)
     kwargs = dict(shuffle=shuffle, num_parallel_workers=num_parallel_workers)
-    if indices is not None:  # a training run's own row order (src/step_plan.StepPlan): resumable, rank-disjoint
+    if indices is None and num_shards > 1 and not is_training:
+        # Evaluation shards as the fine-tuning driver splits rows: every row in exactly one shard, none repeated
+        # (MindDataset's own sharding repeats rows to even the shards out, which would bias metrics).
+        indices = np.arange(_num_rows(files))[shard_id::num_shards]
+    if indices is not None:  # a run's own rows in order (src/training/step_plan.py), or an evaluation shard's
         files, indices = _rows_of_several_epochs(files, indices)
         kwargs = dict(sampler=ds.SubsetSampler(indices), num_parallel_workers=num_parallel_workers)
     elif num_shards > 1:

@@ -71,3 +71,9 @@ SQUAD_EVAL = RecordSchema("squad eval", _tokens("seq") + (
 # What a task head takes, in its argument order (the exported model's inputs, all int32).
 HEAD_INPUTS = ("input_ids", "segment_ids", "input_mask")
 SQUAD_HEAD_INPUTS = HEAD_INPUTS + ("p_mask",)
+RECORDS = (PRETRAINING, CLASSIFIER, REGRESSION, RACE, SQUAD_TRAIN, SQUAD_EVAL)
+
+
+def column_dtype(name: str) -> str:
+    """The dtype of column `name` (the same in every record that has it): an exported head's input dtypes."""
+    return next(record.dtype(name) for record in RECORDS if name in record.names)

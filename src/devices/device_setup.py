@@ -23,10 +23,10 @@ from mindspore.communication import get_group_size, get_rank, init
 from mindspore.context import ParallelMode
 
 from model_utils.errors import UserError
-from src.model import cpu_kernels
-from src.model.albert import PORTABLE, Runtime
 from src.devices.device_checks import ascend_unavailable_reason, compute_type_problem, gpu_unavailable_reason
 from src.devices.distributed_launch import EXIT_CLUSTER_FAILED, EXIT_USER_ERROR
+from src.model import cpu_kernels
+from src.model.albert import PORTABLE, Runtime
 
 DEVICE_TARGETS = ("auto", "CPU", "GPU", "Ascend")
 UNAVAILABLE_REASON = {"GPU": gpu_unavailable_reason, "Ascend": ascend_unavailable_reason}

@@ -21,11 +21,11 @@ from model_utils.config import Config
 from model_utils.errors import UserError
 from src.common.atomic_files import check_folder_output, claimed_folder_of, publish_folder
 from src.conversion.convert_checkpoint import HF_HEADS, name_in_hf
-from src.serving.finetuned_heads import HEAD_OWNERS, check_head, fitting_task
+from src.data.tokenization import FullTokenizer
 from src.export.hf_tokenizer import TOKENIZER_FILES, tokenizer_files
 from src.export.model_card import CardFacts, EvalResults, checkpoint_progress, find_eval_results, model_card
+from src.serving.finetuned_heads import HEAD_OWNERS, check_head, fitting_task
 from src.tasks.registry import TASKS
-from src.data.tokenization import FullTokenizer
 
 
 @dataclass(frozen=True)

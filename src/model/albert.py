@@ -20,8 +20,8 @@ from mindspore import Tensor, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
 from model_utils import json_input
-from src.model import cpu_kernels
 from src.common.atomic_files import save_json_atomic
+from src.model import cpu_kernels
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
 SHARE_TYPES = ("all", "attention", "ffn", "none")

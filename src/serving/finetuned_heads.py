@@ -8,8 +8,7 @@ from src.tasks.registry import TASKS
 
 # Which head a checkpoint holds, by the parameter prefix only that head has (classifier and RACE share theirs and
 # are told apart by its width).
-HEAD_OWNERS = {"classifier.": "classifier/RACE", "qa_outputs.": "SQuAD v1.1 (squad_v1)",
-               "start_logits.": "SQuAD v2.0 (squad_v2)"}
+HEAD_OWNERS = {task.head_prefix: task.head_title for task in TASKS.values()}
 
 
 def check_head(values: Dict[str, object], task: str, config: Config, checkpoint: str, source: str,

@@ -43,6 +43,7 @@ class Task:
     build_loss: Callable[[Config, object], object]  # (config, head) -> network with loss (train columns in)
     report: Report
     head_prefix: str  # parameter names only this head has (classifier and RACE share theirs)
+    head_title: str  # the head in messages about a checkpoint that holds it
     outputs: Callable[[Config, object, int], Signature]  # (config, batch, seq) -> what the exported head returns
     check_data: Callable[[Config, dict, Sequence[int], str], None] = _no_check  # (config, meta, row shape, path)
     check_eval_inputs: Callable[[Config, str, str], None] = _no_check  # (config, data file, action)
@@ -299,25 +300,25 @@ TASKS: Dict[str, Task] = {task.name: task for task in (
          description="Fine-tune, evaluate and predict with ALBERT on GLUE / LCQMC classification or STS-B regression.",
          train_columns=CLASSIFIER_TRAIN_COLUMNS, eval_columns=schema.CLASSIFIER.names, head_inputs=schema.HEAD_INPUTS,
          dataset=classifier_dataset, build_model=classifier_model, build_loss=classifier_loss,
-         report=classification_report, head_prefix="classifier.", outputs=classifier_outputs, check_data=check_labels,
-         check_eval_inputs=check_classifier_eval_data),
+         report=classification_report, head_prefix="classifier.", head_title="classifier/RACE",
+         outputs=classifier_outputs, check_data=check_labels, check_eval_inputs=check_classifier_eval_data),
     Task(name="race", config_file=ROOT / "task_race_config.yaml",
          description="Fine-tune, evaluate and predict with ALBERT on RACE multiple-choice reading comprehension.",
          train_columns=schema.RACE.without("is_real_example"), eval_columns=schema.RACE.names,
          head_inputs=schema.HEAD_INPUTS, dataset=race_dataset, build_model=race_model, build_loss=classifier_loss,
-         report=classification_report, head_prefix="classifier.", outputs=race_outputs, check_data=check_choices,
-         check_eval_inputs=check_race_eval_data, choices=True),
+         report=classification_report, head_prefix="classifier.", head_title="classifier/RACE",
+         outputs=race_outputs, check_data=check_choices, check_eval_inputs=check_race_eval_data, choices=True),
     Task(name="squad_v1", config_file=ROOT / "task_squad_v1_config.yaml",
          description="Fine-tune, evaluate and predict with ALBERT on SQuAD v1.1 extractive question answering.",
          train_columns=schema.SQUAD_TRAIN.names, eval_columns=schema.SQUAD_EVAL.names,
          head_inputs=schema.SQUAD_HEAD_INPUTS, dataset=squad_dataset, build_model=squad_v1_model,
-         build_loss=squad_v1_loss, report=squad_report, head_prefix="qa_outputs.", outputs=squad_v1_outputs,
-         check_eval_inputs=check_squad_eval_inputs),
+         build_loss=squad_v1_loss, report=squad_report, head_prefix="qa_outputs.",
+         head_title="SQuAD v1.1 (squad_v1)", outputs=squad_v1_outputs, check_eval_inputs=check_squad_eval_inputs),
     Task(name="squad_v2", config_file=ROOT / "task_squad_v2_config.yaml",
          description="Fine-tune, evaluate and predict with ALBERT on SQuAD v2.0 (unanswerable questions; Google's "
                      "v2 head).",
          train_columns=schema.SQUAD_TRAIN.names, eval_columns=schema.SQUAD_EVAL.names,
          head_inputs=schema.SQUAD_HEAD_INPUTS, dataset=squad_dataset, build_model=squad_v2_model,
-         build_loss=squad_v2_loss, report=squad_report, head_prefix="start_logits.", outputs=squad_v2_outputs,
-         check_eval_inputs=check_squad_eval_inputs),
+         build_loss=squad_v2_loss, report=squad_report, head_prefix="start_logits.",
+         head_title="SQuAD v2.0 (squad_v2)", outputs=squad_v2_outputs, check_eval_inputs=check_squad_eval_inputs),
 )}

@@ -24,11 +24,11 @@ import numpy as np
 from mindspore import nn
 
 from model_utils.errors import UserError
+from src.common.atomic_files import save_json_atomic
+from src.common.checkpoint_io import contents_digest, load_weights, read_checkpoint
 from src.devices.device_setup import Device, all_ranks_sum
 from src.training.settings import TrainSettings
 from src.training.step_plan import PLAN_KEYS, Progress, StepPlan
-from src.common.atomic_files import save_json_atomic
-from src.common.checkpoint_io import contents_digest, load_weights, read_checkpoint
 
 # Progress stored beside the weights in every checkpoint (never under the name `global_step`, the optimizer's).
 PROGRESS_KEYS = ("micro_step", "overflow_count")

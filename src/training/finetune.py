@@ -24,13 +24,13 @@ import numpy as np
 from model_utils.config import Config, parse_cli
 from model_utils.errors import UserError, as_user_error
 from src.common.atomic_files import save_json_atomic
-from src.data.pipelines import check_schema, count_rows
 from src.common.fixed_shape_batches import cell_runner, real_rows, run_padded
 from src.common.progress import progress
 from src.common.run_log import log_to
+from src.data.pipelines import check_schema, count_rows
+from src.tasks.registry import Task
 from src.training.settings import TrainSettings, finetune_settings
 from src.training.summaries import write_metrics
-from src.tasks.registry import Task
 
 RUN_WEIGHTS = "the fine-tuned weights of this run"  # eval_results.json's checkpoint when the run trained them
 

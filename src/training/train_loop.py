@@ -18,20 +18,20 @@ from mindspore.train import Callback, Model
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
-from src.training.train_step import AlbertTrainOneStepCell
-from src.model.albert import AlbertConfig, Runtime
-from src.training.checkpoints import (RUN_ID_KEY, Lineage, check_checkpoint_space, check_same_start, list_checkpoints,
-                                      resume_or_init, weights_digest)
+from src.common.atomic_files import claim_folder, move_aside, open_regular, save_text_atomic
+from src.common.checkpoint_io import save_checkpoint_atomic
+from src.common.run_log import log_to
 from src.data.pipelines import count_rows
 from src.devices.device_checks import overflow_needs_float_status
 from src.devices.device_setup import Device, model_runtime, precision_note
+from src.model.albert import AlbertConfig, Runtime
+from src.training.checkpoints import (RUN_ID_KEY, Lineage, check_checkpoint_space, check_same_start, list_checkpoints,
+                                      resume_or_init, weights_digest)
 from src.training.optimization import build_optimizer, schedule_warnings
-from src.common.run_log import log_to
 from src.training.settings import TrainSettings
 from src.training.step_plan import Progress, StepPlan
-from src.common.atomic_files import claim_folder, move_aside, open_regular, save_text_atomic
 from src.training.summaries import Summaries, open_summaries, settings_text, summaries_folder
-from src.common.checkpoint_io import save_checkpoint_atomic
+from src.training.train_step import AlbertTrainOneStepCell
 
 Record = Dict[str, float]  # one metrics.jsonl row
 
