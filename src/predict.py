@@ -64,8 +64,6 @@ from src.serving.engines import (DEFAULT_BATCH, DEFAULT_SEQ, SUFFIXES, load_runn
 from src.serving.requests import flag_request, load_tokenizer, read_requests, survey_requests, warn_single_sentences
 from src.tasks.registry import TASKS
 
-# Feature key of the data tools (the task's head_inputs) -> the exported input's name (the head's argument).
-# The keys of a request in --input_file, per task, besides an optional `id`; the classifier's `text_b` is optional.
 # The integer flags' ranges: the upper bounds stop an absurd value before a model, a thread pool or a batch is
 # allocated (8192 positions: 16 times the position table of every published ALBERT).
 FLAG_RANGES = {"batch_size": (0, 65536), "threads": (0, 1024), "seq_length": (0, 8192), "max_qa_length": (1, 8192),

@@ -13,6 +13,7 @@ from src.data.input_text import check_max_seq_length, pack_pair, truncate_pair_f
 from src.data.tokenization import FullTokenizer
 
 _WORD = re.compile(r"\S+")
+FIRST_UNIQUE_ID = 1000000000  # SQuAD features are numbered from here (unique_ids)
 
 
 @dataclass
@@ -23,7 +24,6 @@ class InputExample:
     text_b: Optional[str]
     label: Optional[str]
     source: str
-
 
 
 def classifier_feature(example: InputExample, tokenizer: FullTokenizer, label_map: Optional[Dict[str, int]],
@@ -44,7 +44,6 @@ def classifier_feature(example: InputExample, tokenizer: FullTokenizer, label_ma
             "is_real_example": np.int32(1)}
 
 
-
 @dataclass
 class RaceExample:
     guid: str
@@ -57,7 +56,6 @@ class RaceExample:
     def question_with(self, option: str) -> str:
         """Fill the "_" blank with the option, or append the option to the question."""
         return self.question.replace("_", option) if "_" in self.question else f"{self.question} {option}"
-
 
 
 def race_feature(example: RaceExample, tokenizer: FullTokenizer, max_seq_length: int, max_qa_length: int,
@@ -75,8 +73,6 @@ def race_feature(example: RaceExample, tokenizer: FullTokenizer, max_seq_length:
     return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
             "label_ids": np.int32(ord(example.label) - ord("A")), "is_real_example": np.int32(1)}
 
-FIRST_UNIQUE_ID = 1000000000
-
 
 
 @dataclass
@@ -92,7 +88,6 @@ class SquadExample:
     source: str = ""
 
 
-
 @dataclass
 class TokenizedContext:
     """The context's pieces with, for each piece, its ids, doc_tokens word and [start, end) characters."""
@@ -106,7 +101,6 @@ class TokenizedContext:
         """First and last piece overlapping the characters [start_char, end_char)."""
         covering = [i for i, (s, e) in enumerate(self.char_spans) if s < end_char and e > start_char]
         return (covering[0], covering[-1]) if covering else None
-
 
 
 def _align_word(texts: Sequence[str], normalized: str, origin: List[Tuple[int, int]], word_start: int,
@@ -129,7 +123,6 @@ def _align_word(texts: Sequence[str], normalized: str, origin: List[Tuple[int, i
     return spans
 
 
-
 def tokenize_context(tokenizer: FullTokenizer, context: str) -> TokenizedContext:
     """Whitespace words -> pieces with their word index and original character spans."""
     result = TokenizedContext(doc_tokens=[])
@@ -149,7 +142,6 @@ def tokenize_context(tokenizer: FullTokenizer, context: str) -> TokenizedContext
     return result
 
 
-
 def doc_windows(num_tokens: int, window: int, stride: int) -> List[Tuple[int, int]]:
     """(start, length) of overlapping windows over the context tokens, `stride` apart, the last one ending at
     the end of the context."""
@@ -161,7 +153,6 @@ def doc_windows(num_tokens: int, window: int, stride: int) -> List[Tuple[int, in
         if start + length >= num_tokens:
             return windows
         start += min(length, stride)
-
 
 
 def max_context_windows(windows: Sequence[Tuple[int, int]], num_tokens: int) -> List[int]:
@@ -181,7 +172,6 @@ def max_context_windows(windows: Sequence[Tuple[int, int]], num_tokens: int) -> 
     return best
 
 
-
 @dataclass
 class SquadOptions:
     max_seq_length: int = 384
@@ -196,7 +186,6 @@ class SquadOptions:
         if self.max_query_length > self.max_seq_length - 4:
             raise UserError(f"max_query_length {self.max_query_length} leaves no room for context in "
                             f"max_seq_length {self.max_seq_length}")
-
 
 
 def example_features(example: SquadExample, example_index: int, tokenizer: FullTokenizer, options: SquadOptions,
@@ -235,7 +224,6 @@ def example_features(example: SquadExample, example_index: int, tokenizer: FullT
             + [False],
         }
         yield record, feature_map
-
 
 
 def example_row(index: int, example: SquadExample) -> Dict[str, Any]:

@@ -7,7 +7,6 @@ from typing import Dict, List, Optional, Tuple
 from model_utils.errors import UserError
 
 
-
 @dataclass(frozen=True)
 class Columns:
     """Where a split keeps its fields: column positions (negative = from the end) and header names to check."""
@@ -15,7 +14,6 @@ class Columns:
     text_b: Optional[int]
     label: Optional[int]
     header: Optional[Dict[int, str]]  # None: the file has no header line
-
 
 
 @dataclass(frozen=True)
@@ -29,12 +27,10 @@ class TsvTask:
     def columns(self, split: str) -> Columns:
         return self.test if split == "test" else self.train_dev
 
+
 _GLUE_FILES = {"train": "train.tsv", "dev": "dev.tsv", "test": "test.tsv"}
-
 _BINARY = ("0", "1")
-
 _ENTAILMENT = ("entailment", "not_entailment")
-
 _INDEX_S1_S2 = Columns(1, 2, -1, {1: "sentence1", 2: "sentence2"})
 
 TSV_TASKS: Dict[str, TsvTask] = {task.name: task for task in [
@@ -61,9 +57,7 @@ TSV_TASKS: Dict[str, TsvTask] = {task.name: task for task in [
     TsvTask("lcqmc", {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}, _BINARY,
             Columns(0, 1, 2, None), Columns(0, 1, 2, None)),
 ]}
-
 TASK_NAMES = tuple(TSV_TASKS) + ("race",)
-
 
 
 def label_list(task_name: str) -> Optional[List[str]]:
@@ -72,7 +66,6 @@ def label_list(task_name: str) -> Optional[List[str]]:
         return ["A", "B", "C", "D"]
     labels = task_named(task_name).labels
     return list(labels) if labels is not None else None
-
 
 
 def task_named(task_name: str) -> TsvTask:

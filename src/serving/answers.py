@@ -16,7 +16,6 @@ from src.serving.engines import ModelShape
 from src.serving.requests import CHUNK_REQUESTS, GOLD_KEYS
 
 SHOWN_ANSWERS = 5
-
 MAX_WINDOWS = 256  # SQuAD windows one request may make (a 1 MiB context at --doc_stride 1 would make ~250,000)
 
 
@@ -107,6 +106,7 @@ def check_windows(args: argparse.Namespace, tokenizer, options, request: Dict[st
         raise UserError(f"{which}: its context ({tokens} tokens) makes {count} windows of "
                         f"{options.max_seq_length} tokens at --doc_stride {options.doc_stride}, more than "
                         f"--max_windows {args.max_windows}: split the context, or raise --max_windows")
+
 
 ANSWERS = {"classifier": classify, "race": choose, "squad_v1": answer, "squad_v2": answer}
 

@@ -15,11 +15,12 @@ from model_utils.errors import UserError
 from src.common.fixed_shape_batches import Runner, cell_runner, real_rows, run_padded
 from src.tasks.registry import TASKS
 
+DEFAULT_BATCH = 32
+DEFAULT_SEQ = 128
+SUFFIXES = (".mindir", ".onnx", ".xml", ".ckpt")
+# Feature key of the data tools (the task's head_inputs) -> the exported input's name (the head's argument).
 EXPORT_NAMES = {"input_ids": "input_ids", "segment_ids": "token_type_ids", "input_mask": "input_mask",
                 "p_mask": "p_mask"}
-
-SUFFIXES = (".mindir", ".onnx", ".xml", ".ckpt")
-
 
 
 @dataclass
@@ -29,7 +30,6 @@ class ModelShape:
     seq: int
     choices: int  # RACE: options per question (1 for the other tasks)
     vocab: Optional[int]  # the model's vocabulary size, where the file says it
-
 
 
 def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
@@ -54,7 +54,6 @@ def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Option
     return inputs, outputs, (int(vocab[0]) if vocab else None)
 
 
-
 def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
     import onnx
 
@@ -66,7 +65,6 @@ def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Option
     inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
     vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
     return inputs, len(graph.output), (int(vocab[0]) if vocab else None)
-
 
 
 def _openvino_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
@@ -85,7 +83,6 @@ def _openvino_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Op
     return inputs, len(model.outputs), openvino_vocab_size(model)
 
 
-
 def _graph_tensors(graph) -> Iterator[object]:
     """Every tensor a graph stores: initializers and attribute tensors, subgraphs (If, Loop) included."""
     yield from graph.initializer
@@ -95,7 +92,6 @@ def _graph_tensors(graph) -> Iterator[object]:
             yield from attribute.tensors
             for subgraph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
                 yield from _graph_tensors(subgraph)
-
 
 
 def check_external_data(path: str, graph) -> None:
@@ -113,7 +109,6 @@ def check_external_data(path: str, graph) -> None:
                             f"model's folder; refused (a model's external data must lie beside it)")
 
 
-
 def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]], outputs: int) -> None:
     """The exported model must be `task`'s (its inputs' names and rank, its number of outputs); else the tasks it
     fits are named, as for a checkpoint of another head."""
@@ -129,13 +124,11 @@ def check_model(path: str, task: str, inputs: List[Tuple[str, List[int]]], outpu
                     f"{len(task_outputs(task))} output(s) of a {task} model exported by export.py{hint}")
 
 
-
 def task_outputs(task: str) -> List[Tuple[str, str, List[object]]]:
     """The outputs of `task`'s export, as the shipped yaml shapes them."""
     from model_utils.config import parse_cli
 
     return TASKS[task].outputs(parse_cli(TASKS[task].config_file, []), None, 0)
-
 
 
 def fitting_tasks(inputs: List[Tuple[str, List[int]]], outputs: int) -> List[str]:
@@ -147,14 +140,12 @@ def fitting_tasks(inputs: List[Tuple[str, List[int]]], outputs: int) -> List[str
             and ranks == {3 if task.choices else 2} and len(task_outputs(name)) == outputs]
 
 
-
 def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Config:
     """.ckpt: the task yaml it was fine-tuned with (--config_path, else the shipped one)."""
     from model_utils.config import parse_cli
 
     argv = ["--config_path", args.config_path] if args.config_path else []
     return parse_cli(TASKS[args.task].config_file, argv + (["--num_class", str(num_class)] if num_class else []))
-
 
 
 def model_shape(args: argparse.Namespace) -> ModelShape:
@@ -168,7 +159,6 @@ def model_shape(args: argparse.Namespace) -> ModelShape:
     return ModelShape(shape[0] if shape[0] > 0 else None, shape[-1], shape[1] if len(shape) == 3 else 1, vocab)
 
 
-
 def rows_per_call(args: argparse.Namespace, shape: ModelShape) -> int:
     if shape.batch is None:
         return args.batch_size or DEFAULT_BATCH
@@ -176,7 +166,6 @@ def rows_per_call(args: argparse.Namespace, shape: ModelShape) -> int:
         raise UserError(f"{args.model} was exported for batches of {shape.batch} rows: drop --batch_size, or "
                         f"export it again with --export_batch_size {args.batch_size} (or --dynamic_batch true)")
     return shape.batch
-
 
 
 def mindspore_runner(path: str, device_target: str) -> Runner:
@@ -190,7 +179,6 @@ def mindspore_runner(path: str, device_target: str) -> Runner:
     return cell_runner(nn.GraphCell(ms.load(path)))
 
 SLOW_FUSIONS = ("SkipLayerNormFusion",)
-
 
 
 def onnxruntime_session(path: str, threads: int, disabled: Sequence[str] = SLOW_FUSIONS, profile_prefix: str = ""):
@@ -209,7 +197,6 @@ def onnxruntime_session(path: str, threads: int, disabled: Sequence[str] = SLOW_
                                         disabled_optimizers=list(disabled))
 
 
-
 def onnxruntime_runner(path: str, threads: int) -> Runner:
     """An ONNX Runtime session (see onnxruntime_session); inputs in the graph's order."""
     session = onnxruntime_session(path, threads)
@@ -218,7 +205,6 @@ def onnxruntime_runner(path: str, threads: int) -> Runner:
     def run(arrays: List[np.ndarray]) -> List[np.ndarray]:
         return session.run(None, dict(zip(names, arrays)))
     return run
-
 
 
 def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
@@ -253,7 +239,6 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     return cell_runner(model)
 
 
-
 def check_low_precision_products(target: str, precision: str) -> None:
     """--precision bfloat16 and int8 are the compiled kernels' products in that precision (the CPU's support for
     them is checked with the flags): say in one line why they do not run here."""
@@ -263,7 +248,6 @@ def check_low_precision_products(target: str, precision: str) -> None:
     if target != "CPU" or not cpu_kernels.available():
         raise UserError(f"--precision {precision} runs the compiled CPU kernels' products in {precision}; here the "
                         f"model runs on {target} with {kernels_status(target)}")
-
 
 
 def openvino_runner(path: str, threads: int, precision: str) -> Runner:
@@ -288,7 +272,6 @@ def openvino_runner(path: str, threads: int, precision: str) -> Runner:
     return run
 
 
-
 def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
     if args.engine == "openvino":
         return openvino_runner(args.model, args.threads, args.precision)
@@ -299,7 +282,6 @@ def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runne
     return mindspore_runner(args.model, args.device_target)
 
 
-
 def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], columns: Sequence[str], batch: int,
              fixed: bool) -> List[np.ndarray]:
     """The model's outputs for feature rows, `batch` rows per call (the last call padded with zero rows); a model
@@ -308,11 +290,6 @@ def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], columns: Sequence[s
     batches = ([np.stack([row[column] for row in rows[start:start + size]]).astype(np.int32) for column in columns]
                for start in range(0, len(rows), size))
     return real_rows(run_padded(run, batches, size))
-
-DEFAULT_BATCH = 32
-
-DEFAULT_SEQ = 128
-
 
 
 def check_vocabulary(tokenizer, model_vocab: Optional[int]) -> None:

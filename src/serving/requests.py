@@ -10,13 +10,12 @@ from model_utils import json_input
 from model_utils.errors import UserError
 from src.serving.engines import check_vocabulary
 
+# The keys of a request in --input_file, per task, besides an optional `id`; the classifier's `text_b` is optional.
 REQUEST_KEYS = {"classifier": ("text_a", "text_b"), "race": ("article", "question", "options"),
                 "squad_v1": ("question", "context"), "squad_v2": ("question", "context")}
-
 GOLD_KEYS = ("label", "gold")  # a request's known answer, for the accuracy line (classifier and race)
-
+SCORED_TASKS = ("classifier", "race")
 CHUNK_REQUESTS = 1024  # requests read and made into features at a time: bounds the memory of a large --input_file
-
 MAX_REQUEST_BYTES = 1 << 20  # one line of --input_file (read no further: a line with no end never fills memory)
 
 
@@ -125,5 +124,3 @@ def survey_requests(path: str, task: str, choices: int) -> Tuple[int, Tuple[int,
     if not total:
         raise UserError(f"{path} holds no request")
     return total, (alone, first)
-
-SCORED_TASKS = ("classifier", "race")

@@ -142,7 +142,6 @@ class AlbertTrainOneStepCell(nn.Cell):
         return tuple([grad / divisor for grad in grads])
 
 
-
 def _check_train_options(loss_scale: Optional[float], scale_factor: float, scale_window: int,
                          clip_norm: Optional[float], accumulation_steps: int) -> None:
     if loss_scale is not None and (loss_scale < 1 or scale_factor <= 1 or scale_window < 1):
