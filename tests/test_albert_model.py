@@ -11,7 +11,7 @@ import torch
 from mindspore import Tensor
 from mindspore.nn.utils import no_init_parameters
 
-from hf_reference import random_batch
+from tests.hf_reference import random_batch
 from src import cpu_kernels
 from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining
 from src.albert_model import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertModel, Runtime, \

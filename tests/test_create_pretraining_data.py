@@ -238,7 +238,7 @@ def _write(path: Path, text: str) -> str:
     return str(path)
 
 
-def test_bad_input(tmp_path, spm_path):
+def test_bad_corpora_and_options_are_user_errors_that_write_nothing(tmp_path, spm_path):
     out = tmp_path / "o.mindrecord"
     empty = _write(tmp_path / "empty.txt", "\n\n  \n")
     with pytest.raises(UserError, match="empty corpus"):

@@ -193,7 +193,7 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
     from transformers import AlbertForSequenceClassification as HfClassifier
 
     from export import export_atomically, export_runtime
-    from hf_reference import TINY_CONFIGS, random_batch
+    from tests.hf_reference import TINY_CONFIGS, random_batch
     from src.albert_model import AlbertConfig
     from src.convert_checkpoint import hf_name
     from src.finetune_eval_model import AlbertForSequenceClassification

@@ -5,7 +5,6 @@ MultipleChoice,QuestionAnswering}; the SQuAD v2 head against HF's XLNet SQuAD po
 model uses) on top of HF's AlbertModel, with the beam search and loss written out in torch here. The heads are built
 as fine-tuning on CPU builds them (model_runtime: the compiled kernels when they are built).
 """
-import mindspore as ms
 import numpy as np
 import pytest
 import torch
@@ -34,11 +33,7 @@ RUNTIME = model_runtime("CPU", OURS.compute_type)
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+pytestmark = pytest.mark.usefixtures("graph_mode")  # tests/conftest.py
 
 
 def perturbed(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

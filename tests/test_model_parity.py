@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
+from tests.hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
 from src import cpu_kernels
 from src.albert_for_pre_training import AlbertNetworkWithLoss, AlbertPreTraining
 from src.albert_model import AlbertAttention, AlbertConfig, Runtime

@@ -25,10 +25,10 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 import pytest
 
-from finetune_helpers import TINY_FINETUNE, make_squad
+from tests.finetune_helpers import TINY_FINETUNE, make_squad
 from src import cpu_kernels
-from machines import Machines, machines, unavailable
-from pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run,
+from tests.machines import Machines, machines, unavailable
+from tests.pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run,
                               tool, weights)
 
 PRETRAIN = SCRIPTS / "run_pretrain_distribute.sh"

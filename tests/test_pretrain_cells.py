@@ -22,11 +22,7 @@ RUNTIME = model_runtime("CPU", CONFIG.compute_type)
 KERNELS = RUNTIME.kernels
 
 
-@pytest.fixture(autouse=True, scope="module")
-def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+pytestmark = pytest.mark.usefixtures("graph_mode")  # tests/conftest.py
 
 
 def pretraining_batch(size: int, seed: int = 0, all_weights: bool = False) -> List[Tensor]:
