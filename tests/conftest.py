@@ -1,16 +1,16 @@
-"""Shared test fixtures: the project root on sys.path and the real test assets."""
+"""Shared test fixtures: the project root on sys.path, the real test assets and MindSpore's execution mode."""
 import sys
 from pathlib import Path
 
 import pytest
 
-from ci_skips import pytest_addoption, pytest_report_header, pytest_runtest_makereport  # noqa: F401
-
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT.parent / "shared" / "assets"
 
-if str(ROOT) not in sys.path:
+if str(ROOT) not in sys.path:  # before the import below: test code imports its helpers as tests.<module>
     sys.path.insert(0, str(ROOT))
+
+from tests.ci_skips import pytest_addoption, pytest_report_header, pytest_runtest_makereport  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -50,3 +50,28 @@ def data(tmp_path_factory):
     """Small pretraining MindRecord files (train, eval) made by the package's own data tools."""
     from tests.pretrain_helpers import make_pretraining_data
     return make_pretraining_data(tmp_path_factory.mktemp("pretrain_data"))
+
+
+@pytest.fixture(scope="module")
+def graph_mode():
+    """MindSpore GRAPH mode for a whole module, PyNative afterwards (the mode the other modules expect).
+
+    A module opts in with `pytestmark = pytest.mark.usefixtures("graph_mode")`; module scope, so that the
+    module's own module-scoped fixtures build their cells in GRAPH mode too."""
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+@pytest.fixture
+def graph_mode_each_test():
+    """MindSpore GRAPH mode for one test, then back to the mode it found: for modules whose tests switch modes
+    themselves (opt in with `pytestmark = pytest.mark.usefixtures("graph_mode_each_test")`)."""
+    import mindspore as ms
+
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    yield
+    ms.set_context(mode=previous)

@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from pretrain_helpers import tool
+from tests.pretrain_helpers import tool
 
 ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
 SPM = str(ASSETS / "tokenizer" / "albert_30k-clean.model")
@@ -11,6 +11,12 @@ SPM = str(ASSETS / "tokenizer" / "albert_30k-clean.model")
 TINY_FINETUNE = ["--albert_network", "albert_tiny", "--net_cfg.hidden_size", "32", "--net_cfg.embedding_size", "16",
                  "--net_cfg.num_hidden_layers", "2", "--net_cfg.num_attention_heads", "2",
                  "--net_cfg.intermediate_size", "64", "--device_target", "CPU", "--log_steps", "5"]
+
+
+def mindrecord_rows(*paths) -> List[dict]:
+    """The rows of MindRecord files, in file order (MindDataset without shuffle), as dicts of numpy arrays."""
+    import mindspore.dataset as ds
+    return list(ds.MindDataset([str(p) for p in paths], shuffle=False).create_dict_iterator(output_numpy=True))
 
 
 def head_lines(source: Path, target: Path, rows: int, header: bool) -> Path:

@@ -1,3 +1,4 @@
+from src.data import schema
 """Helpers for the pretraining tests that run the entry points as subprocesses."""
 import json
 import os
@@ -148,3 +149,16 @@ def make_pretraining_data(folder: Path) -> Dict[str, Path]:
                                          "--max_seq_length", "32", "--max_predictions_per_seq", "5", "--dupe_factor",
                                          "1", "--random_seed", seed, "--progress", "false"])
     return {"train": folder / "train.mindrecord", "eval": folder / "eval.mindrecord", "folder": folder}
+
+
+def pretraining_records(data) -> List[bytes]:
+    """The records of a pretraining MindRecord data set (a file, a folder or a part), in file order, each as the bytes
+    of its columns in create_pretraining_data's order: data sets that must agree are compared record by record."""
+    import mindspore.dataset as ds
+
+    import dataset
+    from src import create_pretraining_data as cpd
+
+    files = dataset.resolve_mindrecord_files(data)
+    rows = ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True, num_epochs=1)
+    return [b"".join(np.asarray(row[name]).tobytes() for name in schema.PRETRAINING.names) for row in rows]

@@ -11,13 +11,13 @@ import torch
 from mindspore import Tensor
 from mindspore.nn.utils import no_init_parameters
 
-from hf_reference import random_batch
+from tests.hf_reference import random_batch
 from src.model import cpu_kernels
-from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
 from src.model.albert import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertModel, Runtime, \
     count_parameters
-from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
-                                  AlbertForSquadV2)
+from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
+from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
+                                     AlbertForSequenceClassification, AlbertForSquadV2)
 
 TINY = dict(vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
             intermediate_size=40, max_position_embeddings=32)

@@ -1,4 +1,4 @@
-"""The bad-input matrix of every entry point (issue 7): a user's mistake stops the run with one line
+"""The bad-input matrix of every entry point: a user's mistake stops the run with one line
 `error: ...` on stderr that names the culprit (file, line or key), exit code 2, no traceback (unless --verbose),
 and nothing written where the run would have put its outputs.
 
@@ -984,7 +984,8 @@ def paths(fx: Path, tmp: Path, row: Row) -> Dict[str, str]:
 
 
 @pytest.mark.parametrize("row", [pytest.param(r, id=r.id) for r in MATRIX])
-def test_bad_input(row: Row, fx: Path, tmp_path: Path, monkeypatch, capsys, request):
+def test_each_bad_input_exits_2_with_one_error_line_and_writes_nothing(row: Row, fx: Path, tmp_path: Path,
+                                                                       monkeypatch, capsys, request):
     names = paths(fx, tmp_path, row)
     if row.make:
         (tmp_path / row.bad).parent.mkdir(parents=True, exist_ok=True)

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
+from tests.hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
 from model_utils.errors import UserError
-from src.model.pretraining_heads import AlbertPreTraining
-from src.model.albert import AlbertConfig
-from src.conversion.convert_checkpoint import convert, hf_name
 from src.common.checkpoint_io import load_weights
-from test_model_parity import assert_close, our_outputs
+from src.conversion.convert_checkpoint import convert, hf_name
+from src.model.albert import AlbertConfig
+from src.model.pretraining_heads import AlbertPreTraining
+from tests.test_model_parity import assert_close, our_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 TF_FIXTURE = ROOT / "tests" / "fixtures" / "tf_albert_tiny"
@@ -184,7 +184,7 @@ def test_cli_verbose_shows_traceback(tmp_path):
 
 def test_model_summary_counts(capsys):
     from src.model_summary import main
-    from test_albert_model import hf_parameter_count
+    from tests.test_albert_model import hf_parameter_count
     assert main(["--markdown"]) == 0
     rows = {line.split("|")[1].strip(): line for line in capsys.readouterr().out.splitlines() if "|" in line}
     expected = hf_parameter_count(AlbertConfig.from_preset("albert_base")) / 1e6

@@ -1,4 +1,4 @@
-"""Corpus-scale pretraining data (issue 14): input formats, the sentence rule, and parts made by separate runs.
+"""Corpus-scale pretraining data: input formats, the sentence rule, and parts made by separate runs.
 
 Expected sentences are written by hand; record equality is checked between runs that must agree by design (the
 same sentences through text, gzip, bzip2 and JSON lines; the union of parts against one unsharded run), the
@@ -11,15 +11,13 @@ import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import dataset
 from model_utils.errors import UserError
-from src.data import schema
 from src import create_pretraining_data as cpd
 from src.data.corpus import read_documents, split_sentences
-from tests.pretrain_helpers import ok, pretrain, run
+from tests.pretrain_helpers import ok, pretrain, pretraining_records, run
 
 
 def test_sentence_rule_on_english_text():
@@ -62,13 +60,6 @@ def _create(spm_path, inputs, output, *extra):
     return output
 
 
-def _records(data):
-    import mindspore.dataset as ds
-    files = dataset.resolve_mindrecord_files(data)
-    rows = ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True, num_epochs=1)
-    return [b"".join(np.asarray(row[name]).tobytes() for name in schema.PRETRAINING.names) for row in rows]
-
-
 def test_compressed_and_json_lines_corpora_give_the_records_of_plain_text(tmp_path, spm_path):
     documents = _sentences(12, 9)
     plain = tmp_path / "corpus.txt"
@@ -78,10 +69,10 @@ def test_compressed_and_json_lines_corpora_give_the_records_of_plain_text(tmp_pa
     (tmp_path / "corpus.jsonl").write_text(_jsonl_corpus(documents), encoding="utf-8")
     (tmp_path / "corpus.json.gz").write_bytes(gzip.compress(_jsonl_corpus(documents).encode("utf-8")))
     assert [d.sentences for d in read_documents([tmp_path / "corpus.jsonl"])] == documents
-    expected = _records(_create(spm_path, plain, tmp_path / "out" / "plain.mindrecord"))
+    expected = pretraining_records(_create(spm_path, plain, tmp_path / "out" / "plain.mindrecord"))
     assert len(expected) > 50
     for name in ("corpus.txt.gz", "corpus.bz2", "corpus.jsonl", "corpus.json.gz"):
-        got = _records(_create(spm_path, tmp_path / name, tmp_path / "out" / f"{name}.mindrecord"))
+        got = pretraining_records(_create(spm_path, tmp_path / name, tmp_path / "out" / f"{name}.mindrecord"))
         assert got == expected, name
 
 
@@ -111,10 +102,10 @@ def parts(tmp_path_factory, assets, spm_path):
 
 def test_the_union_of_parts_holds_the_records_of_one_run(parts):
     folder = parts["folder"]
-    whole, union = _records(parts["whole"]), _records(folder)
+    whole, union = pretraining_records(parts["whole"]), pretraining_records(folder)
     assert len(whole) > 1000
     assert collections.Counter(union) == collections.Counter(whole)
-    by_part = [set(_records(folder / f"wiki-{k:05d}-of-00003.mindrecord")) for k in range(3)]
+    by_part = [set(pretraining_records(folder / f"wiki-{k:05d}-of-00003.mindrecord")) for k in range(3)]
     assert all(len(p) > len(whole) / 6 for p in by_part)  # every part got a fair share
     assert not (by_part[0] & by_part[1] or by_part[1] & by_part[2] or by_part[0] & by_part[2])
     meta = dataset.load_data_meta(folder)
@@ -124,7 +115,7 @@ def test_the_union_of_parts_holds_the_records_of_one_run(parts):
 
 def test_training_on_the_folder_of_parts_reads_their_union(parts, tmp_path):
     done = ok(run(pretrain({"train": parts["folder"]}, tmp_path, "--train_steps", "1", "--batch_size", "8")))
-    assert f"plan: {len(_records(parts['whole']))} rows;" in done.stdout
+    assert f"plan: {len(pretraining_records(parts['whole']))} rows;" in done.stdout
 
 
 def _copy_parts(parts, tmp_path: Path, edit=None, drop=()) -> Path:

@@ -28,12 +28,8 @@ needs_int8 = pytest.mark.skipif(not cpu_kernels.int8_support()[0],
                                 reason=f"int8 products: {cpu_kernels.int8_support()[1]}")
 
 
-@pytest.fixture(autouse=True)
-def graph_mode():
-    previous = ms.get_context("mode")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=previous)
+# Per test, not per module: a test here switches to PyNative itself (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("graph_mode_each_test")
 
 
 @pytest.fixture(params=[1, 2, 3], ids=lambda n: f"threads{n}")

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError, run_cli
+from src import create_finetune_data as cfd
 from src.data import tsv_tasks
 from src.data import features as text_features
-from src import create_finetune_data as cfd
+from tests.finetune_helpers import mindrecord_rows
 
 SEQ = 128
 GLUE_DUMMY = {  # task -> (folder under glue/hf_dummy, file per split)
@@ -78,11 +79,6 @@ def test_mrpc_full_with_bom(assets):
     assert sizes == {"train": 3668, "dev": 408, "test": 1725}
 
 
-def _read(*paths):
-    import mindspore.dataset as ds
-    return list(ds.MindDataset([str(p) for p in paths], shuffle=False).create_dict_iterator(output_numpy=True))
-
-
 def _args(spm_path, out, *extra):
     return ["--spm_model_file", spm_path, "--output_file", str(out), "--max_seq_length", str(SEQ), *extra]
 
@@ -92,7 +88,7 @@ def test_mrpc_dev_records_equal_hf_pair_encoding(tmp_path, assets, spm_path, hf,
     args = _args(spm_path, out, "--task_name", "mrpc", "--data_dir", str(assets / "glue" / "MRPC"), "--split", "dev")
     assert cfd.main(args) == 0
     assert "wrote 408 mrpc dev records" in capsys.readouterr().out
-    records = _read(out)
+    records = mindrecord_rows(out)
     rows = _rows(assets / "glue" / "MRPC" / "dev.tsv")[1:]
     assert len(records) == len(rows) == 408
     for record, row in zip(records, rows):
@@ -112,9 +108,9 @@ def test_stsb_is_regression(tmp_path, assets, spm_path):
     out = tmp_path / "stsb.mindrecord"
     data_dir = assets / "glue" / "hf_dummy" / "stsb" / "SST-B"
     assert cfd.main(_args(spm_path, out, "--task_name", "sts-b", "--data_dir", str(data_dir), "--split", "train")) == 0
-    labels = [float(r["label_ids"]) for r in _read(out)]
+    labels = [float(r["label_ids"]) for r in mindrecord_rows(out)]
     assert labels == pytest.approx([5.0, 3.8, 3.8])
-    assert _read(out)[0]["label_ids"].dtype == np.float32
+    assert mindrecord_rows(out)[0]["label_ids"].dtype == np.float32
 
 
 def test_race_reads_all_real_files(assets):
@@ -135,7 +131,7 @@ def test_race_records(tmp_path, assets, spm_path, hf):
     args = ["--spm_model_file", spm_path, "--output_file", str(out), "--task_name", "race", "--data_dir",
             str(assets / "race" / "RACE"), "--split", "dev", "--max_seq_length", str(seq), "--max_qa_length", str(qa)]
     assert cfd.main(args) == 0
-    records = _read(out)
+    records = mindrecord_rows(out)
     examples = [e for p in cfd.race_files(assets / "race" / "RACE", "dev") for e in cfd.read_race_examples(p)]
     assert len(records) == len(examples)
     assert records[0]["input_ids"].shape == (4, seq)
@@ -169,7 +165,7 @@ def test_lcqmc_with_and_without_header(tmp_path, assets):
         args = ["--task_name", "lcqmc", "--data_dir", str(tmp_path), "--input_file", str(tmp_path / name),
                 "--vocab_file", zh_vocab, "--output_file", str(out), "--max_seq_length", "32"]
         assert cfd.main(args) == 0
-        records = _read(out)
+        records = mindrecord_rows(out)
         assert [int(r["label_ids"]) for r in records] == [1, 1, 0]
         assert records[0]["input_ids"][1] != 0 and records[0]["segment_ids"].sum() > 0
 

@@ -17,8 +17,8 @@ import pytest
 
 import dataset
 from model_utils.errors import UserError, run_cli
-from src.data import schema
 from src import create_pretraining_data as cpd
+from src.data import schema
 from src.data.corpus import read_documents
 from src.data.tokenization import FullTokenizer
 from tests.pretrain_helpers import ENV, ROOT
@@ -239,7 +239,7 @@ def _write(path: Path, text: str) -> str:
     return str(path)
 
 
-def test_bad_input(tmp_path, spm_path):
+def test_bad_corpora_and_options_are_user_errors_that_write_nothing(tmp_path, spm_path):
     out = tmp_path / "o.mindrecord"
     empty = _write(tmp_path / "empty.txt", "\n\n  \n")
     with pytest.raises(UserError, match="empty corpus"):

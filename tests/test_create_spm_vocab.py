@@ -51,7 +51,7 @@ def test_same_corpus_same_model(tmp_path, model, corpus):
     assert (tmp_path / "again.model").read_bytes() == (model.parent / "small.model").read_bytes()
 
 
-def test_errors(tmp_path, model, corpus):
+def test_existing_model_empty_corpus_or_oversized_vocab_is_refused_writing_nothing(tmp_path, model, corpus):
     args = ["--input_file", str(corpus), "--model_prefix", str(model), "--vocab_size", "1500"]
     assert run_cli(spm_train.main, args) == 2  # exists
     empty = tmp_path / "empty.txt"

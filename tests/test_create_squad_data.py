@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError, run_cli
+from src import create_squad_data as csd
 from src.data import schema
 from src.data import features as text_features
-from src import create_squad_data as csd
 from src.data.tokenization import FullTokenizer
+from tests.finetune_helpers import mindrecord_rows
 
 SQUAD_FILES = ["v1.1/dev-v1.1.part1_bloomsbury.json", "v1.1/dev-v1.1.part2_bloomsbury.json",
                "v2.0/dev-v2.0.subset_Normans_Rhine.json", "v2.0/dev-v2.0.subset_Normans_ComplexityTheory.json"]
@@ -183,17 +184,12 @@ def _args(spm_path, source, out, *extra):
             "--max_seq_length", "128", "--doc_stride", "64", *extra]
 
 
-def _read(path):
-    import mindspore.dataset as ds
-    return list(ds.MindDataset([str(path)], shuffle=False).create_dict_iterator(output_numpy=True))
-
-
 def test_eval_output_with_feature_map(tmp_path, assets, spm_path, capsys):
     source = assets / "derived" / "squad_v1.1_dev_sample_SuperBowl50_5paras.json"
     out = tmp_path / "dev.mindrecord"
     assert csd.main(_args(spm_path, source, out, "--is_training", "false")) == 0
     assert "features of 117 questions" in capsys.readouterr().out
-    records = _read(out)
+    records = mindrecord_rows(out)
     features = [json.loads(line) for line in open(str(out) + ".features.jsonl", encoding="utf-8")]
     examples = [json.loads(line) for line in open(str(out) + ".examples.jsonl", encoding="utf-8")]
     assert set(records[0]) == set(schema.SQUAD_EVAL.names)
@@ -215,7 +211,7 @@ def test_eval_output_with_feature_map(tmp_path, assets, spm_path, capsys):
     assert meta["num_records"] == len(records) and meta["stats"]["examples"] == 117
 
 
-def test_train_output(tmp_path, assets, spm_path):
+def test_v2_training_output_in_parts_has_impossible_features_and_no_feature_map(tmp_path, assets, spm_path):
     source = assets / "squad" / "v2.0" / "dev-v2.0.subset_Normans_Rhine.json"
     out = tmp_path / "train.mindrecord"
     args = _args(spm_path, source, out, "--is_training", "true", "--version_2_with_negative", "true",
@@ -227,7 +223,7 @@ def test_train_output(tmp_path, assets, spm_path):
     assert meta["columns"] == list(schema.SQUAD_TRAIN.names)
     impossible = meta["stats"]["impossible_features"]
     assert 0 < impossible < meta["num_records"]
-    assert sum(int(r["is_impossible"]) for r in _read(tmp_path / "train.mindrecord0")) > 0
+    assert sum(int(r["is_impossible"]) for r in mindrecord_rows(tmp_path / "train.mindrecord0")) > 0
 
 
 def _bad(tmp_path, spm_path, text, match, *extra):
@@ -238,7 +234,7 @@ def _bad(tmp_path, spm_path, text, match, *extra):
     assert not list(tmp_path.glob("o.mindrecord*"))
 
 
-def test_bad_input(tmp_path, spm_path):
+def test_malformed_squad_files_are_refused_by_location_and_misplaced_answers_skipped(tmp_path, spm_path):
     qa = {"id": "q1", "question": "Who?", "answers": [{"text": "Bob", "answer_start": 0}]}
     doc = {"data": [{"title": "t", "paragraphs": [{"context": "Bob went home.", "qas": [qa]}]}]}
     _bad(tmp_path, spm_path, '{"data": [\n{"paragraphs": ]}', r"bad\.json line 2: malformed json")
@@ -263,7 +259,7 @@ def test_bad_input(tmp_path, spm_path):
     assert len(examples) == 1 and skipped == 1
 
 
-def test_existing_output(tmp_path, spm_path):
+def test_any_existing_output_file_blocks_the_run_unless_overwrite(tmp_path, spm_path):
     source = tmp_path / "s.json"
     source.write_text(json.dumps({"data": [{"paragraphs": [{"context": "Bob went home.", "qas": [
         {"id": "q", "question": "Who went home?", "answers": [{"text": "Bob", "answer_start": 0}]}]}]}]}))

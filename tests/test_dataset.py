@@ -108,7 +108,7 @@ def test_race_and_squad(data):
     assert (ids >= 1000000000).all() and len(set(ids.tolist())) == len(ids)
 
 
-def test_errors(data, tmp_path):
+def test_missing_data_wrong_columns_and_bad_shard_id_are_user_errors(data, tmp_path):
     with pytest.raises(UserError, match="data not found"):
         dataset.create_pretraining_dataset(tmp_path / "missing", 2)
     with pytest.raises(UserError, match="no .mindrecord files"):

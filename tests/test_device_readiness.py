@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from model_utils.errors import UserError
-from src.model import cpu_kernels
 from src.devices import device_checks
-from src.model.albert import Runtime
 from src.devices.device_setup import kernels_status, model_runtime, pick_device_target
+from src.model import cpu_kernels
+from src.model.albert import Runtime
 from tests.pretrain_helpers import ok, pretrain, run, weights
 
 MINDSPORE = Path(ms.__file__).parent

@@ -36,7 +36,7 @@ def tiny_config():
 
 def build_head(task: str):
     from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
-                                      AlbertForSequenceClassification, AlbertForSquadV2)
+                                         AlbertForSequenceClassification, AlbertForSquadV2)
 
     config = tiny_config()
     head = {"classifier": lambda: AlbertForSequenceClassification(config, NUM_CLASS),
@@ -193,7 +193,7 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
     from transformers import AlbertForSequenceClassification as HfClassifier
 
     from export import export_atomically, export_runtime
-    from hf_reference import TINY_CONFIGS, random_batch
+    from tests.hf_reference import TINY_CONFIGS, random_batch
     from src.model.albert import AlbertConfig
     from src.conversion.convert_checkpoint import hf_name
     from src.model.task_heads import AlbertForSequenceClassification
@@ -232,9 +232,8 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
 
 def test_exports_never_need_the_kernels_and_onnx_takes_the_patterns_onnxruntime_fuses(monkeypatch):
     """MINDIR and AIR keep the layout of the device they are exported on without the compiled kernels, never asking
-    whether they are built (a fresh machine would compile them for nothing); ONNX moves heads by transposes, adds the
-    mask by broadcasting and writes LayerNorm and GELU as ONNX Runtime's fusable patterns, on any device; a compute type
-    the device cannot run is refused."""
+    whether they are built (a fresh machine would compile them for nothing); ONNX moves heads by transposes, adds the mask by broadcasting and writes LayerNorm and GELU as
+    ONNX Runtime's fusable patterns, on any device; a compute type the device cannot run is refused."""
     from export import export_runtime
     from model_utils.errors import UserError
     from src.model import cpu_kernels

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_glue_like, make_race, make_squad
-from pretrain_helpers import check_curves, metrics_by_step, ok, run, tensorboard, tool
+from tests.finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_glue_like, make_race, make_squad
+from tests.pretrain_helpers import check_curves, metrics_by_step, ok, run, tensorboard, tool
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
 NO_DROPOUT = ["--net_cfg.hidden_dropout_prob", "0", "--classifier_dropout_prob", "0"]

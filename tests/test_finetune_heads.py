@@ -5,7 +5,6 @@ MultipleChoice,QuestionAnswering}; the SQuAD v2 head against HF's XLNet SQuAD po
 model uses) on top of HF's AlbertModel, with the beam search and loss written out in torch here. The heads are built
 as fine-tuning on CPU builds them (model_runtime: the compiled kernels when they are built).
 """
-import mindspore as ms
 import numpy as np
 import pytest
 import torch
@@ -13,13 +12,13 @@ import transformers
 from mindspore import Tensor
 from transformers.models.xlnet import modeling_xlnet
 
-from src.model.task_losses import AlbertClassifierWithLoss, AlbertSquadV2WithLoss, AlbertSquadWithLoss
-from src.model.albert import AlbertConfig
+from src.common.checkpoint_io import load_weights, save_checkpoint_atomic
 from src.conversion.convert_checkpoint import hf_name
 from src.devices.device_setup import model_runtime
+from src.model.albert import AlbertConfig
 from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering, AlbertForSequenceClassification,
                                   AlbertForSquadV2)
-from src.common.checkpoint_io import load_weights, save_checkpoint_atomic
+from src.model.task_losses import AlbertClassifierWithLoss, AlbertSquadV2WithLoss, AlbertSquadWithLoss
 from model_utils.errors import UserError
 
 HF_KWARGS = dict(vocab_size=99, embedding_size=16, hidden_size=32, num_hidden_layers=3, num_hidden_groups=2,
@@ -34,11 +33,7 @@ RUNTIME = model_runtime("CPU", OURS.compute_type)
 TOLERANCE = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+pytestmark = pytest.mark.usefixtures("graph_mode")  # tests/conftest.py
 
 
 def perturbed(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:

@@ -18,8 +18,8 @@ from typing import Dict, List, Sequence
 import numpy as np
 import pytest
 
-from finetune_helpers import TINY_FINETUNE, make_glue, make_race, make_squad
-from pretrain_helpers import ENV, ROOT, SCRIPTS, bash, distributed_digests, free_port, ok, weights
+from tests.finetune_helpers import TINY_FINETUNE, make_glue, make_race, make_squad
+from tests.pretrain_helpers import ENV, ROOT, SCRIPTS, bash, distributed_digests, free_port, ok, weights
 
 TASKS = ("classifier", "race", "squad_v1", "squad_v2")
 TASK_FLAG = {"classifier": "--train_data_file_path", "race": "--train_data_file_path",

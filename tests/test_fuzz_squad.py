@@ -11,8 +11,8 @@ from hypothesis import event, example, given
 from hypothesis import strategies as st
 
 from model_utils.errors import UserError
-from src.data import features as text_features
 from src import create_squad_data as csd
+from src.data import features as text_features
 from src.tasks import squad_answers as sgp
 from src.tasks import squad_metrics as sp
 from tests.fuzz_helpers import TEXT, WORDS, fuzz
@@ -61,7 +61,7 @@ def _squad_file(tmp_path_factory, context, qas):
 @example(context="ab", v2=False, answers=[(-2, 1, False)])  # answer_start -2 selected "a", counting from the end
 @example(context="0", v2=False, answers=[(2, 0, False)])  # an empty answer "at" 2, outside the context
 @example(context="000x", v2=False, answers=[(0, 3, True)])  # the "misplaced" answer "000x" is at 0 after all
-def test_read_answers(tmp_path_factory, context, v2, answers):
+def test_an_answer_is_kept_exactly_when_its_text_is_at_its_answer_start(tmp_path_factory, context, v2, answers):
     """An answer is kept exactly when it is a non-empty text at its answer_start; the others are counted as
     skipped."""
     qas = [{"id": f"q{index}", "question": "?", "answers": [
@@ -97,7 +97,7 @@ def _check_record(tokenizer, record, options):
 
 @fuzz(400)
 @given(context=WORDS, question=TEXT, options=OPTIONS, data=st.data())
-def test_features(tokenizer, context, question, options, data):
+def test_features_of_any_input_are_well_formed_and_point_at_the_answer(tokenizer, context, question, options, data):
     """Records and feature maps of any context, question and options (bad options: UserError). Training
     positions point at pieces that overlap the answer, or at [CLS]; an answer that fits a window is in one."""
     words = list(csd._WORD.finditer(context))

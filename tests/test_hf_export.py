@@ -17,9 +17,9 @@ from typing import Dict, List, Sequence
 import numpy as np
 import pytest
 
-from finetune_helpers import ASSETS, SPM, TINY_FINETUNE, make_glue, make_race, make_squad
+from tests.finetune_helpers import ASSETS, SPM, TINY_FINETUNE, make_glue, make_race, make_squad
 from model_utils.errors import UserError
-from pretrain_helpers import ENV, TINY, ok, run
+from tests.pretrain_helpers import ENV, TINY, ok, run
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
 NO_DROPOUT = ["--net_cfg.hidden_dropout_prob", "0", "--classifier_dropout_prob", "0"]
@@ -41,13 +41,13 @@ def export_in_process(*argv: str) -> str:
 # ------------------------------------------------------------------------------------------------ round trip
 @pytest.mark.parametrize("name", ["groups2_inner2_gelu_new", "exact_gelu_3layers", "groups3_relu_typevocab3"])
 def test_an_hf_model_converted_and_exported_comes_back_bit_identical(name, tmp_path):
-    """HF AlbertForPreTraining -> src.convert_checkpoint -> export.py --file_format HF: every tensor
-    transformers saved comes back with the same name, dtype and bits, and config.json holds every key of transformers'
+    """HF AlbertForPreTraining -> src.convert_checkpoint -> export.py --file_format HF: every tensor transformers
+    saved comes back with the same name, dtype and bits, and config.json holds every key of transformers'
     AlbertConfig with the model's values (the activation under HF's own name)."""
     from safetensors.numpy import load_file
     from transformers import AlbertConfig as HfConfig
 
-    from hf_reference import TINY_CONFIGS, make_hf_pretraining, save_hf
+    from tests.hf_reference import TINY_CONFIGS, make_hf_pretraining, save_hf
     from src.conversion.convert_checkpoint import convert
 
     save_hf(make_hf_pretraining(TINY_CONFIGS[name], seed=4), tmp_path / "hf", safetensors=True)

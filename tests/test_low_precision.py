@@ -1,4 +1,4 @@
-"""Low-precision serving (issue 27): `export.py --file_format ONNX --quantize int8` writes a model that is really
+"""Low-precision serving: `export.py --file_format ONNX --quantize int8` writes a model that is really
 int8 (the quantized operators, the dense layers' weights stored as 8-bit numbers) and stays close to the float32
 export on real MRPC pairs, and src.predict serves it; `src.predict --precision bfloat16` and `int8` serve a checkpoint
 with the kernels' products in that precision, close to float32, and say in one line why where they cannot.

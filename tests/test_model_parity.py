@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
-from src.model import cpu_kernels
-from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
-from src.model.albert import AlbertAttention, AlbertConfig, Runtime
-from src.conversion.convert_checkpoint import convert, convert_hf
+from tests.hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, random_batch, save_hf
 from src.common.checkpoint_io import load_weights
+from src.conversion.convert_checkpoint import convert, convert_hf
+from src.model import cpu_kernels
+from src.model.albert import AlbertAttention, AlbertConfig, Runtime
+from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
 from mindspore import Tensor
 
 TOLERANCE = 1e-5

@@ -25,11 +25,11 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 import numpy as np
 import pytest
 
-from finetune_helpers import TINY_FINETUNE, make_squad
+from tests.finetune_helpers import TINY_FINETUNE, make_squad
 from src.model import cpu_kernels
-from machines import Machines, machines, unavailable
-from pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run, tool,
-                              weights)
+from tests.machines import Machines, machines, unavailable
+from tests.pretrain_helpers import (ENV, SCRIPTS, TINY, bash, distributed_digests, free_port, metrics_by_step, ok, run,
+                              tool, weights)
 
 PRETRAIN = SCRIPTS / "run_pretrain_distribute.sh"
 SQUAD = SCRIPTS / "run_squad_v1_distribute.sh"

@@ -13,11 +13,7 @@ TOTAL_STEPS = 10
 BETA1, BETA2 = 0.9, 0.999
 
 
-@pytest.fixture(autouse=True, scope="module")
-def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+pytestmark = pytest.mark.usefixtures("graph_mode")  # tests/conftest.py
 
 
 def schedule_formula(step, peak, end, warmup, decay, power):

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn, ops
 
-from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
-from src.training.train_step import AlbertTrainOneStepCell
-from src.model.albert import AlbertConfig
-from src.devices.device_setup import model_runtime
-from src.training.optimization import build_optimizer
 from src.common.checkpoint_io import load_weights, save_checkpoint_atomic
+from src.devices.device_setup import model_runtime
+from src.model.albert import AlbertConfig
+from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
+from src.training.optimization import build_optimizer
+from src.training.train_step import AlbertTrainOneStepCell
 
 CONFIG = AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                       intermediate_size=37, max_position_embeddings=32, hidden_dropout_prob=0.0,
@@ -23,11 +23,7 @@ RUNTIME = model_runtime("CPU", CONFIG.compute_type)
 KERNELS = RUNTIME.kernels
 
 
-@pytest.fixture(autouse=True, scope="module")
-def graph_mode():
-    ms.set_context(mode=ms.GRAPH_MODE)
-    yield
-    ms.set_context(mode=ms.PYNATIVE_MODE)
+pytestmark = pytest.mark.usefixtures("graph_mode")  # tests/conftest.py
 
 
 def pretraining_batch(size: int, seed: int = 0, all_weights: bool = False) -> List[Tensor]:

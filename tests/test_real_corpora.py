@@ -1,4 +1,4 @@
-"""Real corpora in (issue 26): WikiExtractor output in both formats, folders, format by content, Parquet and one
+"""Reading real corpora: WikiExtractor output in both formats, folders, format by content, Parquet and one
 document per line, the sanity summary, and bounded, linear reading of hostile input.
 
 References: the real `wikiextractor` (PyPI) run on a MediaWiki dump this test writes, whose plain sentences are
@@ -18,18 +18,17 @@ import time
 from pathlib import Path
 from typing import List
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataset
 from model_utils.errors import UserError
-from src.data import schema
-from src.data import corpus as corpus_module
 from src import create_pretraining_data as cpd
+from src.data import corpus as corpus_module
 from src.data.corpus import Corpus, read_documents, split_sentences
 from src.data.input_text import resolve_input_files
+from tests.pretrain_helpers import pretraining_records
 
 # ------------------------------------------------------------------------------------------- a Wikipedia dump
 # 12 articles: a title and paragraphs of plain sentences (what a reader should get back), each sentence also
@@ -120,7 +119,7 @@ def test_wikiextractor_trees_read_as_the_articles_in_both_formats(wiki):
 
 def test_wikiextractor_folders_make_the_same_records_in_both_formats(wiki, tmp_path, spm_path, capsys):
     stats = {name: _create(spm_path, tree, tmp_path / f"{name}.mindrecord") for name, tree in wiki.items()}
-    assert _records(tmp_path / "doc.mindrecord") == _records(tmp_path / "json.mindrecord")
+    assert pretraining_records(tmp_path / "doc.mindrecord") == pretraining_records(tmp_path / "json.mindrecord")
     assert stats["doc"]["documents"] == stats["json"]["documents"] == 12
     assert stats["doc"]["markup_sentences"] == 0 and stats["doc"]["warnings"] == []
     meta = dataset.load_data_meta(tmp_path / "doc.mindrecord")
@@ -281,17 +280,17 @@ def test_parquet_and_lines_give_the_records_of_json_lines(tmp_path, spm_path):
     table = pa.table({"id": list(range(40)), "title": [f"T{i}" for i in range(40)], "text": texts})
     pq.write_table(table, tmp_path / "docs.parquet", row_group_size=7)  # several row groups
     _create(spm_path, tmp_path / "docs.jsonl", tmp_path / "j.mindrecord")
-    expected = _records(tmp_path / "j.mindrecord")
+    expected = pretraining_records(tmp_path / "j.mindrecord")
     assert len(expected) > 40
     _create(spm_path, tmp_path / "docs.txt", tmp_path / "l.mindrecord", "--input_format", "lines")
     _create(spm_path, tmp_path / "docs.parquet", tmp_path / "p.mindrecord")
-    assert _records(tmp_path / "l.mindrecord") == expected
-    assert _records(tmp_path / "p.mindrecord") == expected
+    assert pretraining_records(tmp_path / "l.mindrecord") == expected
+    assert pretraining_records(tmp_path / "p.mindrecord") == expected
     parts = [tmp_path / f"p{k}.mindrecord" for k in range(2)]  # Parquet rows are dealt to parts like lines
     for k, part in enumerate(parts):
         _create(spm_path, tmp_path / "docs.parquet", part, "--num_shards", "2", "--shard_index", str(k))
-    assert sorted(_records(tmp_path / "p0-00000-of-00002.mindrecord") +
-                  _records(tmp_path / "p1-00001-of-00002.mindrecord")) == sorted(expected)
+    assert sorted(pretraining_records(tmp_path / "p0-00000-of-00002.mindrecord") +
+                  pretraining_records(tmp_path / "p1-00001-of-00002.mindrecord")) == sorted(expected)
 
 
 def test_parquet_refusals(tmp_path, monkeypatch):
@@ -576,10 +575,3 @@ def _create(spm_path, inputs, output, *extra):
     stats = cpd.create_pretraining_data(cpd.parse_tool_config(argv, "pretraining", "test"))
     cpd.report(stats)
     return stats
-
-
-def _records(data):
-    import mindspore.dataset as ds
-    files = dataset.resolve_mindrecord_files(data)
-    rows = ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True, num_epochs=1)
-    return [b"".join(np.asarray(row[name]).tobytes() for name in schema.PRETRAINING.names) for row in rows]

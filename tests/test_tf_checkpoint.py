@@ -190,7 +190,7 @@ def test_compressed_index_blocks_are_refused_clearly(tmp_path):
 # ---------------------------------------------------------------- errors name the file at fault
 
 
-def test_missing_index(tmp_path):
+def test_a_missing_index_file_is_a_file_not_found_error_naming_it(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"index file not found: .*nothing_here\.index"):
         read_tf_checkpoint(str(tmp_path / "nothing_here"))
 

@@ -8,9 +8,9 @@ import pytest
 
 from model_utils.config import load_yaml_documents, parse_cli
 from model_utils.errors import UserError
+from src.devices.device_setup import pick_device_target
 from src.model.albert import PRESETS
 from src.training.checkpoints import list_checkpoints
-from src.devices.device_setup import pick_device_target
 from src.training.step_plan import StepPlan
 from src.training.train_loop import sink_size
 
