@@ -100,7 +100,7 @@ def _check_record(tokenizer, record, options):
 def test_features_of_any_input_are_well_formed_and_point_at_the_answer(tokenizer, context, question, options, data):
     """Records and feature maps of any context, question and options (bad options: UserError). Training
     positions point at pieces that overlap the answer, or at [CLS]; an answer that fits a window is in one."""
-    words = list(csd._WORD.finditer(context))
+    words = list(text_features._WORD.finditer(context))
     start_char = end_char = 0
     if words:
         first = data.draw(st.integers(0, len(words) - 1))
@@ -222,7 +222,7 @@ def test_v1_gold_positions_give_the_answer_text(tokenizer, context, data):
     if len(features) > 1:
         return
     (unique_id, feature), = features.items()
-    words = list(csd._WORD.finditer(context))
+    words = list(text_features._WORD.finditer(context))
     if not words:
         return
     first = data.draw(st.integers(0, len(words) - 1))

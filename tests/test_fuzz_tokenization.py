@@ -88,7 +88,7 @@ def test_normalisation_offsets(tokenizers, text, lower, keep_accents):
 
 def _check_alignment(tokenizer, context, tokenized):
     """Invariants of tokenize_context's pieces, words and character spans."""
-    words = list(csd._WORD.finditer(context))
+    words = list(text_features._WORD.finditer(context))
     assert tokenized.doc_tokens == context.split()
     n = len(tokenized.tokens)
     assert len(tokenized.ids) == len(tokenized.word_index) == len(tokenized.char_spans) == n
@@ -128,7 +128,7 @@ def test_context_alignment(tokenizers, context):
 def test_answer_spans_map_to_pieces_and_back(tokenizers, context, data):
     """An answer made of whole words selects the pieces that cover it, and their characters are the answer (up to
     characters no piece keeps at its ends); any character range gives the first and last overlapping piece."""
-    words = list(csd._WORD.finditer(context))
+    words = list(text_features._WORD.finditer(context))
     for tokenizer in tokenizers.values():
         tokenized = text_features.tokenize_context(tokenizer, context)
         start = data.draw(st.integers(0, len(context)))
