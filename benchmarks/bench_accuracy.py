@@ -448,18 +448,20 @@ def probe_main(spec_file: str) -> int:
     from mindspore.mindrecord import FileReader
 
     from src import predict
+    from src.serving.engines import load_runner, model_shape, rows_per_call, run_rows
+    from src.serving.requests import load_tokenizer
     from src.tasks.registry import TASKS
 
     spec = json.loads(Path(spec_file).read_text(encoding="utf-8"))
     args = predict.parse_args(spec["predict"])
     predict.check_args(args)
-    shape = predict.model_shape(args)
-    runner = predict.load_runner(args, shape, predict.load_tokenizer(args, shape.vocab))
+    shape = model_shape(args)
+    runner = load_runner(args, shape, load_tokenizer(args, shape.vocab))
     reader = FileReader(spec["data"])
     rows = [row for _, row in zip(range(spec["rows"]), reader.get_next())]
     reader.close()
-    outputs = predict.run_rows(runner, rows, TASKS[args.task].head_inputs, predict.rows_per_call(args, shape),
-                               fixed=shape.batch is not None)
+    outputs = run_rows(runner, rows, TASKS[args.task].head_inputs, rows_per_call(args, shape),
+                       fixed=shape.batch is not None)
     np.savez(spec["output"], logits=np.stack(outputs[:2]), p_mask=np.stack([row["p_mask"] for row in rows]))
     return 0
 

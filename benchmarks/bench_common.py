@@ -436,7 +436,7 @@ class OrtSide(Side):
     def open_session(self, path: str, profile_prefix: str = ""):
         """An InferenceSession of the ONNX file `path` (ORT_ENABLE_ALL but `disabled_optimizers()`); with
         `profile_prefix`, one that records ORT's profile."""
-        from src.predict import onnxruntime_session
+        from src.serving.engines import onnxruntime_session
 
         return onnxruntime_session(path, self.threads, self.disabled_optimizers(), profile_prefix)
 

@@ -284,7 +284,7 @@ class OrtInfer(common.OrtSide):
     serves them (SLOW_FUSIONS left out), HF's with ONNX Runtime's defaults."""
 
     def disabled_optimizers(self) -> Tuple[str, ...]:
-        from src.predict import SLOW_FUSIONS
+        from src.serving.engines import SLOW_FUSIONS
 
         return SLOW_FUSIONS if self.spec["side"].startswith("ort_ours") else ()
 

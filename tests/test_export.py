@@ -622,7 +622,7 @@ def test_onnx_external_data_is_read_only_from_the_models_folder(tmp_path):
     outside the folder through a symlinked subfolder is refused before ONNX Runtime could read it."""
     pytest.importorskip("onnx")
     from model_utils.errors import UserError
-    from src.predict import model_signature
+    from src.serving.engines import model_signature
     from tests.test_bad_input_matrix import onnx_reading
 
     onnx_reading("weights/w.bin")(tmp_path / "inside.onnx", tmp_path)

@@ -137,7 +137,7 @@ def test_served_sessions_keep_the_residual_add_out_of_layer_norm(exports, name, 
     """src.predict's ONNX Runtime session leaves out the SkipLayerNormalization fusion (slow on CPU: SLOW_FUSIONS),
     so each LayerNorm runs as ORT's LayerNormalization after a plain Add, where ORT's defaults fuse the two. Read
     from the kernels ORT's own profiler saw run."""
-    from src.predict import SLOW_FUSIONS, onnxruntime_session
+    from src.serving.engines import SLOW_FUSIONS, onnxruntime_session
 
     def kernels(disabled) -> list:
         session = onnxruntime_session(str(exports[name]), 1, disabled, str(tmp_path / f"profile{len(disabled)}"))
