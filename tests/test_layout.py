@@ -109,7 +109,8 @@ def test_the_modelzoo_import_paths_still_reach_the_code():
     assert old["dataset"].create_classification_dataset is pipelines.create_classification_dataset
     assert dataset.create_pretraining_dataset is pipelines.create_pretraining_dataset
     assert old["tokenization"].FullTokenizer is data_tokenization.FullTokenizer
-    assert old["convert_checkpoint"].main is conversion.main and old["squad_postprocess"].main is squad_metrics.main
+    assert old["convert_checkpoint"].convert_hf is conversion.convert_hf
+    assert old["squad_postprocess"].evaluate_v1 is squad_metrics.evaluate_v1
 
 
 def test_every_record_schema_is_defined_once():
