@@ -382,7 +382,7 @@ class MindSporeSide(Side):
 
 
 class TorchSide(Side):
-    """PyTorch eager (torch.set_num_threads)."""
+    """PyTorch, eager or under torch.compile as the side's name says (torch.set_num_threads)."""
 
     def set_threads(self, threads: int) -> None:
         import torch
@@ -391,7 +391,8 @@ class TorchSide(Side):
         if threads > 0:
             torch.set_num_threads(threads)
         torch.manual_seed(int(self.spec["seed"]))
-        self.framework = f"torch {torch.__version__} eager, transformers {transformers.__version__}"
+        mode = "torch.compile (inductor)" if self.spec["side"].startswith("torch_compile") else "eager"
+        self.framework = f"torch {torch.__version__} {mode}, transformers {transformers.__version__}"
 
     def matmul_gflops(self, size: int) -> float:
         import torch

@@ -384,3 +384,15 @@ def test_every_recorded_result_names_its_cpu():
     for path in results:
         environment = json.loads(path.read_text(encoding="utf-8")).get("environment", {})
         assert environment.get("cpu_model"), path.name
+
+
+def test_the_report_names_each_torch_side_eager_or_compiled():
+    """The JSON's frameworks say how PyTorch ran: torch.compile sides are not labelled eager."""
+    pytest.importorskip("transformers")
+    labels = {}
+    for name in ("torch_bf16", "torch_compile_bf16"):
+        side = bench_common.TorchSide({"side": name, "seed": 0})
+        side.set_threads(0)
+        labels[name] = side.framework
+    assert " eager," in labels["torch_bf16"] and "torch.compile" not in labels["torch_bf16"]
+    assert " torch.compile (inductor)," in labels["torch_compile_bf16"] and "eager" not in labels["torch_compile_bf16"]
