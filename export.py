@@ -128,8 +128,8 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str, str]:
 def detect_task(checkpoint: str, flags: List[str]) -> Tuple[str, List[str]]:
     """The task of a checkpoint exported without --config_path or --task, told by its weights and said in a line,
     and the task yaml flags with a classifier's class count added (unless they set num_class)."""
-    from src.serving.finetuned_heads import detected_task
     from src.common.checkpoint_io import read_checkpoint
+    from src.serving.finetuned_heads import detected_task
 
     check_checkpoint_given(checkpoint)
     values = read_checkpoint(checkpoint)
@@ -236,8 +236,8 @@ def export_runtime(file_format: str, target: str, compute_type: str):
     converter), adds the mask by broadcasting, and writes LayerNorm and the tanh GELU as the patterns ONNX Runtime
     fuses.
     A compute type `target` cannot run is refused as for training."""
-    from src.model.albert import Runtime
     from src.devices.device_setup import model_runtime
+    from src.model.albert import Runtime
 
     on_device = model_runtime(target, compute_type, kernels=False)
     if file_format == "ONNX":
@@ -248,8 +248,8 @@ def export_runtime(file_format: str, target: str, compute_type: str):
 def build_network(args: Config, task: str, task_config: Config, source: str, target: str):
     """The task head with the checkpoint's weights (every parameter loaded), in inference mode, built for export
     from `target`."""
-    from src.serving.finetuned_heads import build_head, head_network
     from src.common.checkpoint_io import read_checkpoint
+    from src.serving.finetuned_heads import build_head, head_network
 
     checkpoint = args.export_ckpt_file
     values = read_checkpoint(checkpoint)
@@ -345,8 +345,8 @@ def _describe(signature: Signature) -> str:
 
 def export_hf_folder(args: Config, task: str, task_config: Config, source: str, config_path: str) -> int:
     """--file_format HF: weights, tokenizer files and model card, no device involved."""
-    from src.export.hf_export import export_hf, summary_lines
     from src.common.run_log import log_to
+    from src.export.hf_export import export_hf, summary_lines
 
     done = export_hf(args, task, task_config, source, output_name(args), config_path)
     log_to(os.path.dirname(os.path.abspath(output_name(args))))

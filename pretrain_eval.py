@@ -34,9 +34,9 @@ def metrics_from_sums(sums: np.ndarray) -> Dict[str, float]:
 
 def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -> np.ndarray:
     """This rank's metric sums over rows rank, rank + group_size, ... of the data (rank 0 shows the progress)."""
-    from src.data.pipelines import count_rows, create_pretraining_dataset
     from src.common.fixed_shape_batches import cell_runner, run_padded
     from src.common.progress import progress
+    from src.data.pipelines import count_rows, create_pretraining_dataset
 
     rows = np.arange(count_rows(data_dir))[rank::group_size]
     sums = np.zeros(6, np.float64)
@@ -50,33 +50,24 @@ def evaluate(cell, data_dir: str, batch_size: int, rank: int, group_size: int) -
     return sums
 
 
-def eval_network_config(config):
-    from src.training.network_config import config_beside, data_meta, network_config
-
-    beside = config_beside(config.eval_ckpt)
-    net = network_config(config, data_meta(config.eval_data_dir).get("tokenizer", {}).get("vocab_size"), beside)
-    return net, config.albert_config_file or beside or config.albert_network
-
-
 def main(argv: List[str]) -> int:
     config = parse_cli(CONFIG_FILE, argv, __doc__.splitlines()[0])
     for key in ("eval_data_dir", "eval_ckpt"):
         if not config[key]:
             raise UserError(f"set --{key}")
 
-    from src.model.pretraining_heads import AlbertPretrainEvalCell
     from src.common.atomic_files import save_json_atomic
-    from src.training.checkpoints import checkpoint_step
-    from src.data.pipelines import check_schema
-    from src.devices.device_setup import all_ranks_sum, model_runtime, setup_device
-    from src.training.network_config import check_data_fits, data_meta
-    from src.common.run_log import log_to
-    from src.training.summaries import write_metrics
     from src.common.checkpoint_io import load_weights
+    from src.common.run_log import log_to
+    from src.data.schema import PRETRAINING
+    from src.devices.device_setup import all_ranks_sum, model_runtime, setup_device
+    from src.model.pretraining_heads import AlbertPretrainEvalCell
+    from src.training.checkpoints import checkpoint_step
+    from src.training.network_config import checked_network, network_source
+    from src.training.summaries import write_metrics
 
-    seq_shape = check_schema(config.eval_data_dir, config.schema_dir)
-    net, source = eval_network_config(config)
-    check_data_fits(data_meta(config.eval_data_dir), net, seq_shape, config.eval_data_dir)
+    net, _, _ = checked_network(config, config.eval_data_dir, PRETRAINING.names, config.eval_ckpt, config.schema_dir)
+    source = network_source(config, config.eval_ckpt)
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
     cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))

@@ -323,8 +323,8 @@ def first_tsv_rows(source: Path, target: Path, rows: int, header: bool) -> Path:
 
 def glue_data(args: argparse.Namespace, task: str, folder: Path) -> Dict[str, Path]:
     """train/dev MindRecord of the (first rows of the) task's files, by src.create_finetune_data; the dev tsv."""
-    from src.data.tsv_tasks import TSV_TASKS
     from src.create_finetune_data import main as create
+    from src.data.tsv_tasks import TSV_TASKS
 
     glue = GLUE[task]
     header = TSV_TASKS[task].train_dev.header is not None
@@ -340,8 +340,8 @@ def glue_data(args: argparse.Namespace, task: str, folder: Path) -> Dict[str, Pa
 
 
 def run_classifier_task(args: argparse.Namespace, task: str, folder: Path, paths: Sequence[str]) -> Dict[str, Any]:
-    from src.data.tsv_tasks import label_list
     from src.create_finetune_data import read_tsv_examples
+    from src.data.tsv_tasks import label_list
 
     glue = GLUE[task]
     data = glue_data(args, task, folder)

@@ -75,9 +75,9 @@ def classifier_inputs(config: Dict[str, Any], batch: int, seq: int, seed: int) -
 
 def our_classifier(spec: Dict[str, Any], runtime: Any) -> Any:
     """Our AlbertForSequenceClassification of the spec for `runtime`, in eval mode, with the shared weights."""
+    from src.common.checkpoint_io import load_weights
     from src.model.albert import AlbertConfig
     from src.model.task_heads import AlbertForSequenceClassification
-    from src.common.checkpoint_io import load_weights
 
     model = AlbertForSequenceClassification(AlbertConfig(**spec["config"]), spec["num_labels"], runtime=runtime)
     model.set_train(False)
@@ -243,8 +243,8 @@ class KernelsInfer(OursInfer):
         return {"ours_kernels_bf16": "bfloat16", "ours_kernels_int8": "int8"}.get(self.spec["side"], "float32")
 
     def build(self) -> Dict[str, Any]:
-        from src.model import cpu_kernels
         from src.devices.device_setup import serving_runtime
+        from src.model import cpu_kernels
 
         precision = self.precision()
         runtime = serving_runtime(self.device.target, "bfloat16" if precision == "bfloat16" else "float32", precision)

@@ -104,11 +104,11 @@ class OursTrain(common.MindSporeSide):
 
         from src.model.pretraining_heads import AlbertNetworkWithLoss
 
-        from src.training.train_step import AlbertTrainOneStepCell
-        from src.model.albert import AlbertConfig
-        from src.devices.device_setup import kernels_status, model_runtime
-        from src.training.optimization import build_optimizer
         from src.common.checkpoint_io import load_weights
+        from src.devices.device_setup import kernels_status, model_runtime
+        from src.model.albert import AlbertConfig
+        from src.training.optimization import build_optimizer
+        from src.training.train_step import AlbertTrainOneStepCell
 
         train = self.spec["train"]
         config = AlbertConfig(**self.spec["config"])

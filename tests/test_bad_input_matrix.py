@@ -184,9 +184,9 @@ def edited_checkpoint(source: str, drop: str = "", add: str = "") -> Maker:
 def classifier_checkpoint(classes: int) -> Maker:
     """{bad}: a tiny classifier of `classes` outputs (one: RACE's head, or a regression's) with its config beside."""
     def make(bad: Path, fx: Path) -> None:
+        from src.common.checkpoint_io import save_checkpoint_atomic
         from src.model.albert import AlbertConfig
         from src.model.task_heads import AlbertForSequenceClassification
-        from src.common.checkpoint_io import save_checkpoint_atomic
 
         config = AlbertConfig.from_json_file(str(fx / "cls.ckpt.json"))
         save_checkpoint_atomic(AlbertForSequenceClassification(config, classes), str(bad))
@@ -915,10 +915,10 @@ def _save_checkpoints(folder: Path) -> None:
     import numpy as np
     from safetensors.numpy import save_file
 
-    from src.model.pretraining_heads import AlbertPreTraining
-    from src.model.albert import AlbertConfig
-    from src.model.task_heads import AlbertForSequenceClassification
     from src.common.checkpoint_io import save_checkpoint_atomic
+    from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.model.task_heads import AlbertForSequenceClassification
 
     tiny = AlbertConfig.from_preset("albert_tiny", vocab_size=30000, hidden_size=32, embedding_size=16,
                                     num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -942,10 +942,10 @@ def no_work(monkeypatch):
     import export
     import pretrain_eval
     import src.devices.device_setup
-    import src.training.finetune
     import src.export.hf_export
     import src.predict
     import src.tasks.registry
+    import src.training.finetune
     import src.training.train_loop
 
     def reached(*args, **kwargs):

@@ -44,10 +44,10 @@ def loss_and_gradients(compute_type: str, weights: dict, batch: list):
     import mindspore as ms
     from mindspore import Tensor
 
-    from src.model.pretraining_heads import AlbertNetworkWithLoss
-    from src.model.albert import AlbertConfig
-    from src.devices.device_setup import model_runtime
     from src.common.checkpoint_io import load_weights
+    from src.devices.device_setup import model_runtime
+    from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertNetworkWithLoss
 
     net = AlbertNetworkWithLoss(AlbertConfig(**TINY, compute_type=compute_type), is_training=True,
                                 runtime=model_runtime("CPU", compute_type))
@@ -63,8 +63,8 @@ pytestmark = needs_bf16
 def test_first_loss_and_gradients_stay_within_bfloat16_rounding_of_float32(float32_afterwards):
     import mindspore as ms
 
-    from src.model.pretraining_heads import AlbertNetworkWithLoss
     from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertNetworkWithLoss
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(3)
@@ -93,9 +93,9 @@ def test_each_weight_is_rounded_to_bfloat16_once_per_step_whatever_the_layers_sh
     import mindspore as ms
     from mindspore import ParameterTuple, Tensor, nn, ops
 
-    from src.model.pretraining_heads import AlbertNetworkWithLoss
-    from src.model.albert import AlbertConfig
     from src.devices.device_setup import model_runtime
+    from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertNetworkWithLoss
 
     class Gradients(nn.Cell):
         def __init__(self, net):

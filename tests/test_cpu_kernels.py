@@ -621,8 +621,8 @@ def _kernel_flags(model):
 @needs_kernels
 def test_float32_networks_on_cpu_use_them_and_exports_and_float16_do_not():
     from export import export_runtime
-    from src.model.albert import AlbertConfig, AlbertModel
     from src.devices.device_setup import model_runtime
+    from src.model.albert import AlbertConfig, AlbertModel
 
     config = AlbertConfig.from_preset("albert_tiny", vocab_size=100, hidden_size=32, embedding_size=16,
                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -673,8 +673,8 @@ def test_switched_off_they_fall_back_and_say_why(fresh_build, monkeypatch):
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
     assert not cpu_kernels.available()
     assert cpu_kernels.status() == "MindSpore operations (ALBERT_CPU_KERNELS=0)"
-    from src.model.albert import AlbertConfig, AlbertModel
     from src.devices.device_setup import model_runtime
+    from src.model.albert import AlbertConfig, AlbertModel
 
     config = AlbertConfig(vocab_size=10, hidden_size=8, embedding_size=4, num_hidden_layers=1,
                           num_attention_heads=2, intermediate_size=16)

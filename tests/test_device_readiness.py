@@ -71,8 +71,8 @@ def test_the_wheels_gpu_plugins_are_cuda_11_builds_without_bfloat16_kernels():
 
 
 def test_compute_types_each_device_refuses(monkeypatch):
-    from src.model import cpu_kernels
     from src.devices.device_setup import cpu_compute_type_problem
+    from src.model import cpu_kernels
 
     # CPU: bfloat16 only as the compiled kernels' products, on a CPU with native bfloat16 dot products.
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, "no AVX512_BF16"))

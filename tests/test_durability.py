@@ -207,11 +207,11 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
     import mindspore as ms
     from mindspore.train import serialization
 
+    from src.common.checkpoint_io import save_checkpoint_atomic
     from src.model.albert import AlbertConfig
     from src.training.checkpoints import Lineage
     from src.training.settings import TrainSettings
     from src.training.train_loop import _create_outputs
-    from src.common.checkpoint_io import save_checkpoint_atomic
 
     save_dir = tmp_path / "out" / "checkpoints"
     save_dir.mkdir(parents=True)

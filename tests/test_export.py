@@ -194,10 +194,10 @@ def test_onnx_in_onnxruntime_matches_hf_transformers(name, tmp_path):
 
     from export import export_atomically, export_runtime
     from tests.hf_reference import TINY_CONFIGS, random_batch
-    from src.model.albert import AlbertConfig
-    from src.conversion.convert_checkpoint import hf_name
-    from src.model.task_heads import AlbertForSequenceClassification
     from src.common.checkpoint_io import load_weights
+    from src.conversion.convert_checkpoint import hf_name
+    from src.model.albert import AlbertConfig
+    from src.model.task_heads import AlbertForSequenceClassification
 
     torch.manual_seed(3)
     hf = HfClassifier(HfConfig(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
@@ -397,8 +397,8 @@ def test_predict_serves_onnx_through_openvino_as_through_onnxruntime(onnx_files,
     """--engine openvino: the same answers as ONNX Runtime's (float32 hint: to float32 rounding; bfloat16, on CPUs
     with native bfloat16: close, same labels), and the engine named on stderr."""
     from model_utils.errors import run_cli
-    from src.model import cpu_kernels
     from src import predict
+    from src.model import cpu_kernels
 
     pytest.importorskip("openvino", reason="OpenVINO not installed (requirements-dev.txt installs it)")
     requests = requests_file(tmp_path / "requests.jsonl", [{"text_a": "A cat sat.", "text_b": "A dog ran."},
@@ -502,8 +502,8 @@ def test_predict_answers_a_file_of_questions_as_each_alone(task, fmt, heads, onn
 def test_predict_race_chooses_from_a_real_article(heads, mindirs, assets, tokenizer, spm_path, tmp_path):
     """RACE from text: the printed choice and probabilities are the in-process head's on the data tool's features,
     for one question given by flags and for a file of the article's questions (batches of the export's 2 rows)."""
-    from src.data.features import race_feature
     from src.create_finetune_data import read_race_examples
+    from src.data.features import race_feature
 
     examples = read_race_examples(assets / "race" / "RACE" / "dev" / "high" / "80.txt")[:3]
     example = examples[0]
@@ -548,12 +548,12 @@ def test_predict_a_checkpoint_in_process_gives_hf_transformers_logits(assets, to
     from transformers import AlbertConfig as HfConfig
     from transformers import AlbertForSequenceClassification as HfClassifier
 
-    from src.model import cpu_kernels
-    from src.model.albert import AlbertConfig
+    from src.common.checkpoint_io import save_checkpoint_atomic
     from src.conversion.convert_checkpoint import hf_name
     from src.data.features import InputExample, classifier_feature
     from src.data.input_text import read_tsv
-    from src.common.checkpoint_io import save_checkpoint_atomic
+    from src.model import cpu_kernels
+    from src.model.albert import AlbertConfig
 
     torch.manual_seed(5)
     hf = HfClassifier(HfConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,

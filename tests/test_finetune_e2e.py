@@ -256,9 +256,9 @@ def test_finetuning_starts_from_a_pretrained_checkpoint_with_only_the_head_new(d
     """The network comes from the json written beside the checkpoint (as src.convert_checkpoint writes it)."""
     import mindspore as ms
 
-    from src.model.pretraining_heads import AlbertPreTraining
-    from src.model.albert import AlbertConfig
     from src.common.checkpoint_io import save_checkpoint_atomic
+    from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
 
     config = AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)

@@ -243,8 +243,8 @@ def test_squad_v2_loss_equals_the_torch_reference_and_falls():
         expected = reference.loss(ids, types, mask, p_mask, starts, ends, impossible)
     assert abs(float(loss_net(*columns).asnumpy()) - expected) < 1e-5
 
-    from src.training.train_step import AlbertTrainOneStepCell
     from src.training.optimization import build_optimizer
+    from src.training.train_step import AlbertTrainOneStepCell
     optimizer = build_optimizer("AdamWeightDecay", loss_net.trainable_params(),
                                 dict(learning_rate=1e-3, end_learning_rate=0.0, power=1.0, warmup_steps=0,
                                      weight_decay=0.0), 30)

@@ -151,11 +151,11 @@ def ours(task: str, checkpoint: Path, arrays: List[np.ndarray]) -> List[np.ndarr
     from mindspore import Tensor
 
     from model_utils.config import parse_cli
-    from src.model.pretraining_heads import AlbertPreTraining
+    from src.common.checkpoint_io import load_weights, read_checkpoint
     from src.model.albert import PORTABLE, AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
     from src.serving.finetuned_heads import build_head
     from src.tasks.registry import TASKS
-    from src.common.checkpoint_io import load_weights, read_checkpoint
 
     net = AlbertConfig.from_json_file(str(checkpoint.parent / "albert_config.json"))
     if task == "pretrain":
@@ -262,9 +262,9 @@ def assert_encodes_as_ours(folder: Path, ours_tokenizer, slow_class: str, fast_c
 def random_classifier(folder: Path, vocab_size: int) -> Path:
     """A 2-class classifier with random weights over a `vocab_size`-token vocabulary, saved with its config as
     fine-tuning saves one (for what needs no trained weights)."""
+    from src.common.checkpoint_io import save_checkpoint_atomic
     from src.model.albert import AlbertConfig
     from src.model.task_heads import AlbertForSequenceClassification
-    from src.common.checkpoint_io import save_checkpoint_atomic
 
     config = AlbertConfig(vocab_size=vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
@@ -454,10 +454,10 @@ def run_folder(root: Path, steps: Sequence[int]) -> Path:
     """A fine-tuning run's OUTPUT_DIR as run_classifier.py leaves it: checkpoints/albert_classifier-<step>.ckpt (a
     random 2-class head carrying the progress a run records) with albert_config.json, and eval/eval_results.json of
     the run's final weights on MRPC."""
-    from src.model.albert import AlbertConfig
-    from src.training.finetune import RUN_WEIGHTS
-    from src.model.task_heads import AlbertForSequenceClassification
     from src.common.checkpoint_io import save_checkpoint_atomic
+    from src.model.albert import AlbertConfig
+    from src.model.task_heads import AlbertForSequenceClassification
+    from src.training.finetune import RUN_WEIGHTS
 
     config = AlbertConfig(vocab_size=30000, embedding_size=16, hidden_size=32, num_hidden_layers=2,
                           num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)

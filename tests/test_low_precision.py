@@ -191,8 +191,8 @@ def test_predict_serves_a_checkpoint_with_bf16_and_int8_products(heads, assets, 
 
 def test_bf16_is_refused_where_it_cannot_run(heads, spm_path, monkeypatch, capsys):  # noqa: F811
     from model_utils.errors import run_cli
-    from src.model import cpu_kernels
     from src import predict
+    from src.model import cpu_kernels
 
     why = "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, why))
@@ -208,8 +208,8 @@ def test_bf16_is_refused_where_it_cannot_run(heads, spm_path, monkeypatch, capsy
 def test_int8_is_refused_where_it_cannot_run_and_on_exported_models(heads, exports, spm_path, monkeypatch,  # noqa: F811
                                                                     capsys):
     from model_utils.errors import run_cli
-    from src.model import cpu_kernels
     from src import predict
+    from src.model import cpu_kernels
 
     why = "oneDNN's int8 products here: none (no VNNI)"
     monkeypatch.setattr(cpu_kernels, "int8_support", lambda: (False, why))
@@ -232,9 +232,9 @@ def test_served_weights_are_made_once_at_load(monkeypatch):
     import mindspore as ms
     from mindspore import Tensor
 
+    from src.devices.device_setup import serving_runtime
     from src.model import cpu_kernels
     from src.model.albert import AlbertConfig, AlbertModel, Runtime
-    from src.devices.device_setup import serving_runtime
     from tests.test_bf16_training import TINY
 
     if not cpu_kernels.available():

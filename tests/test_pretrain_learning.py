@@ -67,8 +67,8 @@ def test_tiny_albert_learns_both_tasks_on_held_out_wikipedia(wikipedia, compute_
 
     import mindspore as ms
 
-    from src.model.pretraining_heads import AlbertPreTraining
     from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
     ms.set_seed(12345)
     untrained_net = AlbertPreTraining(AlbertConfig.from_json_file(str(out / "albert_config.json")))
     ms.save_checkpoint(untrained_net, str(out / "untrained.ckpt"))

@@ -172,8 +172,8 @@ def test_duplicates_are_found_in_bounded_memory(tmp_path, monkeypatch):
 
 
 def test_spm_train_reads_the_sentences_of_the_same_documents(wiki):
-    from src.spm_train import _sentences
     from src.data.tokenization import preprocess_text
+    from src.spm_train import _sentences
     expected = [preprocess_text(s, lower=True) for i in range(12) for p in _article(i) for s in p]
     for tree in wiki.values():
         assert list(_sentences(resolve_input_files(str(tree)), True, "auto", "text")) == expected

@@ -174,8 +174,8 @@ def test_continued_pretraining_takes_the_network_saved_beside_the_checkpoint(dat
     reads the network from it as fine-tuning does, instead of the default preset (which would not fit)."""
     import mindspore as ms
 
-    from src.model.pretraining_heads import AlbertPreTraining
     from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
 
     config = AlbertConfig.from_preset("albert_tiny", vocab_size=1000, hidden_size=48, embedding_size=16,
                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -225,8 +225,8 @@ def test_checkpoint_of_another_config_or_plan_is_refused(data, tmp_path):
 def test_weights_only_checkpoint_initialises_and_a_restart_continues_the_run(data, tmp_path):
     import mindspore as ms
 
-    from src.model.pretraining_heads import AlbertPreTraining
     from src.model.albert import AlbertConfig
+    from src.model.pretraining_heads import AlbertPreTraining
 
     config = AlbertConfig.from_preset("albert_tiny", vocab_size=1000, hidden_size=32, embedding_size=16,
                                       num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)

@@ -265,8 +265,8 @@ def read_tf(prefix: str, config_path: Optional[str]) -> Tuple[Tensors, AlbertCon
 # ---------------------------------------------------------------------------------------------------------------
 def network_shapes(config: AlbertConfig) -> Dict[str, Tuple[int, ...]]:
     """Name -> shape of every parameter of the pretraining network of `config`."""
-    from src.model.pretraining_heads import AlbertPreTraining
     from src.model.albert import parameter_shapes
+    from src.model.pretraining_heads import AlbertPreTraining
     return parameter_shapes(AlbertPreTraining(config, is_training=False))
 
 

@@ -92,8 +92,8 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
               settings_file: str = "") -> HfExport:
     """Check the checkpoint against the task and the vocabulary, then write the model folder `folder`, its model card
     telling the settings of `settings_file` (the task yaml given as the run's, if any)."""
-    from src.training.network_config import config_beside, network_config
     from src.common.checkpoint_io import read_checkpoint
+    from src.training.network_config import config_beside, network_config
 
     checkpoint = args.export_ckpt_file
     tokenizer = read_tokenizer(args)
@@ -194,10 +194,10 @@ def hf_tensors(values: Dict[str, object], task: str, task_config: Config, net, c
                ) -> Dict[str, np.ndarray]:
     """HF's name -> value of every weight of our network for `task`, loaded from `values` (every parameter must be
     there, in its shape); checkpoint weights the network has no place for are an error."""
-    from src.model.pretraining_heads import AlbertPreTraining
-    from src.model.albert import PORTABLE
-    from src.serving.finetuned_heads import build_head
     from src.common.checkpoint_io import load_weights
+    from src.model.albert import PORTABLE
+    from src.model.pretraining_heads import AlbertPreTraining
+    from src.serving.finetuned_heads import build_head
 
     if task == "pretrain":
         network = AlbertPreTraining(net)

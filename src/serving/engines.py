@@ -211,9 +211,9 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     """The checkpoint's task head built in this process for the device, as fine-tuning evaluation builds it: on
     CPU with the compiled kernels (src/model/cpu_kernels.py), in float32 or with bfloat16 or int8 products
     (--precision)."""
+    from src.common.checkpoint_io import read_checkpoint
     from src.devices.device_setup import kernels_status, serving_runtime, setup_device
     from src.serving.finetuned_heads import build_head, head_network
-    from src.common.checkpoint_io import read_checkpoint
 
     device = setup_device(args.device_target, cpu_threads=args.threads)
     values = read_checkpoint(args.model)
@@ -242,8 +242,8 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
 def check_low_precision_products(target: str, precision: str) -> None:
     """--precision bfloat16 and int8 are the compiled kernels' products in that precision (the CPU's support for
     them is checked with the flags): say in one line why they do not run here."""
-    from src.model import cpu_kernels
     from src.devices.device_setup import kernels_status
+    from src.model import cpu_kernels
 
     if target != "CPU" or not cpu_kernels.available():
         raise UserError(f"--precision {precision} runs the compiled CPU kernels' products in {precision}; here the "

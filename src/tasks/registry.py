@@ -59,9 +59,6 @@ class Task:
 
 
 # ------------------------------------------------------------------------------------- classification / regression
-CLASSIFIER_TRAIN_COLUMNS = schema.CLASSIFIER.without("is_real_example")
-
-
 def classifier_dataset(config: Config, data, batch_size: int, is_training: bool, indices):
     from src.data.pipelines import create_classification_dataset
     return create_classification_dataset(data, batch_size, is_training, regression=config.num_class == 1,
@@ -178,7 +175,7 @@ def check_choices(config: Config, meta: dict, shape, path: str) -> None:
 
 def check_race_eval_data(config: Config, data_file: str, action: str) -> None:
     from src.data.pipelines import check_schema
-    check_choices(config, {}, check_schema(data_file, "", CLASSIFIER_TRAIN_COLUMNS), data_file)
+    check_choices(config, {}, check_schema(data_file, "", schema.RACE.without("is_real_example")), data_file)
     if config.assessment_method not in ("accuracy", "macro_f1", "mcc"):
         raise UserError(f"assessment_method {config.assessment_method} does not fit RACE; use accuracy")
 
@@ -298,10 +295,11 @@ def squad_v2_outputs(config: Config, batch, seq: int) -> Signature:
 TASKS: Dict[str, Task] = {task.name: task for task in (
     Task(name="classifier", config_file=ROOT / "task_classifier_config.yaml",
          description="Fine-tune, evaluate and predict with ALBERT on GLUE / LCQMC classification or STS-B regression.",
-         train_columns=CLASSIFIER_TRAIN_COLUMNS, eval_columns=schema.CLASSIFIER.names, head_inputs=schema.HEAD_INPUTS,
-         dataset=classifier_dataset, build_model=classifier_model, build_loss=classifier_loss,
-         report=classification_report, head_prefix="classifier.", head_title="classifier/RACE",
-         outputs=classifier_outputs, check_data=check_labels, check_eval_inputs=check_classifier_eval_data),
+         train_columns=schema.CLASSIFIER.without("is_real_example"), eval_columns=schema.CLASSIFIER.names,
+         head_inputs=schema.HEAD_INPUTS, dataset=classifier_dataset, build_model=classifier_model,
+         build_loss=classifier_loss, report=classification_report, head_prefix="classifier.",
+         head_title="classifier/RACE", outputs=classifier_outputs, check_data=check_labels,
+         check_eval_inputs=check_classifier_eval_data),
     Task(name="race", config_file=ROOT / "task_race_config.yaml",
          description="Fine-tune, evaluate and predict with ALBERT on RACE multiple-choice reading comprehension.",
          train_columns=schema.RACE.without("is_real_example"), eval_columns=schema.RACE.names,

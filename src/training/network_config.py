@@ -65,3 +65,9 @@ def checked_network(config: Config, data_file: str, columns: Sequence[str], chec
     net = network_config(config, meta.get("tokenizer", {}).get("vocab_size"), config_beside(checkpoint))
     check_data_fits(meta, net, shape, data_file)
     return net, meta, shape
+
+
+def network_source(config: Config, checkpoint: str) -> str:
+    """Where `network_config` takes the network from, for a run's log: the yaml's json file, the json beside
+    `checkpoint`, else the preset's name."""
+    return config.albert_config_file or config_beside(checkpoint) or config.albert_network

@@ -26,7 +26,7 @@ def run(argv: Sequence[str], description: str) -> int:
     from src.data.pipelines import create_pretraining_dataset
     from src.devices.device_setup import kernels_status, start_device
     from src.model.pretraining_heads import AlbertNetworkWithLoss
-    from src.training.network_config import checked_network, config_beside
+    from src.training.network_config import checked_network, network_source
     from src.training.settings import pretrain_settings
     from src.training.train_loop import fit
 
@@ -35,7 +35,7 @@ def run(argv: Sequence[str], description: str) -> int:
                                         config.schema_dir)
     device, log = start_device(config)
     log(f"device: {device.target} ({device.group_size} worker(s)); "
-        f"network: {config.albert_config_file or config_beside(config.load_checkpoint_path) or config.albert_network}; "
+        f"network: {network_source(config, config.load_checkpoint_path)}; "
         f"kernels: {kernels_status(device.target)}")
 
     def make_dataset(rows):
