@@ -396,3 +396,63 @@ def test_the_report_names_each_torch_side_eager_or_compiled():
         labels[name] = side.framework
     assert " eager," in labels["torch_bf16"] and "torch.compile" not in labels["torch_bf16"]
     assert " torch.compile (inductor)," in labels["torch_compile_bf16"] and "eager" not in labels["torch_compile_bf16"]
+
+
+PRODUCTS_TINY = ["--batch_size", "2", "--seq_length", "32", "--hidden_size", "48", "--intermediate_size", "96",
+                 "--num_hidden_layers", "2", "--threads", "2", "--steps", "1", "--rounds", "1"]
+
+
+def test_bench_products_measures_every_dense_product_three_ways(tmp_path):
+    """Plain, packed and BLAS-style products of each dense layer, forward and input gradient, in float32 (and in
+    bfloat16 where oneDNN has it), each checked against numpy inside the benchmark."""
+    out = tmp_path / "products.json"
+    done = bench("bench_products.py", *PRODUCTS_TINY, "--dtypes", "f32", "--output", str(out))
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.read_text())
+    assert report["onednn"].count(".") == 2 and report["environment"]["cpu_model"]
+    results = report["results"]
+    assert [(r["product"], r["n"], r["k"]) for r in results] == [
+        ("dense hxh forward", 48, 48), ("dense hxh input grad", 48, 48), ("ffn up forward", 96, 48),
+        ("ffn up input grad", 48, 96), ("ffn down forward", 48, 96), ("ffn down input grad", 96, 48)]
+    for r in results:
+        # 64 rows (< 512) of a forward are split by the weights' columns, as the kernels split them.
+        assert r["slices"] == ([[64, r["n"] // 2]] * 2 if "forward" in r["product"] else [[32, r["n"]]] * 2)
+        assert all(r["max_relative_error"][side] <= 1e-4 for side in ("plain", "packed", "blas")), r
+        assert all(r["call_ms"][side] > 0 for side in ("plain", "packed", "blas", "reorder"))
+        assert r["step_ms"]["packed"] == pytest.approx(2 * r["call_ms"]["packed"] + r["call_ms"]["reorder"], abs=2e-3)
+        assert r["implementation"]["plain"] and r["implementation"]["packed"]
+    assert "packed/plain" in done.stdout
+
+
+def test_bench_products_catches_a_wrong_product():
+    """The benchmark's own check against numpy fails when the weights it multiplies are not those of the reference."""
+    import bench_products
+
+    dnnl = bench_products.Dnnl(bench_products.libdnnl_path())
+    product = bench_products.Product(dnnl, 16, 24, 32, True, "f32", seed=0)
+    assert product.error("plain") <= 1e-5 and product.error("packed") <= 1e-5 and product.error("blas") <= 1e-5
+    product.w[0, 0] += 1.0
+    for side in ("plain", "packed", "blas"):
+        assert product.error(side) > 1e-3, side
+
+
+@pytest.mark.skipif(not cpu_kernels.bf16_support()[0], reason="no bfloat16 matrix instructions on this CPU")
+def test_bench_products_bfloat16_against_numpy_on_rounded_operands():
+    import bench_products
+
+    dnnl = bench_products.Dnnl(bench_products.libdnnl_path())
+    for forward in (True, False):
+        product = bench_products.Product(dnnl, 40, 24, 64, forward, "bf16", seed=1)
+        for side in ("plain", "packed", "blas"):
+            assert product.error(side) <= 1e-2, (forward, side)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dtypes", "int4"], "--dtypes"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_bench_products_bad_flag_is_one_line(args, message):
+    done = bench("bench_products.py", *args)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr

@@ -48,7 +48,7 @@ DATA_TOOLS = {"src.sample_corpus": "sample_corpus", "src.spm_train": "spm", "src
               "src.create_finetune_data": "finetune", "src.create_squad_data": "squad"}
 ARGPARSE_MODULES = ("src.predict", "src.convert_checkpoint", "src.squad_postprocess", "src.plot_metrics",
                     "src.model_summary")
-BENCHMARKS = ("bench_train.py", "bench_infer.py", "bench_data.py", "bench_accuracy.py")
+BENCHMARKS = ("bench_train.py", "bench_infer.py", "bench_data.py", "bench_accuracy.py", "bench_products.py")
 COMMON = {"--config_path", "--verbose", "--help"}
 
 

@@ -1,0 +1,311 @@
+"""The dense layers' products alone, three ways through the libdnnl MindSpore ships: a matmul primitive reading the
+weights as stored (what src/model/kernels does), a matmul primitive on weights reordered once into the layout
+oneDNN picks for them ("packed", the reorder timed apart), and the BLAS-style call (dnnl_gemm_bf16bf16f32 /
+dnnl_sgemm), in one run, interleaved.
+
+    python benchmarks/bench_products.py [--batch_size 8] [--seq_length 128] [--hidden_size 768]
+        [--intermediate_size 3072] [--num_hidden_layers 12] [--dtypes bf16,f32] [--threads 2] [--steps 10]
+        [--rounds 5] [--output results.json]
+
+Why: packing the weights once per optimizer step (training) or once at load (serving) instead of inside every call
+is the usual lever around products on a matrix unit; ALBERT shares one layer's weights across all its layers, so one
+packed copy would serve every layer and every thread. Whether it pays is a property of the CPU and of the oneDNN
+build, so it is measured, not assumed.
+
+What is measured, per product of one encoder layer (query/key/value/attention output: hidden x hidden; the
+feed-forward network's two: intermediate x hidden and back), forward (x w^T) and input gradient (dy w):
+each of --threads Python threads runs its own primitive, single-threaded, on its slice of the product at the same
+time, as the kernels split it (rows of x, or for a forward of fewer than 512 rows the columns of w). Per call: the
+median over rounds of the wall time of `steps` calls on every thread at once. `step_ms` is what one training
+step spends on that product over --num_hidden_layers layers: layers x call, plus for "packed" the reorder split
+over the threads. Every side's result is checked against numpy on the same (bfloat16-rounded) operands.
+"""
+import argparse
+import ctypes
+import importlib.util
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_common as common  # noqa: E402
+from bench_common import UserError  # noqa: E402
+
+F32, BF16 = 3, 2  # dnnl_data_type_t
+FORMAT_ANY = 1  # dnnl_format_tag_any
+QUERY_IMPL_INFO, QUERY_WEIGHTS_MD = 8, 131
+ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_FROM, ARG_TO = 1, 17, 33, 1, 17
+COLUMN_SPLIT_BELOW_ROWS = 512  # the kernels' rule (src/model/kernels/dnnl_matmul.cc)
+SIDES = ("plain", "packed", "blas")
+TOLERANCE = {"bf16": 1e-2, "f32": 1e-4}  # largest |difference| / largest |reference|
+
+
+class ExecArg(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_int), ("memory", ctypes.c_void_p)]
+
+
+class Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int), ("hash", ctypes.c_char_p)]
+
+
+def libdnnl_path() -> Path:
+    """MindSpore's bundled libdnnl, found without importing MindSpore."""
+    spec = importlib.util.find_spec("mindspore")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    found = sorted(p for folder in folders for p in (Path(folder) / "lib").glob("libdnnl.so*"))
+    if not found:
+        raise UserError("no libdnnl.so in the installed mindspore package (pip install mindspore)")
+    return found[0]
+
+
+class Dnnl:
+    """The few oneDNN C API calls the measurement needs, each checked."""
+
+    def __init__(self, path: Path):
+        self.lib = ctypes.CDLL(str(path))
+        for name in ("dnnl_memory_desc_get_size",):
+            getattr(self.lib, name).restype = ctypes.c_size_t
+        self.lib.dnnl_primitive_desc_query_md.restype = ctypes.c_void_p
+        self.lib.dnnl_version.restype = ctypes.POINTER(Version)
+        for name in ("dnnl_gemm_bf16bf16f32", "dnnl_sgemm"):
+            getattr(self.lib, name).argtypes = [ctypes.c_char, ctypes.c_char] + [ctypes.c_int64] * 3 + [
+                ctypes.c_float, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float,
+                ctypes.c_void_p, ctypes.c_int64]
+        self.engine = self.handle("dnnl_engine_create", 1, ctypes.c_size_t(0))  # the CPU engine
+
+    def call(self, name: str, *args: Any) -> None:
+        status = getattr(self.lib, name)(*args)
+        if status != 0:
+            raise RuntimeError(f"{name} returned status {status}")
+
+    def handle(self, name: str, *args: Any) -> ctypes.c_void_p:
+        out = ctypes.c_void_p()
+        self.call(name, ctypes.byref(out), *args)
+        return out
+
+    def version(self) -> str:
+        v = self.lib.dnnl_version().contents
+        return f"{v.major}.{v.minor}.{v.patch}"
+
+    def desc(self, rows: int, cols: int, ld: int, transposed: bool, dtype: int) -> ctypes.c_void_p:
+        """A row-major [rows, cols] matrix with leading dimension ld, or read column-major when transposed."""
+        dims = (ctypes.c_int64 * 2)(rows, cols)
+        strides = (ctypes.c_int64 * 2)(*((1, ld) if transposed else (ld, 1)))
+        return self.handle("dnnl_memory_desc_create_with_strides", 2, dims, dtype, strides)
+
+    def any_desc(self, rows: int, cols: int, dtype: int) -> ctypes.c_void_p:
+        dims = (ctypes.c_int64 * 2)(rows, cols)
+        return self.handle("dnnl_memory_desc_create_with_tag", 2, dims, dtype, FORMAT_ANY)
+
+    def primitive(self, description: ctypes.c_void_p) -> Tuple[ctypes.c_void_p, str]:
+        name = ctypes.c_char_p()
+        self.call("dnnl_primitive_desc_query", description, QUERY_IMPL_INFO, 0, ctypes.byref(name))
+        return self.handle("dnnl_primitive_create", description), (name.value or b"").decode()
+
+    def memory(self, desc: ctypes.c_void_p, array: np.ndarray) -> ctypes.c_void_p:
+        return self.handle("dnnl_memory_create", desc, self.engine,
+                           ctypes.c_void_p(array.ctypes.data))
+
+    def execute(self, stream: ctypes.c_void_p, primitive: ctypes.c_void_p, args: List[Tuple[int, Any]]) -> None:
+        packed = (ExecArg * len(args))(*[ExecArg(arg, memory) for arg, memory in args])
+        self.call("dnnl_primitive_execute", primitive, stream, len(args), packed)
+        self.call("dnnl_stream_wait", stream)
+
+
+def to_bf16(values: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even float32 -> bfloat16 bits (uint16), as the kernels round."""
+    bits = values.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def from_bf16(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+class Product:
+    """One thread's slice c[m, n] = x w^T (forward: w stored [n, k]) or dy w (input gradient: w stored [k, n])
+    with its three sides ready to run."""
+
+    def __init__(self, dnnl: Dnnl, m: int, n: int, k: int, forward: bool, dtype: str, seed: int):
+        self.dnnl, self.m, self.n, self.k, self.forward, self.dtype = dnnl, m, n, k, forward, dtype
+        rng = np.random.default_rng(seed)
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k) if forward else (k, n), dtype=np.float32) * 0.05
+        type_id = BF16 if dtype == "bf16" else F32
+        if dtype == "bf16":
+            self.a, self.w = to_bf16(a), to_bf16(w)
+            a, w = from_bf16(self.a), from_bf16(self.w)
+        else:
+            self.a, self.w = a, w
+        self.reference = a.astype(np.float64) @ (w.T if forward else w).astype(np.float64)
+        self.c = np.zeros((m, n), np.float32)
+        self.stream = dnnl.handle("dnnl_stream_create", dnnl.engine, 1)
+        a_desc = dnnl.desc(m, k, k, False, type_id)
+        w_desc = dnnl.desc(k, n, k if forward else n, forward, type_id)
+        c_desc = dnnl.desc(m, n, n, False, F32)
+        plain = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc, w_desc, None, c_desc, None)
+        self.plain, self.plain_impl = dnnl.primitive(plain)
+        packed = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc,
+                             dnnl.any_desc(k, n, type_id), None, c_desc, None)
+        self.packed, self.packed_impl = dnnl.primitive(packed)
+        packed_desc = ctypes.c_void_p(dnnl.lib.dnnl_primitive_desc_query_md(packed, QUERY_WEIGHTS_MD, 0))
+        self.w_packed = np.zeros(dnnl.lib.dnnl_memory_desc_get_size(packed_desc) // 4 + 16, np.int32)
+        reorder = dnnl.handle("dnnl_reorder_primitive_desc_create", w_desc, dnnl.engine, packed_desc, dnnl.engine,
+                              None)
+        self.reorder, self.reorder_impl = dnnl.primitive(reorder)
+        self.memories = {"a": dnnl.memory(a_desc, self.a), "w": dnnl.memory(w_desc, self.w),
+                         "c": dnnl.memory(c_desc, self.c), "w_packed": dnnl.memory(packed_desc, self.w_packed)}
+
+    def run(self, side: str) -> None:
+        mem = self.memories
+        if side == "plain":
+            self.dnnl.execute(self.stream, self.plain, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["w"]),
+                                                        (ARG_DST, mem["c"])])
+        elif side == "packed":
+            self.dnnl.execute(self.stream, self.packed, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["w_packed"]),
+                                                         (ARG_DST, mem["c"])])
+        elif side == "reorder":
+            self.dnnl.execute(self.stream, self.reorder, [(ARG_FROM, mem["w"]), (ARG_TO, mem["w_packed"])])
+        else:  # blas: row-major, w read transposed in the forward
+            gemm = self.dnnl.lib.dnnl_gemm_bf16bf16f32 if self.dtype == "bf16" else self.dnnl.lib.dnnl_sgemm
+            status = gemm(b"N", b"T" if self.forward else b"N", self.m, self.n, self.k, 1.0,
+                          self.a.ctypes.data, self.k, self.w.ctypes.data, self.k if self.forward else self.n, 0.0,
+                          self.c.ctypes.data, self.n)
+            if status != 0:
+                raise RuntimeError(f"BLAS-style call returned status {status}")
+
+    def error(self, side: str) -> float:
+        """Largest |difference from numpy| / largest |reference| of `side`'s result."""
+        self.c.fill(np.nan)
+        if side == "packed":
+            self.run("reorder")
+        self.run(side)
+        return float(np.max(np.abs(self.c - self.reference)) / max(np.max(np.abs(self.reference)), 1e-30))
+
+
+def slices(rows: int, n: int, forward: bool, threads: int) -> List[Tuple[int, int]]:
+    """Each thread's (rows, columns) of a product, split as the kernels split it."""
+    by_columns = forward and rows < COLUMN_SPLIT_BELOW_ROWS
+    total = n if by_columns else rows
+    parts = [total // threads + (1 if t < total % threads else 0) for t in range(threads)]
+    return [(rows, part) if by_columns else (part, n) for part in parts if part > 0]
+
+
+def timed_together(products: List[Product], side: str, steps: int) -> float:
+    """ms per call: `steps` calls on every thread's product at once (ctypes releases the GIL in each call)."""
+    barrier = threading.Barrier(len(products) + 1)
+    failures: List[BaseException] = []
+
+    def work(product: Product) -> None:
+        barrier.wait()
+        try:
+            for _ in range(steps):
+                product.run(side)
+        except BaseException as error:  # reported by the caller
+            failures.append(error)
+
+    workers = [threading.Thread(target=work, args=(product,)) for product in products]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    if failures:
+        raise failures[0]
+    return (time.perf_counter() - start) * 1e3 / steps
+
+
+def measure(dnnl: Dnnl, name: str, rows: int, n: int, k: int, forward: bool, dtype: str,
+            args: argparse.Namespace) -> Dict[str, Any]:
+    products = [Product(dnnl, m, cols, k, forward, dtype, args.seed + t)
+                for t, (m, cols) in enumerate(slices(rows, n, forward, args.threads))]
+    errors = {side: max(product.error(side) for product in products) for side in SIDES}
+    bad = {side: e for side, e in errors.items() if not e <= TOLERANCE[dtype]}
+    if bad:
+        raise RuntimeError(f"{name} {dtype}: results differ from numpy's: {bad}")
+    times: Dict[str, List[float]] = {side: [] for side in (*SIDES, "reorder")}
+    for round_index in range(args.rounds):
+        order = (*SIDES, "reorder")
+        for side in order if round_index % 2 == 0 else order[::-1]:
+            times[side].append(timed_together(products, side, args.steps))
+    ms = {side: statistics.median(values) for side, values in times.items()}
+    flops = 2.0 * rows * n * k
+    step = {side: args.num_hidden_layers * ms[side] for side in SIDES}
+    step["packed"] += ms["reorder"]  # the reorders of the threads' slices ran side by side: wall time as timed
+    return {"product": name, "dtype": dtype, "rows": rows, "n": n, "k": k,
+            "slices": [[p.m, p.n] for p in products], "call_ms": {s: round(v, 4) for s, v in ms.items()},
+            "gflops": {side: round(flops / ms[side] / 1e6, 1) for side in SIDES},
+            "step_ms": {side: round(v, 3) for side, v in step.items()},
+            "packed_vs_plain": round(step["plain"] / step["packed"], 3),
+            "blas_vs_plain": round(ms["plain"] / ms["blas"], 3),
+            "implementation": {"plain": products[0].plain_impl, "packed": products[0].packed_impl,
+                               "reorder": products[0].reorder_impl},
+            "max_relative_error": {side: float(f"{e:.3g}") for side, e in errors.items()}}
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = common.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--seq_length", type=int, default=128)
+    parser.add_argument("--hidden_size", type=int, default=768, help="ALBERT-base's by default")
+    parser.add_argument("--intermediate_size", type=int, default=3072)
+    parser.add_argument("--num_hidden_layers", type=int, default=12, help="calls per step of each product")
+    parser.add_argument("--dtypes", type=common.compare_list(("bf16", "f32")), default=["bf16", "f32"],
+                        help="bf16 (bfloat16 operands, float32 results) and/or f32")
+    parser.add_argument("--threads", type=int, default=2, help="threads, each on its slice (the kernels' split)")
+    parser.add_argument("--steps", type=int, default=10, help="calls per round")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per side, alternating")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default="", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    for name in ("batch_size", "seq_length", "hidden_size", "intermediate_size", "num_hidden_layers", "threads",
+                 "steps", "rounds"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if not args.dtypes:
+        raise UserError("--dtypes needs at least one of bf16, f32")
+    return args
+
+
+def print_table(results: List[Dict[str, Any]]) -> None:
+    print(f"{'product':<22} {'dtype':<5} {'slice':>10} | {'plain ms':>9} {'packed ms':>9} {'reorder':>8} "
+          f"{'blas ms':>8} | {'packed/plain':>12} {'blas/plain':>10} | plain GFLOP/s")
+    for r in results:
+        ms = r["call_ms"]
+        print(f"{r['product']:<22} {r['dtype']:<5} {'x'.join(map(str, r['slices'][0])):>10} | {ms['plain']:9.3f} "
+              f"{ms['packed']:9.3f} {ms['reorder']:8.3f} {ms['blas']:8.3f} | {r['packed_vs_plain']:11.2f}x "
+              f"{r['blas_vs_plain']:9.2f}x | {r['gflops']['plain']:.0f}")
+    print("packed/plain, blas/plain: > 1 means faster than the primitive on the weights as stored (per training step "
+          "for packed, its reorder included)")
+
+
+def main(argv: List[str]) -> int:
+    args = parse_args(argv)
+    dnnl = Dnnl(libdnnl_path())
+    rows, hidden, inner = args.batch_size * args.seq_length, args.hidden_size, args.intermediate_size
+    products: List[Tuple[str, int, int, bool]] = [
+        ("dense hxh forward", hidden, hidden, True), ("dense hxh input grad", hidden, hidden, False),
+        ("ffn up forward", inner, hidden, True), ("ffn up input grad", hidden, inner, False),
+        ("ffn down forward", hidden, inner, True), ("ffn down input grad", inner, hidden, False)]
+    results = [measure(dnnl, name, rows, n, k, forward, dtype, args)
+               for dtype in args.dtypes for name, n, k, forward in products]
+    print_table(results)
+    if args.output:
+        report = {"benchmark": "bench_products", "settings": vars(args), "onednn": dnnl.version(),
+                  "libdnnl": str(libdnnl_path().name), "environment": common.provenance(), "results": results}
+        common.write_json(args.output, report)
+    return 0
+
+
+if __name__ == "__main__":
+    from model_utils.errors import run_cli
+
+    sys.exit(run_cli(main))
