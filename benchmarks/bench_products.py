@@ -1,7 +1,7 @@
 """The dense layers' products alone, three ways through the libdnnl MindSpore ships: a matmul primitive reading the
-weights as stored (what src/model/kernels does), a matmul primitive on weights reordered once into the layout
-oneDNN picks for them ("packed", the reorder timed apart), and the BLAS-style call (dnnl_gemm_bf16bf16f32 /
-dnnl_sgemm), in one run, interleaved.
+operands as stored (what src/model/kernels does in bfloat16), a matmul primitive on a right-hand operand reordered
+into the layout oneDNN picks for it ("packed", the reorder timed apart), and the BLAS-style call
+(dnnl_gemm_bf16bf16f32; dnnl_sgemm, what the kernels do in float32), in one run, interleaved.
 
     python benchmarks/bench_products.py [--batch_size 8] [--seq_length 128] [--hidden_size 768]
         [--intermediate_size 3072] [--num_hidden_layers 12] [--dtypes bf16,f32] [--threads 2] [--steps 10]
@@ -9,16 +9,17 @@ dnnl_sgemm), in one run, interleaved.
 
 Why: packing the weights once per optimizer step (training) or once at load (serving) instead of inside every call
 is the usual lever around products on a matrix unit; ALBERT shares one layer's weights across all its layers, so one
-packed copy would serve every layer and every thread. Whether it pays is a property of the CPU and of the oneDNN
-build, so it is measured, not assumed.
+packed copy would serve every layer and every thread. Whether it pays, and whether the BLAS-style call beats the
+primitive for a shape, is a property of the CPU and of the oneDNN build: measured here, not assumed.
 
-What is measured, per product of one encoder layer (query/key/value/attention output: hidden x hidden; the
-feed-forward network's two: intermediate x hidden and back), forward (x w^T) and input gradient (dy w):
-each of --threads Python threads runs its own primitive, single-threaded, on its slice of the product at the same
-time, as the kernels split it (rows of x, or for a forward of fewer than 512 rows the columns of w). Per call: the
-median over rounds of the wall time of `steps` calls on every thread at once. `step_ms` is what one training
-step spends on that product over --num_hidden_layers layers: layers x call, plus for "packed" the reorder split
-over the threads. Every side's result is checked against numpy on the same (bfloat16-rounded) operands.
+What is measured, for each dense layer of an encoder layer (query/key/value/attention output: hidden x hidden, four
+of them; the feed-forward network's two: intermediate x hidden and back), its three products: forward (x w^T),
+input gradient (dy w) and weight gradient (dy^T x, where "packed" must reorder x on every call). Each of --threads
+Python threads runs its own primitive, single-threaded, on its slice of the product at the same time, as the
+kernels split it (rows; a forward of fewer than 512 rows by columns). Per call: the median over rounds of the wall
+time of `steps` calls on every thread at once, operands hot in cache. `step_ms`: what one training step spends on
+the product, calls x --num_hidden_layers x layers of its kind, plus for "packed" its reorders (once per step per
+weight; per call for x). Every side's result is checked against numpy on the same (bfloat16-rounded) operands.
 """
 import argparse
 import ctypes
@@ -43,7 +44,7 @@ QUERY_IMPL_INFO, QUERY_WEIGHTS_MD = 8, 131
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_FROM, ARG_TO = 1, 17, 33, 1, 17
 COLUMN_SPLIT_BELOW_ROWS = 512  # the kernels' rule (src/model/kernels/dnnl_matmul.cc)
 SIDES = ("plain", "packed", "blas")
-TOLERANCE = {"bf16": 1e-2, "f32": 1e-4}  # largest |difference| / largest |reference|
+TOLERANCE = {"bf16": 1e-4, "f32": 1e-4}  # largest |difference| / largest |reference| (operands rounded alike)
 
 
 class ExecArg(ctypes.Structure):
@@ -129,54 +130,57 @@ def from_bf16(bits: np.ndarray) -> np.ndarray:
 
 
 class Product:
-    """One thread's slice c[m, n] = x w^T (forward: w stored [n, k]) or dy w (input gradient: w stored [k, n])
-    with its three sides ready to run."""
+    """One thread's slice c[m, n] = op(a) b', checked against numpy. The kinds of a dense layer y = x w^T:
+    forward (a = x [m, k], b' = w^T with w stored [n, k]), input gradient (a = dy [m, k], b' = w stored [k, n]) and
+    weight gradient (a = dy stored [k, m] read transposed, b' = x stored [k, n]: the kernels' split puts the
+    weight's rows on the threads, each over all the tokens)."""
 
-    def __init__(self, dnnl: Dnnl, m: int, n: int, k: int, forward: bool, dtype: str, seed: int):
-        self.dnnl, self.m, self.n, self.k, self.forward, self.dtype = dnnl, m, n, k, forward, dtype
+    def __init__(self, dnnl: Dnnl, m: int, n: int, k: int, kind: str, dtype: str, seed: int):
+        self.dnnl, self.m, self.n, self.k, self.kind, self.dtype = dnnl, m, n, k, kind, dtype
+        self.ta, self.tb = kind == "weight grad", kind == "forward"
         rng = np.random.default_rng(seed)
-        a = rng.standard_normal((m, k), dtype=np.float32)
-        w = rng.standard_normal((n, k) if forward else (k, n), dtype=np.float32) * 0.05
+        a = rng.standard_normal((k, m) if self.ta else (m, k), dtype=np.float32)
+        b = rng.standard_normal((n, k) if self.tb else (k, n), dtype=np.float32) * 0.05
         type_id = BF16 if dtype == "bf16" else F32
         if dtype == "bf16":
-            self.a, self.w = to_bf16(a), to_bf16(w)
-            a, w = from_bf16(self.a), from_bf16(self.w)
+            self.a, self.b = to_bf16(a), to_bf16(b)
+            a, b = from_bf16(self.a), from_bf16(self.b)
         else:
-            self.a, self.w = a, w
-        self.reference = a.astype(np.float64) @ (w.T if forward else w).astype(np.float64)
+            self.a, self.b = a, b
+        self.reference = (a.T if self.ta else a).astype(np.float64) @ (b.T if self.tb else b).astype(np.float64)
         self.c = np.zeros((m, n), np.float32)
         self.stream = dnnl.handle("dnnl_stream_create", dnnl.engine, 1)
-        a_desc = dnnl.desc(m, k, k, False, type_id)
-        w_desc = dnnl.desc(k, n, k if forward else n, forward, type_id)
+        a_desc = dnnl.desc(m, k, m if self.ta else k, self.ta, type_id)
+        b_desc = dnnl.desc(k, n, k if self.tb else n, self.tb, type_id)
         c_desc = dnnl.desc(m, n, n, False, F32)
-        plain = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc, w_desc, None, c_desc, None)
+        plain = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc, b_desc, None, c_desc, None)
         self.plain, self.plain_impl = dnnl.primitive(plain)
         packed = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc,
                              dnnl.any_desc(k, n, type_id), None, c_desc, None)
         self.packed, self.packed_impl = dnnl.primitive(packed)
         packed_desc = ctypes.c_void_p(dnnl.lib.dnnl_primitive_desc_query_md(packed, QUERY_WEIGHTS_MD, 0))
-        self.w_packed = np.zeros(dnnl.lib.dnnl_memory_desc_get_size(packed_desc) // 4 + 16, np.int32)
-        reorder = dnnl.handle("dnnl_reorder_primitive_desc_create", w_desc, dnnl.engine, packed_desc, dnnl.engine,
+        self.b_packed = np.zeros(dnnl.lib.dnnl_memory_desc_get_size(packed_desc) // 4 + 16, np.int32)
+        reorder = dnnl.handle("dnnl_reorder_primitive_desc_create", b_desc, dnnl.engine, packed_desc, dnnl.engine,
                               None)
         self.reorder, self.reorder_impl = dnnl.primitive(reorder)
-        self.memories = {"a": dnnl.memory(a_desc, self.a), "w": dnnl.memory(w_desc, self.w),
-                         "c": dnnl.memory(c_desc, self.c), "w_packed": dnnl.memory(packed_desc, self.w_packed)}
+        self.memories = {"a": dnnl.memory(a_desc, self.a), "b": dnnl.memory(b_desc, self.b),
+                         "c": dnnl.memory(c_desc, self.c), "b_packed": dnnl.memory(packed_desc, self.b_packed)}
 
     def run(self, side: str) -> None:
         mem = self.memories
         if side == "plain":
-            self.dnnl.execute(self.stream, self.plain, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["w"]),
+            self.dnnl.execute(self.stream, self.plain, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["b"]),
                                                         (ARG_DST, mem["c"])])
         elif side == "packed":
-            self.dnnl.execute(self.stream, self.packed, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["w_packed"]),
+            self.dnnl.execute(self.stream, self.packed, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["b_packed"]),
                                                          (ARG_DST, mem["c"])])
         elif side == "reorder":
-            self.dnnl.execute(self.stream, self.reorder, [(ARG_FROM, mem["w"]), (ARG_TO, mem["w_packed"])])
-        else:  # blas: row-major, w read transposed in the forward
+            self.dnnl.execute(self.stream, self.reorder, [(ARG_FROM, mem["b"]), (ARG_TO, mem["b_packed"])])
+        else:  # blas: row-major
             gemm = self.dnnl.lib.dnnl_gemm_bf16bf16f32 if self.dtype == "bf16" else self.dnnl.lib.dnnl_sgemm
-            status = gemm(b"N", b"T" if self.forward else b"N", self.m, self.n, self.k, 1.0,
-                          self.a.ctypes.data, self.k, self.w.ctypes.data, self.k if self.forward else self.n, 0.0,
-                          self.c.ctypes.data, self.n)
+            status = gemm(b"T" if self.ta else b"N", b"T" if self.tb else b"N", self.m, self.n, self.k, 1.0,
+                          self.a.ctypes.data, self.m if self.ta else self.k, self.b.ctypes.data,
+                          self.k if self.tb else self.n, 0.0, self.c.ctypes.data, self.n)
             if status != 0:
                 raise RuntimeError(f"BLAS-style call returned status {status}")
 
@@ -189,12 +193,13 @@ class Product:
         return float(np.max(np.abs(self.c - self.reference)) / max(np.max(np.abs(self.reference)), 1e-30))
 
 
-def slices(rows: int, n: int, forward: bool, threads: int) -> List[Tuple[int, int]]:
-    """Each thread's (rows, columns) of a product, split as the kernels split it."""
-    by_columns = forward and rows < COLUMN_SPLIT_BELOW_ROWS
-    total = n if by_columns else rows
+def slices(m: int, n: int, kind: str, threads: int) -> List[Tuple[int, int]]:
+    """Each thread's (rows, columns) of a product c[m, n], split as the kernels split it: by rows, except a
+    forward of fewer than 512 rows, by columns."""
+    by_columns = kind == "forward" and m < COLUMN_SPLIT_BELOW_ROWS
+    total = n if by_columns else m
     parts = [total // threads + (1 if t < total % threads else 0) for t in range(threads)]
-    return [(rows, part) if by_columns else (part, n) for part in parts if part > 0]
+    return [(m, part) if by_columns else (part, n) for part in parts if part > 0]
 
 
 def timed_together(products: List[Product], side: str, steps: int) -> float:
@@ -222,32 +227,49 @@ def timed_together(products: List[Product], side: str, steps: int) -> float:
     return (time.perf_counter() - start) * 1e3 / steps
 
 
-def measure(dnnl: Dnnl, name: str, rows: int, n: int, k: int, forward: bool, dtype: str,
+def measure(dnnl: Dnnl, layer: Tuple[str, int, int, int], kind: str, dtype: str,
             args: argparse.Namespace) -> Dict[str, Any]:
-    products = [Product(dnnl, m, cols, k, forward, dtype, args.seed + t)
-                for t, (m, cols) in enumerate(slices(rows, n, forward, args.threads))]
+    """One product of `layer` (name, output features, input features, such layers per encoder layer)."""
+    name, out_features, in_features, per_layer = layer
+    rows = args.batch_size * args.seq_length
+    m, n, k = {"forward": (rows, out_features, in_features), "input grad": (rows, in_features, out_features),
+               "weight grad": (out_features, in_features, rows)}[kind]
+    products = [Product(dnnl, part_m, part_n, k, kind, dtype, args.seed + t)
+                for t, (part_m, part_n) in enumerate(slices(m, n, kind, args.threads))]
     errors = {side: max(product.error(side) for product in products) for side in SIDES}
     bad = {side: e for side, e in errors.items() if not e <= TOLERANCE[dtype]}
     if bad:
-        raise RuntimeError(f"{name} {dtype}: results differ from numpy's: {bad}")
+        raise RuntimeError(f"{name} {kind} {dtype}: results differ from numpy's: {bad}")
     times: Dict[str, List[float]] = {side: [] for side in (*SIDES, "reorder")}
+    order = (*SIDES, "reorder")
     for round_index in range(args.rounds):
-        order = (*SIDES, "reorder")
         for side in order if round_index % 2 == 0 else order[::-1]:
             times[side].append(timed_together(products, side, args.steps))
     ms = {side: statistics.median(values) for side, values in times.items()}
-    flops = 2.0 * rows * n * k
-    step = {side: args.num_hidden_layers * ms[side] for side in SIDES}
-    step["packed"] += ms["reorder"]  # the reorders of the threads' slices ran side by side: wall time as timed
-    return {"product": name, "dtype": dtype, "rows": rows, "n": n, "k": k,
+    calls = args.num_hidden_layers * per_layer
+    step = {side: calls * ms[side] for side in SIDES}
+    # Weights are reordered once per step (each of the layer's `per_layer` weights); an activation on every call.
+    step["packed"] += (calls if kind == "weight grad" else per_layer) * ms["reorder"]
+    return {"product": f"{name} {kind}", "dtype": dtype, "m": m, "n": n, "k": k, "calls_per_step": calls,
             "slices": [[p.m, p.n] for p in products], "call_ms": {s: round(v, 4) for s, v in ms.items()},
-            "gflops": {side: round(flops / ms[side] / 1e6, 1) for side in SIDES},
+            "gflops": {side: round(2.0 * m * n * k / ms[side] / 1e6, 1) for side in SIDES},
             "step_ms": {side: round(v, 3) for side, v in step.items()},
             "packed_vs_plain": round(step["plain"] / step["packed"], 3),
             "blas_vs_plain": round(ms["plain"] / ms["blas"], 3),
             "implementation": {"plain": products[0].plain_impl, "packed": products[0].packed_impl,
                                "reorder": products[0].reorder_impl},
             "max_relative_error": {side: float(f"{e:.3g}") for side, e in errors.items()}}
+
+
+def totals(results: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
+    """Per dtype, ms per training step of all the products on each side, and with each product's fastest side."""
+    out: Dict[str, Dict[str, float]] = {}
+    for r in results:
+        total = out.setdefault(r["dtype"], {side: 0.0 for side in (*SIDES, "fastest")})
+        for side in SIDES:
+            total[side] += r["step_ms"][side]
+        total["fastest"] += min(r["step_ms"].values())
+    return {dtype: {side: round(v, 2) for side, v in total.items()} for dtype, total in out.items()}
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -276,30 +298,32 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
 
 
 def print_table(results: List[Dict[str, Any]]) -> None:
-    print(f"{'product':<22} {'dtype':<5} {'slice':>10} | {'plain ms':>9} {'packed ms':>9} {'reorder':>8} "
+    print(f"{'product':<34} {'dtype':<5} {'slice':>10} | {'plain ms':>9} {'packed ms':>9} {'reorder':>8} "
           f"{'blas ms':>8} | {'packed/plain':>12} {'blas/plain':>10} | plain GFLOP/s")
     for r in results:
         ms = r["call_ms"]
-        print(f"{r['product']:<22} {r['dtype']:<5} {'x'.join(map(str, r['slices'][0])):>10} | {ms['plain']:9.3f} "
+        print(f"{r['product']:<34} {r['dtype']:<5} {'x'.join(map(str, r['slices'][0])):>10} | {ms['plain']:9.3f} "
               f"{ms['packed']:9.3f} {ms['reorder']:8.3f} {ms['blas']:8.3f} | {r['packed_vs_plain']:11.2f}x "
               f"{r['blas_vs_plain']:9.2f}x | {r['gflops']['plain']:.0f}")
-    print("packed/plain, blas/plain: > 1 means faster than the primitive on the weights as stored (per training step "
-          "for packed, its reorder included)")
+    print("packed/plain, blas/plain: > 1 means faster than the primitive on the operands as stored (per training "
+          "step for packed, its reorders included)")
 
 
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
     dnnl = Dnnl(libdnnl_path())
-    rows, hidden, inner = args.batch_size * args.seq_length, args.hidden_size, args.intermediate_size
-    products: List[Tuple[str, int, int, bool]] = [
-        ("dense hxh forward", hidden, hidden, True), ("dense hxh input grad", hidden, hidden, False),
-        ("ffn up forward", inner, hidden, True), ("ffn up input grad", hidden, inner, False),
-        ("ffn down forward", hidden, inner, True), ("ffn down input grad", inner, hidden, False)]
-    results = [measure(dnnl, name, rows, n, k, forward, dtype, args)
-               for dtype in args.dtypes for name, n, k, forward in products]
+    hidden, inner = args.hidden_size, args.intermediate_size
+    layers = [("query/key/value/output", hidden, hidden, 4), ("ffn", inner, hidden, 1),
+              ("ffn_output", hidden, inner, 1)]
+    results = [measure(dnnl, layer, kind, dtype, args) for dtype in args.dtypes for layer in layers
+               for kind in ("forward", "input grad", "weight grad")]
     print_table(results)
+    for dtype, total in totals(results).items():
+        print(f"{dtype}: ms per training step of these products: " +
+              ", ".join(f"{side} {value:.1f}" for side, value in total.items()))
     if args.output:
         report = {"benchmark": "bench_products", "settings": vars(args), "onednn": dnnl.version(),
+                  "step_totals_ms": totals(results),
                   "libdnnl": str(libdnnl_path().name), "environment": common.provenance(), "results": results}
         common.write_json(args.output, report)
     return 0

@@ -403,25 +403,36 @@ PRODUCTS_TINY = ["--batch_size", "2", "--seq_length", "32", "--hidden_size", "48
 
 
 def test_bench_products_measures_every_dense_product_three_ways(tmp_path):
-    """Plain, packed and BLAS-style products of each dense layer, forward and input gradient, in float32 (and in
-    bfloat16 where oneDNN has it), each checked against numpy inside the benchmark."""
+    """Plain, packed and BLAS-style products of each dense layer (forward, input and weight gradient) in float32,
+    each checked against numpy inside the benchmark, split over the threads as the kernels split them."""
     out = tmp_path / "products.json"
     done = bench("bench_products.py", *PRODUCTS_TINY, "--dtypes", "f32", "--output", str(out))
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["onednn"].count(".") == 2 and report["environment"]["cpu_model"]
     results = report["results"]
-    assert [(r["product"], r["n"], r["k"]) for r in results] == [
-        ("dense hxh forward", 48, 48), ("dense hxh input grad", 48, 48), ("ffn up forward", 96, 48),
-        ("ffn up input grad", 48, 96), ("ffn down forward", 48, 96), ("ffn down input grad", 96, 48)]
+    tokens = 2 * 32
+    expected = []
+    for layer, out_features, in_features in (("query/key/value/output", 48, 48), ("ffn", 96, 48),
+                                             ("ffn_output", 48, 96)):
+        expected += [(f"{layer} forward", tokens, out_features, in_features),
+                     (f"{layer} input grad", tokens, in_features, out_features),
+                     (f"{layer} weight grad", out_features, in_features, tokens)]
+    assert [(r["product"], r["m"], r["n"], r["k"]) for r in results] == expected
     for r in results:
-        # 64 rows (< 512) of a forward are split by the weights' columns, as the kernels split them.
-        assert r["slices"] == ([[64, r["n"] // 2]] * 2 if "forward" in r["product"] else [[32, r["n"]]] * 2)
+        # Fewer than 512 rows of a forward are split by columns, the rest by rows, as the kernels split them.
+        halves = [[r["m"], r["n"] // 2]] * 2 if r["product"].endswith("forward") else [[r["m"] // 2, r["n"]]] * 2
+        assert r["slices"] == halves
         assert all(r["max_relative_error"][side] <= 1e-4 for side in ("plain", "packed", "blas")), r
         assert all(r["call_ms"][side] > 0 for side in ("plain", "packed", "blas", "reorder"))
-        assert r["step_ms"]["packed"] == pytest.approx(2 * r["call_ms"]["packed"] + r["call_ms"]["reorder"], abs=2e-3)
+        calls = 2 * (4 if r["product"].startswith("query") else 1)
+        assert r["calls_per_step"] == calls
+        assert r["step_ms"]["plain"] == pytest.approx(calls * r["call_ms"]["plain"], abs=2e-3)
         assert r["implementation"]["plain"] and r["implementation"]["packed"]
-    assert "packed/plain" in done.stdout
+    total = report["step_totals_ms"]["f32"]
+    assert total["blas"] == pytest.approx(sum(r["step_ms"]["blas"] for r in results), abs=0.02)
+    assert total["fastest"] <= min(total["plain"], total["packed"], total["blas"]) + 0.02
+    assert "f32: ms per training step" in done.stdout
 
 
 def test_bench_products_catches_a_wrong_product():
@@ -429,11 +440,13 @@ def test_bench_products_catches_a_wrong_product():
     import bench_products
 
     dnnl = bench_products.Dnnl(bench_products.libdnnl_path())
-    product = bench_products.Product(dnnl, 16, 24, 32, True, "f32", seed=0)
-    assert product.error("plain") <= 1e-5 and product.error("packed") <= 1e-5 and product.error("blas") <= 1e-5
-    product.w[0, 0] += 1.0
-    for side in ("plain", "packed", "blas"):
-        assert product.error(side) > 1e-3, side
+    for kind in ("forward", "input grad", "weight grad"):
+        product = bench_products.Product(dnnl, 16, 24, 32, kind, "f32", seed=0)
+        for side in ("plain", "packed", "blas"):
+            assert product.error(side) <= 1e-5, (kind, side)
+        product.b[0, 0] += 1.0  # the reference was computed before
+        for side in ("plain", "packed", "blas"):
+            assert product.error(side) > 1e-3, (kind, side)
 
 
 @pytest.mark.skipif(not cpu_kernels.bf16_support()[0], reason="no bfloat16 matrix instructions on this CPU")
@@ -441,10 +454,10 @@ def test_bench_products_bfloat16_against_numpy_on_rounded_operands():
     import bench_products
 
     dnnl = bench_products.Dnnl(bench_products.libdnnl_path())
-    for forward in (True, False):
-        product = bench_products.Product(dnnl, 40, 24, 64, forward, "bf16", seed=1)
+    for kind in ("forward", "input grad", "weight grad"):
+        product = bench_products.Product(dnnl, 40, 24, 64, kind, "bf16", seed=1)
         for side in ("plain", "packed", "blas"):
-            assert product.error(side) <= 1e-2, (forward, side)
+            assert product.error(side) <= 1e-4, (kind, side)
 
 
 @pytest.mark.parametrize("args, message", [
