@@ -4,22 +4,25 @@ into the layout oneDNN picks for it ("packed", the reorder timed apart), and the
 (dnnl_gemm_bf16bf16f32; dnnl_sgemm, what the kernels do in float32), in one run, interleaved.
 
     python benchmarks/bench_products.py [--batch_size 8] [--seq_length 128] [--hidden_size 768]
-        [--intermediate_size 3072] [--num_hidden_layers 12] [--dtypes bf16,f32] [--threads 2] [--steps 10]
-        [--rounds 5] [--output results.json]
+        [--intermediate_size 3072] [--num_hidden_layers 12] [--embedding_size 128] [--vocab_size 30000]
+        [--max_predictions_per_seq 20] [--dtypes bf16,f32] [--threads 2] [--steps 10] [--rounds 5]
+        [--output results.json]
 
 Why: packing the weights once per optimizer step (training) or once at load (serving) instead of inside every call
 is the usual lever around products on a matrix unit; ALBERT shares one layer's weights across all its layers, so one
 packed copy would serve every layer and every thread. Whether it pays, and whether the BLAS-style call beats the
 primitive for a shape, is a property of the CPU and of the oneDNN build: measured here, not assumed.
 
-What is measured, for each dense layer of an encoder layer (query/key/value/attention output: hidden x hidden, four
-of them; the feed-forward network's two: intermediate x hidden and back), its three products: forward (x w^T),
-input gradient (dy w) and weight gradient (dy^T x, where "packed" must reorder x on every call). Each of --threads
-Python threads runs its own primitive, single-threaded, on its slice of the product at the same time, as the
-kernels split it (rows; a forward of fewer than 512 rows by columns). Per call: the median over rounds of the wall
+What is measured, for each dense layer of a pretraining step (the embedding projection; the encoder layer's
+query/key/value/attention output, hidden x hidden, and its feed-forward network's two, intermediate x hidden and
+back; the masked-LM head's dense layer and its decoder, on the masked positions), its three products: forward
+(x w^T), input gradient (dy w) and weight gradient (dy^T x, where "packed" must reorder x on every call). Each of
+--threads Python threads runs its own primitive, single-threaded, on its slice of the product at the same time, as
+the kernels split it (rows; a forward of fewer than 512 rows by columns; 64 or more per slice). Per call: the median over rounds of the wall
 time of `steps` calls on every thread at once, operands hot in cache. `step_ms`: what one training step spends on
-the product, calls x --num_hidden_layers x layers of its kind, plus for "packed" its reorders (once per step per
-weight; per call for x). Every side's result is checked against numpy on the same (bfloat16-rounded) operands.
+the product, its calls per step (the encoder's: --num_hidden_layers x layers of its kind) x a call, plus for
+"packed" its reorders (once per step per weight; per call for x). Every side's result is checked against numpy on
+the same (bfloat16-rounded) operands.
 """
 import argparse
 import ctypes
@@ -42,7 +45,8 @@ F32, BF16 = 3, 2  # dnnl_data_type_t
 FORMAT_ANY = 1  # dnnl_format_tag_any
 QUERY_IMPL_INFO, QUERY_WEIGHTS_MD = 8, 131
 ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_FROM, ARG_TO = 1, 17, 33, 1, 17
-COLUMN_SPLIT_BELOW_ROWS = 512  # the kernels' rule (src/model/kernels/dnnl_matmul.cc)
+COLUMN_SPLIT_BELOW_ROWS = 512  # the kernels' rules (src/model/kernels/dnnl_matmul.cc)
+MIN_SLICE = 64
 SIDES = ("plain", "packed", "blas")
 TOLERANCE = {"bf16": 1e-4, "f32": 1e-4}  # largest |difference| / largest |reference| (operands rounded alike)
 
@@ -194,12 +198,14 @@ class Product:
 
 
 def slices(m: int, n: int, kind: str, threads: int) -> List[Tuple[int, int]]:
-    """Each thread's (rows, columns) of a product c[m, n], split as the kernels split it: by rows, except a
-    forward of fewer than 512 rows, by columns."""
+    """Each thread's (rows, columns) of a product c[m, n], split as the kernels split it (ParallelFor in
+    src/model/kernels/parallel.h): by rows, except a forward of fewer than 512 rows, by columns; at most one part per
+    64 of them."""
     by_columns = kind == "forward" and m < COLUMN_SPLIT_BELOW_ROWS
     total = n if by_columns else m
-    parts = [total // threads + (1 if t < total % threads else 0) for t in range(threads)]
-    return [(m, part) if by_columns else (part, n) for part in parts if part > 0]
+    parts = max(1, min(threads, total // MIN_SLICE))
+    sizes = [total * (p + 1) // parts - total * p // parts for p in range(parts)]
+    return [(m, size) if by_columns else (size, n) for size in sizes]
 
 
 def timed_together(products: List[Product], side: str, steps: int) -> float:
@@ -227,11 +233,24 @@ def timed_together(products: List[Product], side: str, steps: int) -> float:
     return (time.perf_counter() - start) * 1e3 / steps
 
 
-def measure(dnnl: Dnnl, layer: Tuple[str, int, int, int], kind: str, dtype: str,
+def dense_layers(args: argparse.Namespace) -> List[Tuple[str, int, int, int, int, int]]:
+    """ALBERT's dense layers in a pretraining step: (name, output features, input features, rows, calls per step,
+    weights): the embedding projection, the encoder layer's (shared: called once per layer), the masked-LM head's
+    dense layer and its decoder (the tied word embeddings) on the masked positions."""
+    tokens, masked = args.batch_size * args.seq_length, args.batch_size * args.max_predictions_per_seq
+    hidden, inner, embedding = args.hidden_size, args.intermediate_size, args.embedding_size
+    layers = args.num_hidden_layers
+    return [("embedding projection", hidden, embedding, tokens, 1, 1),
+            ("query/key/value/output", hidden, hidden, tokens, 4 * layers, 4),
+            ("ffn", inner, hidden, tokens, layers, 1), ("ffn_output", hidden, inner, tokens, layers, 1),
+            ("masked-LM dense", embedding, hidden, masked, 1, 1),
+            ("masked-LM decoder", args.vocab_size, embedding, masked, 1, 1)]
+
+
+def measure(dnnl: Dnnl, layer: Tuple[str, int, int, int, int, int], kind: str, dtype: str,
             args: argparse.Namespace) -> Dict[str, Any]:
-    """One product of `layer` (name, output features, input features, such layers per encoder layer)."""
-    name, out_features, in_features, per_layer = layer
-    rows = args.batch_size * args.seq_length
+    """One product of `layer` (dense_layers)."""
+    name, out_features, in_features, rows, calls, weights = layer
     m, n, k = {"forward": (rows, out_features, in_features), "input grad": (rows, in_features, out_features),
                "weight grad": (out_features, in_features, rows)}[kind]
     products = [Product(dnnl, part_m, part_n, k, kind, dtype, args.seed + t)
@@ -246,10 +265,9 @@ def measure(dnnl: Dnnl, layer: Tuple[str, int, int, int], kind: str, dtype: str,
         for side in order if round_index % 2 == 0 else order[::-1]:
             times[side].append(timed_together(products, side, args.steps))
     ms = {side: statistics.median(values) for side, values in times.items()}
-    calls = args.num_hidden_layers * per_layer
     step = {side: calls * ms[side] for side in SIDES}
-    # Weights are reordered once per step (each of the layer's `per_layer` weights); an activation on every call.
-    step["packed"] += (calls if kind == "weight grad" else per_layer) * ms["reorder"]
+    # Weights are reordered once per step (each of the layer's weights); an activation on every call.
+    step["packed"] += (calls if kind == "weight grad" else weights) * ms["reorder"]
     return {"product": f"{name} {kind}", "dtype": dtype, "m": m, "n": n, "k": k, "calls_per_step": calls,
             "slices": [[p.m, p.n] for p in products], "call_ms": {s: round(v, 4) for s, v in ms.items()},
             "gflops": {side: round(2.0 * m * n * k / ms[side] / 1e6, 1) for side in SIDES},
@@ -279,7 +297,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--seq_length", type=int, default=128)
     parser.add_argument("--hidden_size", type=int, default=768, help="ALBERT-base's by default")
     parser.add_argument("--intermediate_size", type=int, default=3072)
-    parser.add_argument("--num_hidden_layers", type=int, default=12, help="calls per step of each product")
+    parser.add_argument("--num_hidden_layers", type=int, default=12, help="calls per step of each encoder product")
+    parser.add_argument("--embedding_size", type=int, default=128)
+    parser.add_argument("--vocab_size", type=int, default=30000)
+    parser.add_argument("--max_predictions_per_seq", type=int, default=20, help="masked positions per sequence")
     parser.add_argument("--dtypes", type=common.compare_list(("bf16", "f32")), default=["bf16", "f32"],
                         help="bf16 (bfloat16 operands, float32 results) and/or f32")
     parser.add_argument("--threads", type=int, default=2, help="threads, each on its slice (the kernels' split)")
@@ -288,8 +309,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", default="", help="write the results as JSON here")
     args = parser.parse_args(argv)
-    for name in ("batch_size", "seq_length", "hidden_size", "intermediate_size", "num_hidden_layers", "threads",
-                 "steps", "rounds"):
+    for name in ("batch_size", "seq_length", "hidden_size", "intermediate_size", "num_hidden_layers",
+                 "embedding_size", "vocab_size", "max_predictions_per_seq", "threads", "steps", "rounds"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if not args.dtypes:
@@ -312,10 +333,7 @@ def print_table(results: List[Dict[str, Any]]) -> None:
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
     dnnl = Dnnl(libdnnl_path())
-    hidden, inner = args.hidden_size, args.intermediate_size
-    layers = [("query/key/value/output", hidden, hidden, 4), ("ffn", inner, hidden, 1),
-              ("ffn_output", hidden, inner, 1)]
-    results = [measure(dnnl, layer, kind, dtype, args) for dtype in args.dtypes for layer in layers
+    results = [measure(dnnl, layer, kind, dtype, args) for dtype in args.dtypes for layer in dense_layers(args)
                for kind in ("forward", "input grad", "weight grad")]
     print_table(results)
     for dtype, total in totals(results).items():

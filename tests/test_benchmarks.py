@@ -398,37 +398,43 @@ def test_the_report_names_each_torch_side_eager_or_compiled():
     assert " torch.compile (inductor)," in labels["torch_compile_bf16"] and "eager" not in labels["torch_compile_bf16"]
 
 
-PRODUCTS_TINY = ["--batch_size", "2", "--seq_length", "32", "--hidden_size", "48", "--intermediate_size", "96",
+PRODUCTS_TINY = ["--batch_size", "2", "--seq_length", "64", "--hidden_size", "128", "--intermediate_size", "256",
+                 "--embedding_size", "64", "--vocab_size", "300", "--max_predictions_per_seq", "5",
                  "--num_hidden_layers", "2", "--threads", "2", "--steps", "1", "--rounds", "1"]
 
 
 def test_bench_products_measures_every_dense_product_three_ways(tmp_path):
-    """Plain, packed and BLAS-style products of each dense layer (forward, input and weight gradient) in float32,
-    each checked against numpy inside the benchmark, split over the threads as the kernels split them."""
+    """Plain, packed and BLAS-style products of each dense layer of a pretraining step (forward, input and weight
+    gradient) in float32, each checked against numpy inside the benchmark, split over the threads as the kernels
+    split them."""
     out = tmp_path / "products.json"
     done = bench("bench_products.py", *PRODUCTS_TINY, "--dtypes", "f32", "--output", str(out))
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["onednn"].count(".") == 2 and report["environment"]["cpu_model"]
     results = report["results"]
-    tokens = 2 * 32
+    tokens, masked = 2 * 64, 2 * 5
     expected = []
-    for layer, out_features, in_features in (("query/key/value/output", 48, 48), ("ffn", 96, 48),
-                                             ("ffn_output", 48, 96)):
-        expected += [(f"{layer} forward", tokens, out_features, in_features),
-                     (f"{layer} input grad", tokens, in_features, out_features),
-                     (f"{layer} weight grad", out_features, in_features, tokens)]
-    assert [(r["product"], r["m"], r["n"], r["k"]) for r in results] == expected
+    for layer, out_features, in_features, rows, calls in (
+            ("embedding projection", 128, 64, tokens, 1), ("query/key/value/output", 128, 128, tokens, 2 * 4),
+            ("ffn", 256, 128, tokens, 2), ("ffn_output", 128, 256, tokens, 2), ("masked-LM dense", 64, 128, masked, 1),
+            ("masked-LM decoder", 300, 64, masked, 1)):
+        expected += [(f"{layer} forward", rows, out_features, in_features, calls),
+                     (f"{layer} input grad", rows, in_features, out_features, calls),
+                     (f"{layer} weight grad", out_features, in_features, rows, calls)]
+    assert [(r["product"], r["m"], r["n"], r["k"], r["calls_per_step"]) for r in results] == expected
     for r in results:
-        # Fewer than 512 rows of a forward are split by columns, the rest by rows, as the kernels split them.
-        halves = [[r["m"], r["n"] // 2]] * 2 if r["product"].endswith("forward") else [[r["m"] // 2, r["n"]]] * 2
-        assert r["slices"] == halves
+        # Forwards of fewer than 512 rows are split by columns, the rest by rows; a part per 64 at most.
+        by_columns = r["product"].endswith("forward")
+        split = r["n"] if by_columns else r["m"]
+        parts = max(1, min(2, split // 64))
+        sizes = [split * (p + 1) // parts - split * p // parts for p in range(parts)]
+        assert r["slices"] == [[r["m"], size] if by_columns else [size, r["n"]] for size in sizes], r
         assert all(r["max_relative_error"][side] <= 1e-4 for side in ("plain", "packed", "blas")), r
         assert all(r["call_ms"][side] > 0 for side in ("plain", "packed", "blas", "reorder"))
-        calls = 2 * (4 if r["product"].startswith("query") else 1)
-        assert r["calls_per_step"] == calls
-        assert r["step_ms"]["plain"] == pytest.approx(calls * r["call_ms"]["plain"], abs=2e-3)
+        assert r["step_ms"]["plain"] == pytest.approx(r["calls_per_step"] * r["call_ms"]["plain"], abs=2e-3)
         assert r["implementation"]["plain"] and r["implementation"]["packed"]
+    assert {len(r["slices"]) for r in results} == {1, 2}  # both kinds of split occur
     total = report["step_totals_ms"]["f32"]
     assert total["blas"] == pytest.approx(sum(r["step_ms"]["blas"] for r in results), abs=0.02)
     assert total["fastest"] <= min(total["plain"], total["packed"], total["blas"]) + 0.02
