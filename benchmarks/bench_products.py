@@ -18,11 +18,11 @@ query/key/value/attention output, hidden x hidden, and its feed-forward network'
 back; the masked-LM head's dense layer and its decoder, on the masked positions), its three products: forward
 (x w^T), input gradient (dy w) and weight gradient (dy^T x, where "packed" must reorder x on every call). Each of
 --threads Python threads runs its own primitive, single-threaded, on its slice of the product at the same time, as
-the kernels split it (rows; a forward of fewer than 512 rows by columns; 64 or more per slice). Per call: the median over rounds of the wall
-time of `steps` calls on every thread at once, operands hot in cache. `step_ms`: what one training step spends on
-the product, its calls per step (the encoder's: --num_hidden_layers x layers of its kind) x a call, plus for
-"packed" its reorders (once per step per weight; per call for x). Every side's result is checked against numpy on
-the same (bfloat16-rounded) operands.
+the kernels split it (rows; a forward of fewer than 512 rows by columns; 64 or more per slice). Per call: the
+median over rounds of the wall time of `steps` calls on every thread at once, operands hot in cache. `step_ms`:
+what one training step spends on the product, its calls per step (the encoder's: --num_hidden_layers x layers of its
+kind) x a call, plus for "packed" its reorders (once per step per weight; per call for x). Every side's result is
+checked against numpy on the same (bfloat16-rounded) operands.
 """
 import argparse
 import ctypes

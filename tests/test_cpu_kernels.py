@@ -165,13 +165,13 @@ def assert_bf16_product(got, bf16_operands, float32_operands):
 @needs_kernels
 @pytest.mark.parametrize("copy", [False, True], ids=["float32_weights", "bf16_copy"])
 @pytest.mark.parametrize("m, k, n", [(63, 17, 9), (200, 70, 130), (600, 20, 70), (1024, 256, 384),
-                                     (130, 2048, 40), (600, 30, 2048)])
+                                     (1100, 2048, 40), (600, 30, 2048)])
 def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, threads, bf16_products):
     """Under set_bf16(True) every dense product (x w^T forward, dy w and dy^T x backward, read in place or
     transposed), whatever its size and whether a primitive or the BLAS-style call runs it (k >= 2048 and >= 4 n:
-    the forward of (130, 2048, 40), the input gradient of (600, 30, 2048)), is the float64 product of the operands
-    rounded to bfloat16: with float32 weights (each call rounds them) and with the weights' bfloat16 copy made in the
-    graph (the network's way), whose weights still get their gradient, in float32."""
+    the forward of (1100, 2048, 40) on one or two threads, the input gradient of (600, 30, 2048)), is the float64
+    product of the operands rounded to bfloat16: with float32 weights (each call rounds them) and with the weights'
+    bfloat16 copy made in the graph (the network's way), whose weights still get their gradient, in float32."""
     rng = np.random.default_rng(m * k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
@@ -187,16 +187,17 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, th
 
 
 @needs_kernels
-@pytest.mark.parametrize("k, n, blas_products", [(2048, 192, 1), (64, 2048, 1), (960, 192, 0), (192, 192, 0)],
-                         ids=["forward", "input_grad", "few_terms", "few_per_column"])
-def test_bf16_products_summing_many_terms_per_column_take_the_blas_style_call(k, n, blas_products, threads,
+@pytest.mark.parametrize("m, k, n, blas_products", [(1536, 2048, 192, 1), (1536, 64, 2048, 1), (1536, 960, 192, 0),
+                                                   (1536, 192, 192, 0), (300, 2048, 192, 0)],
+                         ids=["forward", "input_grad", "few_terms", "few_per_column", "forward_of_few_rows"])
+def test_bf16_products_summing_many_terms_per_column_take_the_blas_style_call(m, k, n, blas_products, threads,
                                                                              bf16_products):
     """The measured rule (dnnl_matmul.cc, benchmarks/bench_products.py): a forward or input gradient summing at
-    least 2048 terms, 4 or more per output column, runs through dnnl_gemm_bf16bf16f32, everything else (the weight
-    gradient always) through a primitive. Counted with the kernels' profile over one forward and backward of 600
-    rows: each of the three products split over every thread."""
+    least 2048 terms, 4 or more per output column, runs through dnnl_gemm_bf16bf16f32, everything else through a
+    primitive: the weight gradient always, and a forward of under 512 rows (split by columns). Counted with the
+    kernels' profile over one forward and backward: each of the three products split over every thread."""
     rng = np.random.default_rng(k)
-    x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((600, k), (n, k), (n,), (600, n)))
+    x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     cell, tensors = Call(cpu_kernels.matmul_nt_bias()), [Tensor(x), Tensor(w), Tensor(b)]
     cpu_kernels.start_profile()
     try:

@@ -62,12 +62,14 @@ const int64_t kMinConvertPerThread = 1 << 15;  // elements rounded to bfloat16 p
 const int kOperandSlots = 7;                   // float32 operands of one call rounded to bfloat16, at most
 // x w^T products with fewer rows than this are split by columns (see ForBlocks).
 const int64_t kColumnSplitBelowRows = 512;
-// bfloat16 products of a dense layer (not its weight gradient) summing at least kBf16BlasFromTerms terms, and at
-// least kBf16BlasFromTermsPerColumn per output column, run through the BLAS-style call, the rest through primitives.
-// Measured per product with benchmarks/bench_products.py on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-27):
+// bfloat16 products of a dense layer summing at least kBf16BlasFromTerms terms, and at least
+// kBf16BlasFromTermsPerColumn per output column, run through the BLAS-style call, the rest through primitives: the
+// weight gradient always, and a forward of fewer than kColumnSplitBelowRows rows on a thread. Measured per product
+// with benchmarks/bench_products.py on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-27; benchmarks/results):
 // ALBERT-base's products with k = 3072, n = 768 (the feed-forward output's forward, the first feed-forward layer's
-// input gradient) ran 1.03-1.28x faster through dnnl_gemm_bf16bf16f32 in all four kept runs (benchmarks/results),
-// the masked-LM decoder's input gradient (k = 30000, n = 128) 1.74x; those with k = 768 (n = 128 too) 0.3-0.9x.
+// input gradient) ran 1.01-1.45x faster through dnnl_gemm_bf16bf16f32 in every run at 1024-4096 rows, the masked-LM
+// decoder's input gradient (k = 30000, n = 128) 1.08-1.74x; those with k = 768 (n = 128 too) 0.3-0.9x as fast, and
+// the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x.
 const int64_t kBf16BlasFromTerms = 2048;
 const int64_t kBf16BlasFromTermsPerColumn = 4;
 
@@ -149,7 +151,9 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
-  if (a.bf16 && (ta || k < kBf16BlasFromTerms || k < kBf16BlasFromTermsPerColumn * columns)) {
+  const bool blas_faster = !ta && k >= kBf16BlasFromTerms && k >= kBf16BlasFromTermsPerColumn * columns &&
+                           !(tb && rows < kColumnSplitBelowRows);
+  if (a.bf16 && !blas_faster) {
     ALBERT_PROFILE("thread: matmul primitive bf16");
     const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
     if (albert::dnnl::Run(shape, a.bf16 + a_start, b.bf16 + b_start, bias ? bias + block.c0 : nullptr, c_block)) {
