@@ -192,10 +192,14 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, th
                          ids=["forward", "input_grad", "few_terms", "few_per_column", "forward_of_few_rows"])
 def test_bf16_products_summing_many_terms_per_column_take_the_blas_style_call(m, k, n, blas_products, threads,
                                                                              bf16_products):
-    """The measured rule (dnnl_matmul.cc, benchmarks/bench_products.py): a forward or input gradient summing at
-    least 2048 terms, 4 or more per output column, runs through dnnl_gemm_bf16bf16f32, everything else through a
-    primitive: the weight gradient always, and a forward of under 512 rows (split by columns). Counted with the
-    kernels' profile over one forward and backward: each of the three products split over every thread."""
+    """The rule measured on AMX (dnnl_matmul.cc, benchmarks/bench_products.py): a forward or input gradient summing
+    at least 2048 terms, 4 or more per output column, runs through dnnl_gemm_bf16bf16f32, everything else through a
+    primitive: the weight gradient always, and a forward of under 512 rows (split by columns). Without AMX every
+    product keeps the primitive, and the kernels' status line says which. Counted with the kernels' profile over one
+    forward and backward: each of the three products split over every thread."""
+    amx = "amx" in cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]
+    assert ("dnnl_gemm_bf16bf16f32 for long sums" in cpu_kernels.onednn()) == amx
+    blas_products *= amx
     rng = np.random.default_rng(k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     cell, tensors = Call(cpu_kernels.matmul_nt_bias()), [Tensor(x), Tensor(w), Tensor(b)]
@@ -384,6 +388,7 @@ def test_products_on_a_lower_isa_forced(isa):
     described = result.stdout.strip().splitlines()[-1]
     assert described.startswith("oneDNN 3.") and "; bfloat16: " in described and "; int8: " in described, described
     assert "amx" not in described and (isa != "AVX2" or "avx512" not in described), described
+    assert "for long sums" not in described  # the BLAS-style rule was measured on AMX only
     # int8 only with exact int32 sums: VNNI (where the CPU has it) or AMX-INT8, never below
     int8 = described.split("; int8: ")[1]
     assert int8.startswith("none (") if isa != "AVX512_CORE_VNNI" else "none" in int8 or "vnni" in int8, described

@@ -62,14 +62,15 @@ const int64_t kMinConvertPerThread = 1 << 15;  // elements rounded to bfloat16 p
 const int kOperandSlots = 7;                   // float32 operands of one call rounded to bfloat16, at most
 // x w^T products with fewer rows than this are split by columns (see ForBlocks).
 const int64_t kColumnSplitBelowRows = 512;
-// bfloat16 products of a dense layer summing at least kBf16BlasFromTerms terms, and at least
+// On AMX, bfloat16 products of a dense layer summing at least kBf16BlasFromTerms terms, and at least
 // kBf16BlasFromTermsPerColumn per output column, run through the BLAS-style call, the rest through primitives: the
 // weight gradient always, and a forward of fewer than kColumnSplitBelowRows rows on a thread. Measured per product
 // with benchmarks/bench_products.py on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-27; benchmarks/results):
 // ALBERT-base's products with k = 3072, n = 768 (the feed-forward output's forward, the first feed-forward layer's
 // input gradient) ran 1.01-1.45x faster through dnnl_gemm_bf16bf16f32 in every run at 1024-4096 rows, the masked-LM
-// decoder's input gradient (k = 30000, n = 128) 1.08-1.74x; those with k = 768 (n = 128 too) 0.3-0.9x as fast, and
-// the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x.
+// decoder's input gradient (k = 30000, n = 128) 1.08-1.22x; those with k = 768 (n = 128 too) 0.3-0.9x as fast, and
+// the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. Not measured without AMX: there
+// every bfloat16 product keeps the primitive (bench_products.py measures it on any CPU).
 const int64_t kBf16BlasFromTerms = 2048;
 const int64_t kBf16BlasFromTermsPerColumn = 4;
 
@@ -144,6 +145,14 @@ struct Block {
   int64_t r0, r1, c0, c1;
 };
 
+std::string PrimitiveImplementation(int type);
+
+// Whether kBf16BlasFromTerms' rule applies here: oneDNN's bfloat16 primitive runs on AMX (decided once).
+bool Bf16BlasForLongSums() {
+  static const bool amx = PrimitiveImplementation(albert::dnnl::kBf16).find("amx") != std::string::npos;
+  return amx;
+}
+
 int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const Matrix &a, const Matrix &b,
               const float *bias, float beta, float *c) {
   const int64_t rows = block.r1 - block.r0, columns = block.c1 - block.c0;
@@ -152,7 +161,7 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
   const bool blas_faster = !ta && k >= kBf16BlasFromTerms && k >= kBf16BlasFromTermsPerColumn * columns &&
-                           !(tb && rows < kColumnSplitBelowRows);
+                           !(tb && rows < kColumnSplitBelowRows) && Bf16BlasForLongSums();
   if (a.bf16 && !blas_faster) {
     ALBERT_PROFILE("thread: matmul primitive bf16");
     const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
@@ -898,6 +907,7 @@ int DnnlDescribe(char *out, int size) {
   const std::string bf16 = PrimitiveImplementation(albert::dnnl::kBf16);
   const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
   text += bf16.empty() ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)" : "matmul primitive " + bf16;
+  if (!bf16.empty() && Bf16BlasForLongSums()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
   text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
                        : ExactInt8(int8) ? "matmul primitive " + int8
                                          : "none (oneDNN's int8 matmul here, " + int8 + ", has neither VNNI nor AMX: "
