@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Tuple
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -441,29 +442,23 @@ def test_bench_products_measures_every_dense_product_three_ways(tmp_path):
     assert "f32: ms per training step" in done.stdout
 
 
-def test_bench_products_catches_a_wrong_product():
-    """The benchmark's own check against numpy fails when the weights it multiplies are not those of the reference."""
+@pytest.mark.parametrize("dtype", [
+    "f32", pytest.param("bf16", marks=pytest.mark.skipif(not cpu_kernels.bf16_support()[0],
+                                                         reason="no bfloat16 matrix instructions on this CPU"))])
+def test_bench_products_checks_each_product_against_numpy(dtype):
+    """Every side of every kind of product equals numpy's product of the same (in bfloat16: rounded) operands, and
+    the check fails once the operand multiplied is no longer the reference's."""
     import bench_products
 
     dnnl = bench_products.Dnnl(bench_products.libdnnl_path())
     for kind in ("forward", "input grad", "weight grad"):
-        product = bench_products.Product(dnnl, 16, 24, 32, kind, "f32", seed=0)
-        for side in ("plain", "packed", "blas"):
-            assert product.error(side) <= 1e-5, (kind, side)
-        product.b[0, 0] += 1.0  # the reference was computed before
-        for side in ("plain", "packed", "blas"):
-            assert product.error(side) > 1e-3, (kind, side)
-
-
-@pytest.mark.skipif(not cpu_kernels.bf16_support()[0], reason="no bfloat16 matrix instructions on this CPU")
-def test_bench_products_bfloat16_against_numpy_on_rounded_operands():
-    import bench_products
-
-    dnnl = bench_products.Dnnl(bench_products.libdnnl_path())
-    for kind in ("forward", "input grad", "weight grad"):
-        product = bench_products.Product(dnnl, 40, 24, 64, kind, "bf16", seed=1)
+        product = bench_products.Product(dnnl, 40, 24, 64, kind, dtype, seed=1)
         for side in ("plain", "packed", "blas"):
             assert product.error(side) <= 1e-4, (kind, side)
+        four = np.array([4.0], np.float32)
+        product.b[0, 0] = bench_products.to_bf16(four)[0] if dtype == "bf16" else four[0]  # after the reference
+        for side in ("plain", "packed", "blas"):
+            assert product.error(side) > 1e-3, (kind, side)
 
 
 @pytest.mark.parametrize("args, message", [
