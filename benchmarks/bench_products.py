@@ -13,16 +13,17 @@ is the usual lever around products on a matrix unit; ALBERT shares one layer's w
 packed copy would serve every layer and every thread. Whether it pays, and whether the BLAS-style call beats the
 primitive for a shape, is a property of the CPU and of the oneDNN build: measured here, not assumed.
 
-What is measured, for each dense layer of a pretraining step (the embedding projection; the encoder layer's
-query/key/value/attention output, hidden x hidden, and its feed-forward network's two, intermediate x hidden and
-back; the masked-LM head's dense layer and its decoder, on the masked positions), its three products: forward
-(x w^T), input gradient (dy w) and weight gradient (dy^T x, where "packed" must reorder x on every call). Each of
---threads Python threads runs its own primitive, single-threaded, on its slice of the product at the same time, as
-the kernels split it (rows; a forward of fewer than 512 rows by columns; 64 or more per slice). Per call: the
-median over rounds of the wall time of `steps` calls on every thread at once, operands hot in cache. `step_ms`:
-what one training step spends on the product, its calls per step (the encoder's: --num_hidden_layers x layers of its
-kind) x a call, plus for "packed" its reorders (once per step per weight; per call for x). Every side's result is
-checked against numpy on the same (bfloat16-rounded) operands.
+What is measured, for each dense layer of a pretraining step but the pooler's (the embedding projection; the
+encoder layer's query/key/value/attention output, hidden x hidden, and its feed-forward network's two, intermediate x
+hidden and back; the masked-LM head's dense layer and its decoder, on the masked positions), its three products:
+forward (x w^T + bias), input gradient (dy w) and weight gradient (dy^T x, where "packed" must reorder x on every
+call). Each of --threads Python threads runs its own primitive, single-threaded, on its slice of the product at the
+same time, as the kernels split and lay it out (rows; a forward of fewer than 512 rows by columns; 64 or more per
+slice). Per call: the median over rounds of the wall time of `steps` calls on every thread at once, operands hot in
+cache; GFLOP/s are the whole product's, all threads together. `step_ms`: what one training step spends on the
+product, its calls per step (the encoder's: --num_hidden_layers x layers of its kind) x a call, plus for "packed"
+its reorders (once per step per weight; per call for x). Every side's result is checked against numpy on the same
+(bfloat16-rounded) operands.
 """
 import argparse
 import ctypes
@@ -44,7 +45,7 @@ from bench_common import UserError  # noqa: E402
 F32, BF16 = 3, 2  # dnnl_data_type_t
 FORMAT_ANY = 1  # dnnl_format_tag_any
 QUERY_IMPL_INFO, QUERY_WEIGHTS_MD = 8, 131
-ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_FROM, ARG_TO = 1, 17, 33, 1, 17
+ARG_SRC, ARG_DST, ARG_WEIGHTS, ARG_BIAS, ARG_FROM, ARG_TO = 1, 17, 33, 41, 1, 17
 COLUMN_SPLIT_BELOW_ROWS = 512  # the kernels' rules (src/model/kernels/dnnl_matmul.cc)
 MIN_SLICE = 64
 SIDES = ("plain", "packed", "blas")
@@ -117,10 +118,14 @@ class Dnnl:
         return self.handle("dnnl_memory_create", desc, self.engine,
                            ctypes.c_void_p(array.ctypes.data))
 
-    def execute(self, stream: ctypes.c_void_p, primitive: ctypes.c_void_p, args: List[Tuple[int, Any]]) -> None:
-        packed = (ExecArg * len(args))(*[ExecArg(arg, memory) for arg, memory in args])
-        self.call("dnnl_primitive_execute", primitive, stream, len(args), packed)
+    def execute(self, stream: ctypes.c_void_p, primitive: ctypes.c_void_p, args: Any) -> None:
+        """Runs `primitive` on `args` (an ExecArg array, built once) and waits for it."""
+        self.call("dnnl_primitive_execute", primitive, stream, len(args), args)
         self.call("dnnl_stream_wait", stream)
+
+
+def exec_args(*args: Tuple[int, ctypes.c_void_p]) -> Any:
+    return (ExecArg * len(args))(*[ExecArg(arg, memory) for arg, memory in args])
 
 
 def to_bf16(values: np.ndarray) -> np.ndarray:
@@ -134,59 +139,69 @@ def from_bf16(bits: np.ndarray) -> np.ndarray:
 
 
 class Product:
-    """One thread's slice c[m, n] = op(a) b', checked against numpy. The kinds of a dense layer y = x w^T:
-    forward (a = x [m, k], b' = w^T with w stored [n, k]), input gradient (a = dy [m, k], b' = w stored [k, n]) and
-    weight gradient (a = dy stored [k, m] read transposed, b' = x stored [k, n]: the kernels' split puts the
-    weight's rows on the threads, each over all the tokens)."""
+    """One thread's slice c[m, n] = op(a) b' (+ bias), laid out as the kernels lay it out, checked against numpy.
+    The kinds of a dense layer y = x w^T + bias: forward (a = x [m, k], b' = w^T with w stored [n, k], plus the
+    bias; split by columns, c's rows are `ldc` wide), input gradient (a = dy [m, k], b' = w stored [k, n]) and weight
+    gradient (a = dy stored [k, lda] and read transposed from its first column, b' = x stored [k, n]: the kernels'
+    split puts the weight's rows on the threads, each over all the tokens). The BLAS-style call adds the bias as the
+    kernels do: copied into c first, then summed onto (beta 1)."""
 
-    def __init__(self, dnnl: Dnnl, m: int, n: int, k: int, kind: str, dtype: str, seed: int):
+    def __init__(self, dnnl: Dnnl, m: int, n: int, k: int, kind: str, dtype: str, seed: int,
+                 lda: Optional[int] = None, ldc: Optional[int] = None):
         self.dnnl, self.m, self.n, self.k, self.kind, self.dtype = dnnl, m, n, k, kind, dtype
         self.ta, self.tb = kind == "weight grad", kind == "forward"
+        self.lda = lda or (m if self.ta else k)
+        self.ldc = ldc or n
         rng = np.random.default_rng(seed)
-        a = rng.standard_normal((k, m) if self.ta else (m, k), dtype=np.float32)
+        a = rng.standard_normal((k, self.lda) if self.ta else (m, k), dtype=np.float32)
         b = rng.standard_normal((n, k) if self.tb else (k, n), dtype=np.float32) * 0.05
+        self.bias = rng.standard_normal(n, dtype=np.float32) if self.tb else None
         type_id = BF16 if dtype == "bf16" else F32
         if dtype == "bf16":
             self.a, self.b = to_bf16(a), to_bf16(b)
             a, b = from_bf16(self.a), from_bf16(self.b)
         else:
             self.a, self.b = a, b
-        self.reference = (a.T if self.ta else a).astype(np.float64) @ (b.T if self.tb else b).astype(np.float64)
-        self.c = np.zeros((m, n), np.float32)
+        self.reference = (a[:, :m].T if self.ta else a).astype(np.float64) @ (b.T if self.tb else b).astype(np.float64)
+        if self.bias is not None:
+            self.reference += self.bias
+        self.c = np.zeros((m, self.ldc), np.float32)
         self.stream = dnnl.handle("dnnl_stream_create", dnnl.engine, 1)
-        a_desc = dnnl.desc(m, k, m if self.ta else k, self.ta, type_id)
+        a_desc = dnnl.desc(m, k, self.lda, self.ta, type_id)
         b_desc = dnnl.desc(k, n, k if self.tb else n, self.tb, type_id)
-        c_desc = dnnl.desc(m, n, n, False, F32)
-        plain = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc, b_desc, None, c_desc, None)
+        c_desc = dnnl.desc(m, n, self.ldc, False, F32)
+        bias_desc = dnnl.desc(1, n, n, False, F32) if self.tb else None
+        plain = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc, b_desc, bias_desc, c_desc, None)
         self.plain, self.plain_impl = dnnl.primitive(plain)
         packed = dnnl.handle("dnnl_matmul_primitive_desc_create", dnnl.engine, a_desc,
-                             dnnl.any_desc(k, n, type_id), None, c_desc, None)
+                             dnnl.any_desc(k, n, type_id), bias_desc, c_desc, None)
         self.packed, self.packed_impl = dnnl.primitive(packed)
         packed_desc = ctypes.c_void_p(dnnl.lib.dnnl_primitive_desc_query_md(packed, QUERY_WEIGHTS_MD, 0))
         self.b_packed = np.zeros(dnnl.lib.dnnl_memory_desc_get_size(packed_desc) // 4 + 16, np.int32)
         reorder = dnnl.handle("dnnl_reorder_primitive_desc_create", b_desc, dnnl.engine, packed_desc, dnnl.engine,
                               None)
         self.reorder, self.reorder_impl = dnnl.primitive(reorder)
-        self.memories = {"a": dnnl.memory(a_desc, self.a), "b": dnnl.memory(b_desc, self.b),
-                         "c": dnnl.memory(c_desc, self.c), "b_packed": dnnl.memory(packed_desc, self.b_packed)}
+        a_mem, b_mem, c_mem = dnnl.memory(a_desc, self.a), dnnl.memory(b_desc, self.b), dnnl.memory(c_desc, self.c)
+        packed_mem = dnnl.memory(packed_desc, self.b_packed)
+        bias = [(ARG_BIAS, dnnl.memory(bias_desc, self.bias))] if self.tb else []
+        self.args = {"plain": exec_args((ARG_SRC, a_mem), (ARG_WEIGHTS, b_mem), (ARG_DST, c_mem), *bias),
+                     "packed": exec_args((ARG_SRC, a_mem), (ARG_WEIGHTS, packed_mem), (ARG_DST, c_mem), *bias),
+                     "reorder": exec_args((ARG_FROM, b_mem), (ARG_TO, packed_mem))}
 
     def run(self, side: str) -> None:
-        mem = self.memories
-        if side == "plain":
-            self.dnnl.execute(self.stream, self.plain, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["b"]),
-                                                        (ARG_DST, mem["c"])])
-        elif side == "packed":
-            self.dnnl.execute(self.stream, self.packed, [(ARG_SRC, mem["a"]), (ARG_WEIGHTS, mem["b_packed"]),
-                                                         (ARG_DST, mem["c"])])
-        elif side == "reorder":
-            self.dnnl.execute(self.stream, self.reorder, [(ARG_FROM, mem["b"]), (ARG_TO, mem["b_packed"])])
-        else:  # blas: row-major
-            gemm = self.dnnl.lib.dnnl_gemm_bf16bf16f32 if self.dtype == "bf16" else self.dnnl.lib.dnnl_sgemm
-            status = gemm(b"T" if self.ta else b"N", b"T" if self.tb else b"N", self.m, self.n, self.k, 1.0,
-                          self.a.ctypes.data, self.m if self.ta else self.k, self.b.ctypes.data,
-                          self.k if self.tb else self.n, 0.0, self.c.ctypes.data, self.n)
-            if status != 0:
-                raise RuntimeError(f"BLAS-style call returned status {status}")
+        if side != "blas":
+            self.dnnl.execute(self.stream, getattr(self, side), self.args[side])
+            return
+        beta = 0.0
+        if self.bias is not None:
+            self.c[:, :self.n] = self.bias
+            beta = 1.0
+        gemm = self.dnnl.lib.dnnl_gemm_bf16bf16f32 if self.dtype == "bf16" else self.dnnl.lib.dnnl_sgemm
+        status = gemm(b"T" if self.ta else b"N", b"T" if self.tb else b"N", self.m, self.n, self.k, 1.0,
+                      self.a.ctypes.data, self.lda, self.b.ctypes.data, self.k if self.tb else self.n, beta,
+                      self.c.ctypes.data, self.ldc)
+        if status != 0:
+            raise RuntimeError(f"BLAS-style call returned status {status}")
 
     def error(self, side: str) -> float:
         """Largest |difference from numpy| / largest |reference| of `side`'s result."""
@@ -194,7 +209,8 @@ class Product:
         if side == "packed":
             self.run("reorder")
         self.run(side)
-        return float(np.max(np.abs(self.c - self.reference)) / max(np.max(np.abs(self.reference)), 1e-30))
+        got = self.c[:, :self.n]
+        return float(np.max(np.abs(got - self.reference)) / max(np.max(np.abs(self.reference)), 1e-30))
 
 
 def slices(m: int, n: int, kind: str, threads: int) -> List[Tuple[int, int]]:
@@ -253,8 +269,10 @@ def measure(dnnl: Dnnl, layer: Tuple[str, int, int, int, int, int], kind: str, d
     name, out_features, in_features, rows, calls, weights = layer
     m, n, k = {"forward": (rows, out_features, in_features), "input grad": (rows, in_features, out_features),
                "weight grad": (out_features, in_features, rows)}[kind]
-    products = [Product(dnnl, part_m, part_n, k, kind, dtype, args.seed + t)
-                for t, (part_m, part_n) in enumerate(slices(m, n, kind, args.threads))]
+    # A thread's slice reads dy's columns out of the full rows (weight gradient) and writes c's columns into the
+    # full rows (a forward split by columns), as the kernels do.
+    products = [Product(dnnl, part_m, part_n, k, kind, dtype, args.seed + t, lda=m if kind == "weight grad" else None,
+                        ldc=n) for t, (part_m, part_n) in enumerate(slices(m, n, kind, args.threads))]
     errors = {side: max(product.error(side) for product in products) for side in SIDES}
     bad = {side: e for side, e in errors.items() if not e <= TOLERANCE[dtype]}
     if bad:
@@ -332,7 +350,8 @@ def print_table(results: List[Dict[str, Any]]) -> None:
 
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
-    dnnl = Dnnl(libdnnl_path())
+    library = libdnnl_path()
+    dnnl = Dnnl(library)
     results = [measure(dnnl, layer, kind, dtype, args) for dtype in args.dtypes for layer in dense_layers(args)
                for kind in ("forward", "input grad", "weight grad")]
     print_table(results)
@@ -342,7 +361,7 @@ def main(argv: List[str]) -> int:
     if args.output:
         report = {"benchmark": "bench_products", "settings": vars(args), "onednn": dnnl.version(),
                   "step_totals_ms": totals(results),
-                  "libdnnl": str(libdnnl_path().name), "environment": common.provenance(), "results": results}
+                  "libdnnl": library.name, "environment": common.provenance(), "results": results}
         common.write_json(args.output, report)
     return 0
 

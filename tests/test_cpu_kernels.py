@@ -168,10 +168,11 @@ def assert_bf16_product(got, bf16_operands, float32_operands):
                                      (1100, 2048, 40), (600, 30, 2048)])
 def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, threads, bf16_products):
     """Under set_bf16(True) every dense product (x w^T forward, dy w and dy^T x backward, read in place or
-    transposed), whatever its size and whether a primitive or the BLAS-style call runs it (k >= 2048 and >= 4 n:
-    the forward of (1100, 2048, 40) on one or two threads, the input gradient of (600, 30, 2048)), is the float64
-    product of the operands rounded to bfloat16: with float32 weights (each call rounds them) and with the weights'
-    bfloat16 copy made in the graph (the network's way), whose weights still get their gradient, in float32."""
+    transposed), whatever its size and whether a primitive or the BLAS-style call runs it (on AMX, k >= 2048 and
+    k >= 4 x the block's columns: the forward of (1100, 2048, 40) on one or two threads, the input gradient of
+    (600, 30, 2048)), is the float64 product of the operands rounded to bfloat16: with float32 weights (each call
+    rounds them) and with the weights' bfloat16 copy made in the graph (the network's way), whose weights still get
+    their gradient, in float32."""
     rng = np.random.default_rng(m * k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
@@ -188,13 +189,15 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, th
 
 @needs_kernels
 @pytest.mark.parametrize("m, k, n, blas_products", [(1536, 2048, 192, 1), (1536, 64, 2048, 1), (1536, 960, 192, 0),
-                                                   (1536, 192, 192, 0), (300, 2048, 192, 0)],
-                         ids=["forward", "input_grad", "few_terms", "few_per_column", "forward_of_few_rows"])
+                                                   (1536, 2048, 768, 0), (300, 2048, 192, 0), (2048, 64, 192, 0)],
+                         ids=["forward", "input_grad", "few_terms", "few_per_column", "forward_of_few_rows",
+                              "weight_grad"])
 def test_bf16_products_summing_many_terms_per_column_take_the_blas_style_call(m, k, n, blas_products, threads,
                                                                              bf16_products):
-    """The rule measured on AMX (dnnl_matmul.cc, benchmarks/bench_products.py): a forward or input gradient summing
-    at least 2048 terms, 4 or more per output column, runs through dnnl_gemm_bf16bf16f32, everything else through a
-    primitive: the weight gradient always, and a forward of under 512 rows (split by columns). Without AMX every
+    """The rule measured on AMX (dnnl_matmul.cc, benchmarks/bench_products.py): a forward or input gradient with
+    k >= 2048 and k >= 4 x its block's output columns runs through dnnl_gemm_bf16bf16f32, everything else through a
+    primitive: the weight gradient always ("weight_grad": k = 2048 tokens over 64 columns, kept only by that), a
+    forward of under 512 rows (split by columns), and "few_per_column" (k = 2048 < 4 x 768). Without AMX every
     product keeps the primitive, and the kernels' status line says which. Counted with the kernels' profile over one
     forward and backward: each of the three products split over every thread."""
     amx = "amx" in cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]

@@ -5,11 +5,12 @@
 // Float32 products run as dnnl_sgemm. With SetBf16(1) the dense layers' products run in bfloat16 with float32
 // accumulation: each float32 operand is rounded to bfloat16 once per call, over the threads (a dense layer's weights
 // come already rounded: the graph makes their bfloat16 copy once per step, see cpu_kernels.Dense), and the products
-// run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h; dnnl_gemm_bf16bf16f32 where the
-// primitive API is missing). Attention's per-head products stay float32 sgemm: on a Xeon with AMX a bfloat16 product
-// at 128 x 128 x 64 ran at 0.55-0.85x sgemm's rate through dnnl_gemm_bf16bf16f32, and the fused attention with its
-// products as bfloat16 primitives (q, k, v and each pair's probabilities rounded) measured no faster than with sgemm
-// at 128 positions, forward and backward. Softmax, LayerNorm and everything else stay float32.
+// run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h), or as dnnl_gemm_bf16bf16f32 where
+// the primitive API is missing and, on AMX, for the long sums where it measured faster (kBf16BlasFromTerms).
+// Attention's per-head products stay float32 sgemm: on a Xeon with AMX a bfloat16 product at 128 x 128 x 64 ran at
+// 0.55-0.85x sgemm's rate through dnnl_gemm_bf16bf16f32, and the fused attention with its products as bfloat16
+// primitives (q, k, v and each pair's probabilities rounded) measured no faster than with sgemm at 128 positions,
+// forward and backward. Softmax, LayerNorm and everything else stay float32.
 // Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
 // feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; its
 // attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair.
@@ -62,9 +63,10 @@ const int64_t kMinConvertPerThread = 1 << 15;  // elements rounded to bfloat16 p
 const int kOperandSlots = 7;                   // float32 operands of one call rounded to bfloat16, at most
 // x w^T products with fewer rows than this are split by columns (see ForBlocks).
 const int64_t kColumnSplitBelowRows = 512;
-// On AMX, bfloat16 products of a dense layer summing at least kBf16BlasFromTerms terms, and at least
-// kBf16BlasFromTermsPerColumn per output column, run through the BLAS-style call, the rest through primitives: the
-// weight gradient always, and a forward of fewer than kColumnSplitBelowRows rows on a thread. Measured per product
+// On AMX, bfloat16 products of a dense layer whose k (terms summed into each output) is at least kBf16BlasFromTerms
+// and at least kBf16BlasDepthPerColumn times the output columns of the thread's block run through the BLAS-style
+// call, the rest through primitives: the weight gradient always, and a forward of fewer than kColumnSplitBelowRows
+// rows on a thread. Measured per product
 // with benchmarks/bench_products.py on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-27; benchmarks/results):
 // ALBERT-base's products with k = 3072, n = 768 (the feed-forward output's forward, the first feed-forward layer's
 // input gradient) ran 1.01-1.45x faster through dnnl_gemm_bf16bf16f32 in every run at 1024-4096 rows, the masked-LM
@@ -72,7 +74,7 @@ const int64_t kColumnSplitBelowRows = 512;
 // the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. Not measured without AMX: there
 // every bfloat16 product keeps the primitive (bench_products.py measures it on any CPU).
 const int64_t kBf16BlasFromTerms = 2048;
-const int64_t kBf16BlasFromTermsPerColumn = 4;
+const int64_t kBf16BlasDepthPerColumn = 4;
 
 // A product's operand: a row-major matrix (leading dimension ld) in float32, or in bfloat16 when the call's
 // products run in bfloat16.
@@ -160,9 +162,9 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
-  const bool blas_faster = !ta && k >= kBf16BlasFromTerms && k >= kBf16BlasFromTermsPerColumn * columns &&
-                           !(tb && rows < kColumnSplitBelowRows) && Bf16BlasForLongSums();
-  if (a.bf16 && !blas_faster) {
+  const bool bf16_blas_faster = a.bf16 && !ta && k >= kBf16BlasFromTerms && k >= kBf16BlasDepthPerColumn * columns &&
+                                !(tb && rows < kColumnSplitBelowRows) && Bf16BlasForLongSums();
+  if (a.bf16 && !bf16_blas_faster) {
     ALBERT_PROFILE("thread: matmul primitive bf16");
     const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
     if (albert::dnnl::Run(shape, a.bf16 + a_start, b.bf16 + b_start, bias ? bias + block.c0 : nullptr, c_block)) {
