@@ -66,13 +66,13 @@ const int64_t kColumnSplitBelowRows = 512;
 // On AMX, bfloat16 products of a dense layer whose k (terms summed into each output) is at least kBf16BlasFromTerms
 // and at least kBf16BlasDepthPerColumn times the output columns of the thread's block run through the BLAS-style
 // call, the rest through primitives: the weight gradient always, and a forward of fewer than kColumnSplitBelowRows
-// rows on a thread. Measured per product
-// with benchmarks/bench_products.py on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-27; benchmarks/results):
-// ALBERT-base's products with k = 3072, n = 768 (the feed-forward output's forward, the first feed-forward layer's
-// input gradient) ran 1.01-1.45x faster through dnnl_gemm_bf16bf16f32 in every run at 1024-4096 rows, the masked-LM
-// decoder's input gradient (k = 30000, n = 128) 1.08-1.22x; those with k = 768 (n = 128 too) 0.3-0.9x as fast, and
-// the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. Not measured without AMX: there
-// every bfloat16 product keeps the primitive (bench_products.py measures it on any CPU).
+// rows on a thread. Measured per product with benchmarks/bench_products.py on a Xeon with AMX (oneDNN 3.10.1, 2
+// threads, 2026-11-27; benchmarks/results): through dnnl_gemm_bf16bf16f32, ALBERT-base's feed-forward output forward
+// (k = 3072, n = 768, bias included) ran 1.08-1.34x as fast as through a primitive, the first feed-forward layer's
+// input gradient (k = 3072, n = 768) 0.89-1.45x (above 1.1x in 10 of 13 runs), the masked-LM decoder's input gradient
+// (k = 30000, n = 128) 1.06-1.28x; every product with k = 768 0.50-1.02x; the weight gradients with k >= 2048 mixed
+// (0.84-1.63x), the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. Not measured without
+// AMX: there every bfloat16 product keeps the primitive (bench_products.py measures it on any CPU).
 const int64_t kBf16BlasFromTerms = 2048;
 const int64_t kBf16BlasDepthPerColumn = 4;
 
