@@ -27,7 +27,6 @@ its reorders (once per step per weight; per call for x). Every side's result is 
 """
 import argparse
 import ctypes
-import importlib.util
 import statistics
 import sys
 import threading
@@ -61,13 +60,13 @@ class Version(ctypes.Structure):
 
 
 def libdnnl_path() -> Path:
-    """MindSpore's bundled libdnnl, found without importing MindSpore."""
-    spec = importlib.util.find_spec("mindspore")
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    found = sorted(p for folder in folders for p in (Path(folder) / "lib").glob("libdnnl.so*"))
-    if not found:
+    """MindSpore's bundled libdnnl, the one the kernels run on."""
+    from src.model import cpu_kernels
+
+    found = cpu_kernels.dnnl_library()
+    if found is None:
         raise UserError("no libdnnl.so in the installed mindspore package (pip install mindspore)")
-    return found[0]
+    return found
 
 
 class Dnnl:
@@ -129,9 +128,10 @@ def exec_args(*args: Tuple[int, ctypes.c_void_p]) -> Any:
 
 
 def to_bf16(values: np.ndarray) -> np.ndarray:
-    """Round-to-nearest-even float32 -> bfloat16 bits (uint16), as the kernels round."""
-    bits = values.astype(np.float32).view(np.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    """float32 -> bfloat16 bits (uint16), rounded as the kernels round (cpu_kernels.round_to_bf16)."""
+    from src.model import cpu_kernels
+
+    return (cpu_kernels.round_to_bf16(values).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def from_bf16(bits: np.ndarray) -> np.ndarray:

@@ -777,7 +777,7 @@ def fake_compiler(fresh_build, monkeypatch):
     (folder / "g++").chmod(0o755)
     monkeypatch.setenv("CXX", str(folder / "g++"))
     (folder / "libdnnl.so.3").write_bytes(b"oneDNN 3.5")
-    monkeypatch.setattr(cpu_kernels, "_dnnl_library", lambda: folder / "libdnnl.so.3")
+    monkeypatch.setattr(cpu_kernels, "dnnl_library", lambda: folder / "libdnnl.so.3")
     return folder
 
 

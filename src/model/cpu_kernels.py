@@ -52,7 +52,8 @@ FLAGS = ("-O3", "-march=native", "-std=c++14", "-shared", "-fPIC", "-pthread", "
          "-fno-trapping-math", "-fassociative-math", "-fno-signed-zeros")
 
 
-def _dnnl_library() -> Optional[Path]:
+def dnnl_library() -> Optional[Path]:
+    """The libdnnl inside the installed MindSpore wheel (the kernels link it; benchmarks/bench_products.py loads it)."""
     found = sorted((Path(ms.__file__).resolve().parent / "lib").glob("libdnnl.so*"))
     return found[0] if found else None
 
@@ -174,7 +175,7 @@ def _build() -> Tuple[Optional[str], str]:
     temporary file and rename it into place."""
     if os.environ.get("ALBERT_CPU_KERNELS", "1") == "0":
         return None, "ALBERT_CPU_KERNELS=0"
-    dnnl = _dnnl_library()
+    dnnl = dnnl_library()
     if dnnl is None:
         return None, f"no libdnnl.so in {Path(ms.__file__).resolve().parent / 'lib'}"
     compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
