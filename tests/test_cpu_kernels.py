@@ -425,6 +425,82 @@ def test_gelu_keeps_nan_and_inf_visible():
     assert np.isnan(dx[0]) and np.isnan(dx[3])
 
 
+class FeedForward(nn.Cell):
+    """A block's feed-forward network (x, w1, b1, w2, b2) by the kernels as the network runs it: `feed_forward` in
+    one call, (y, pre, h), or (`steps`) the three kernels it replaces, dense, GELU and dense, ((y, pre, h) as
+    they make it); with `copies`, reading the weights' bfloat16 copies made in the graph."""
+
+    def __init__(self, copies: bool, steps: bool = False):
+        super().__init__()
+        self.copies, self.steps = copies, steps
+        self.fused, self.dense, self.gelu = (cpu_kernels.feed_forward(copies), cpu_kernels.matmul_nt_bias(copies),
+                                             cpu_kernels.gelu_tanh())
+
+    def construct(self, x, w1, b1, w2, b2):
+        first, second = ((cpu_kernels.bf16_copy(w1),), (cpu_kernels.bf16_copy(w2),)) if self.copies else ((), ())
+        if not self.steps:
+            return self.fused(x, w1, *first, b1, w2, *second, b2)
+        pre = self.dense(x, w1, *first, b1)
+        h = self.gelu(pre)
+        return self.dense(h, w2, *second, b2), pre, h
+
+
+def run_feed_forward(cell, inputs, dy):
+    """cell's (y, pre, h) as numpy float32 and the gradients of sum(y * dy) for its five inputs."""
+    tensors = [Tensor(value) for value in inputs]
+    outputs = cell(*tensors)
+    sens = (Tensor(dy), ops.zeros_like(outputs[1]), ops.zeros_like(outputs[2]))
+    grads = dense_grads(cell, tensors, sens)
+    return [out.astype(ms.float32).asnumpy() for out in outputs], [grad.asnumpy() for grad in grads]
+
+
+def feed_forward_operands(m: int, hidden: int, inner: int):
+    rng = np.random.default_rng(m + hidden + inner)
+    shapes = ((m, hidden), (inner, hidden), (inner,), (hidden, inner), (hidden,), (m, hidden))
+    return [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+
+
+@needs_kernels
+@pytest.mark.parametrize("m, hidden, inner", [(1, 5, 7), (63, 17, 40), (600, 32, 128), (200, 48, 300)])
+def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, inner, threads):
+    """gelu(x w1^T + b1) w2^T + b2 with its pre-activations and activations, and all five gradients, against
+    PyTorch autograd in float64 (the tanh GELU as Google writes it)."""
+    *inputs, dy = feed_forward_operands(m, hidden, inner)
+    x, w1, b1 = (torch.tensor(value, dtype=torch.float64) for value in inputs[:3])
+    want_pre = (x @ w1.T + b1).numpy()
+    want, want_grads = torch_reference(lambda x, w1, b1, w2, b2: _gelu_tanh(x @ w1.T + b1) @ w2.T + b2, inputs, dy)
+    (y, pre, h), grads = run_feed_forward(FeedForward(copies=False), inputs, dy)
+    assert_close(y, want)
+    assert_close(pre, want_pre)
+    assert_close(h, _gelu_tanh(torch.tensor(want_pre)).numpy())
+    for got, expected in zip(grads, want_grads):
+        assert_close(got, expected)
+
+
+@needs_kernels
+@pytest.mark.parametrize("copies", [False, True], ids=["float32_weights", "bf16_copies"])
+@pytest.mark.parametrize("m, hidden, inner", [(63, 17, 40), (1024, 64, 2048)])
+def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidden, inner, copies, threads,
+                                                                        bf16_products):
+    """Under set_bf16(True) (the first shape split by columns; the second by rows, its input gradient summing 2048
+    terms: on AMX the BLAS-style call): every output and gradient bit for bit what the dense, GELU and dense
+    kernels give in turn (each checked against numpy or torch above), and its products bfloat16 products: pre is
+    that of x and w1 rounded, and w2's gradient that of dy and the activations h as kept, which come in bfloat16
+    when the weights' copies do (rounded once, where GELU makes them)."""
+    *inputs, dy = feed_forward_operands(m, hidden, inner)
+    (y, pre, h), grads = run_feed_forward(FeedForward(copies), inputs, dy)
+    (step_y, step_pre, step_h), step_grads = run_feed_forward(FeedForward(copies, steps=True), inputs, dy)
+    step_h = bf16_rounded(step_h) if copies else step_h  # the second product reads it so
+    for got, want in zip([y, pre, h, *grads], [step_y, step_pre, step_h, *step_grads]):
+        np.testing.assert_array_equal(got, want)
+    x, w1, b1 = inputs[:3]
+    assert_bf16_product(pre, bf16_rounded(x).astype(np.float64) @ bf16_rounded(w1).T + b1,
+                        x.astype(np.float64) @ w1.T.astype(np.float64) + b1)
+    assert_bf16_product(grads[3], bf16_rounded(dy).astype(np.float64).T @ bf16_rounded(h),
+                        dy.astype(np.float64).T @ h)
+    assert (FeedForward(copies)(*map(Tensor, inputs))[2].dtype == ms.bfloat16) == copies
+
+
 @needs_kernels
 @pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
     (2, 5, 3, 4, "row"), (3, 16, 4, 8, "broadcast"), (1, 1, 2, 3, "row"), (4, 33, 2, 16, "row")])

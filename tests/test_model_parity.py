@@ -10,7 +10,7 @@ from tests.hf_reference import TINY_CONFIGS, hf_outputs, make_hf_pretraining, ra
 from src.common.checkpoint_io import load_weights
 from src.conversion.convert_checkpoint import convert, convert_hf
 from src.model import cpu_kernels
-from src.model.albert import AlbertAttention, AlbertConfig, Runtime
+from src.model.albert import AlbertAttention, AlbertConfig, AlbertLayer, Runtime
 from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
 from mindspore import Tensor
 
@@ -121,8 +121,8 @@ def test_pretraining_loss_gradients_equal_hf(name, path):
     (GPU, Ascend, ONNX export).
 
     The cpu_kernels case first proves the kernels are built and that every dense layer, LayerNorm, attention and
-    tanh GELU of the network runs them; without a compiler it is skipped (a failure in CI, tests/ci_skips.py)
-    rather than silently re-testing the native path."""
+    tanh GELU of the network runs them (a feed-forward network with the tanh GELU as one call); without a compiler
+    it is skipped (a failure in CI, tests/ci_skips.py) rather than silently re-testing the native path."""
     from mindspore import nn, ops
 
     kwargs = TINY_CONFIGS[name]
@@ -142,6 +142,9 @@ def test_pretraining_loss_gradients_equal_hf(name, path):
     assert _kernel_use(net) == {"Dense": kernels, "LayerNorm": kernels, "AlbertAttention": kernels,
                                 "Activation": kernels and kwargs["hidden_act"] == "gelu_new",
                                 "AlbertMLMHead": kernels, "AlbertPretrainingLoss": kernels}
+    # With the kernels and the tanh GELU, each block's feed-forward network is one kernel call, forward and backward.
+    assert {cell.fused_feed_forward for _, cell in net.cells_and_names() if isinstance(cell, AlbertLayer)} == \
+        {kernels and kwargs["hidden_act"] == "gelu_new"}
     assert {cell.split_heads for _, cell in net.cells_and_names() if isinstance(cell, AlbertAttention)} == \
         {runtime.split_heads}
     assert net.albert_pretraining.albert.broadcast_mask == runtime.broadcast_mask

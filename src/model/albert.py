@@ -426,6 +426,11 @@ class AlbertLayer(nn.Cell):
         self.int8_feed_forward = runtime.serving_weights == "int8" and self.activation.use_kernels
         if self.int8_feed_forward:
             self.feed_forward_kernel = cpu_kernels.feed_forward_int8(not self.preln)
+        # Otherwise with the kernels and the tanh GELU: the two layers and the GELU between them in one kernel call,
+        # forward and backward (no separate passes over the [B*S, I] activations).
+        self.fused_feed_forward = self.activation.use_kernels and not self.int8_feed_forward
+        if self.fused_feed_forward:
+            self.feed_forward_kernel = cpu_kernels.feed_forward(self.ffn.reads_copy)
 
     def _int8_feed_forward(self, inputs):
         """The int8 kernel's feed-forward network of `inputs` (post-LN: LayerNorm(inputs + it))."""
@@ -437,6 +442,13 @@ class AlbertLayer(nn.Cell):
             operands += (norm.gamma, norm.beta, norm.epsilon_tensor)
         return self.feed_forward_kernel(*operands).reshape(shape)
 
+    def _fused_feed_forward(self, inputs):
+        """ffn_output(activation(ffn(inputs))) by the kernels' `feed_forward`, in one call."""
+        shape = inputs.shape
+        output = self.feed_forward_kernel(inputs.reshape(-1, shape[-1]), *self.ffn.weight_operands(), self.ffn.bias,
+                                          *self.ffn_output.weight_operands(), self.ffn_output.bias)[0]
+        return output.reshape(shape)
+
     def construct(self, hidden_states, attention_bias):
         hidden_states = self.attention(hidden_states, attention_bias)
         inputs = self.full_layer_layer_norm(hidden_states) if self.preln else hidden_states
@@ -444,7 +456,10 @@ class AlbertLayer(nn.Cell):
             return self._int8_feed_forward(inputs)
         if self.int8_feed_forward:
             return hidden_states + self._int8_feed_forward(inputs)
-        output = self.dropout(self.ffn_output(self.activation(self.ffn(inputs)))).astype(ms.float32)
+        if self.fused_feed_forward:
+            output = self.dropout(self._fused_feed_forward(inputs))
+        else:
+            output = self.dropout(self.ffn_output(self.activation(self.ffn(inputs)))).astype(ms.float32)
         if self.preln:
             return hidden_states + output
         return self.full_layer_layer_norm(hidden_states + output)

@@ -518,6 +518,31 @@ def gelu_tanh() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
+def feed_forward(copies: bool = False) -> ops.Custom:
+    """(x [M, H], w1 [I, H], b1 [I], w2 [H, I], b2 [H]) -> (y, pre, h): a block's feed-forward network y =
+    gelu(x w1^T + b1) w2^T + b2 (the tanh GELU) in one call, with its pre-activations pre and activations h [M, I]
+    kept for the backward (also one call: GELU's gradient, the bias gradients and the products' operands in one pass
+    over the [M, I] gradient). With `copies`, each weight's `bf16_copy` follows it, (x, w1, w1', b1, w2, w2', b2),
+    and h comes in bfloat16, the form the products read. pre and h are for the backward only: the gradient reaching
+    them as outputs is taken as zero."""
+    grad = _kernel("FeedForwardTrainGradient", lambda dy, x, pre, h, w1, w2: (x, w1, (w1[0],), w2, (w2[0],)),
+                   lambda dy, *_: (dy,) * 5)
+
+    def shapes(x, w1, *rest):
+        return x, [x[0], w1[0]], [x[0], w1[0]]
+
+    def bprop(x, w1, b1, w2, b2, out, dout):
+        return grad(dout[0], x, out[1], out[2], w1, w2)
+
+    def copies_bprop(x, w1, w1c, b1, w2, w2c, b2, out, dout):
+        dx, dw1, db1, dw2, db2 = grad(dout[0], x, out[1], out[2], w1c, w2c)
+        return dx, dw1, ops.zeros_like(w1c), db1, dw2, ops.zeros_like(w2c), db2
+    if copies:
+        return _kernel("FeedForwardTrainCopy", shapes, lambda x, *_: (x, x, ms.bfloat16), copies_bprop)
+    return _kernel("FeedForwardTrainF32", shapes, lambda x, *_: (x, x, x), bprop)
+
+
+@lru_cache(maxsize=None)
 def cross_entropy() -> ops.Custom:
     """(logits [M, V] float32, labels [M] int32) -> (nll [M], logsumexp [M]): -log softmax(logits)[label] per row
     (0 for a label outside [0, V), like the one-hot product); the backward gives dlogits = (softmax - onehot) dnll."""
@@ -616,6 +641,8 @@ class Dense(nn.Dense):
         self.use_kernels = use_kernels
         self.bf16_weights = use_kernels and bf16_weights
         self.serving_weights = serving_weights if use_kernels else ""
+        # Whether the products read a bfloat16 copy of the weights beside them (see weight_operands).
+        self.reads_copy = self.serving_weights == "bfloat16" or (self.bf16_weights and not self.serving_weights)
         if self.serving_weights == "int8":
             self.product = matmul_int8(self.has_bias)
         elif use_kernels:

@@ -222,6 +222,25 @@ bool SameShapes(const int *ndims, int64_t **shapes, int first, int count, int li
   return true;
 }
 
+// True when tensors [first, first + count) are float32 vectors of n.
+bool Vectors(const int *ndims, int64_t **shapes, const char **dtypes, int first, int count, int64_t n) {
+  for (int i = first; i < first + count; ++i) {
+    if (std::strcmp(dtypes[i], "float32") != 0 || ndims[i] != 1 || shapes[i][0] != n) return false;
+  }
+  return true;
+}
+
+// True when tensor i is a 2-D [rows, cols] tensor.
+bool Is2D(const int *ndims, int64_t **shapes, int i, int64_t rows, int64_t cols) {
+  return ndims[i] == 2 && shapes[i][0] == rows && shapes[i][1] == cols;
+}
+
+// True when tensor i is a 2-D [rows, cols] tensor of `dtype`.
+bool Matrix2D(const int *ndims, int64_t **shapes, const char **dtypes, int i, const char *dtype, int64_t rows,
+              int64_t cols) {
+  return std::strcmp(dtypes[i], dtype) == 0 && Is2D(ndims, shapes, i, rows, cols);
+}
+
 // Where a product kernel finds its tensors: c = op(a) op(b) (+ bias). `weights`, when not -1, is a dense layer's
 // float32 weights passed beside b, their bfloat16 copy: only there to give the weights their gradient.
 struct Layout {
@@ -312,6 +331,120 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
   for (int i = 0; i < count && status == 0; ++i) {
     status = ForBlocks(false, n, k, [&](const Block &block) {
       return GemmBlock(true, false, block, k, m, dy[i], x, nullptr, 0.0f, static_cast<float *>(params[dw_at + i]));
+    });
+  }
+  return status;
+}
+
+// A transformer block's feed-forward network with what its backward needs, in one call: (x [M, H], w1 [I, H],
+// b1 [I], w2 [H, I], b2 [H]) -> (y = h w2^T + b2 [M, H], pre = x w1^T + b1 [M, I], h = gelu(pre) [M, I]), the tanh
+// GELU; with `copies`, each weight's bfloat16 copy follows it: (x, w1, w1', b1, w2, w2', b2) (see Layout). Each
+// thread puts its block of pre through GELU as soon as its product is done, and writes h in h's dtype: bfloat16 when
+// the products run in bfloat16 (the second product and the backward's weight gradient read it so, rounded once
+// here instead of by each), else float32. The same numbers as MatMulNTBias, GeluTanh and MatMulNTBias in turn,
+// without two passes over the [M, I] activations and two kernel calls.
+int FeedForwardTrain(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const int w1_at = copies ? 2 : 1, b1_at = w1_at + 1, w2_at = copies ? 5 : 3, b2_at = w2_at + 1;
+  const int y_at = b2_at + 1, pre_at = y_at + 1, h_at = y_at + 2;
+  if (ndims[0] != 2 || ndims[w1_at] != 2) return 1;
+  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[w1_at][0];
+  const bool bf16 = Bf16Call(dtypes, {w1_at, w2_at, h_at});
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
+      !Is2D(ndims, shapes, w1_at, inner, hidden) || !Float(dtypes, w1_at, true) ||
+      !Vectors(ndims, shapes, dtypes, b1_at, 1, inner) ||
+      !Is2D(ndims, shapes, w2_at, hidden, inner) || !Float(dtypes, w2_at, true) ||
+      !Vectors(ndims, shapes, dtypes, b2_at, 1, hidden) || !Matrix2D(ndims, shapes, dtypes, y_at, "float32", m, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, pre_at, "float32", m, inner) ||
+      !Is2D(ndims, shapes, h_at, m, inner) || !Float(dtypes, h_at, bf16) ||
+      (copies && (!Matrix2D(ndims, shapes, dtypes, 1, "float32", inner, hidden) ||
+                  !Matrix2D(ndims, shapes, dtypes, 4, "float32", hidden, inner)))) {
+    return 1;
+  }
+  const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0), w1 = Operand(params, shapes, dtypes, w1_at, bf16, 1);
+  const Matrix w2 = Operand(params, shapes, dtypes, w2_at, bf16, 2);
+  float *pre = static_cast<float *>(params[pre_at]);
+  const bool h_bf16 = IsBf16(dtypes[h_at]);
+  int status = ForBlocks(true, m, inner, [&](const Block &block) {
+    const int result = GemmBlock(false, true, block, inner, hidden, x, w1, static_cast<const float *>(params[b1_at]),
+                                 0.0f, pre);
+    ALBERT_PROFILE("thread: feed-forward gelu");
+    thread_local std::vector<float> row;
+    row.resize(block.c1 - block.c0);
+    for (int64_t r = block.r0; r < block.r1 && result == 0; ++r) {
+      const float *from = pre + r * inner + block.c0;
+      float *to = h_bf16 ? row.data() : static_cast<float *>(params[h_at]) + r * inner + block.c0;
+      for (int64_t c = 0; c < block.c1 - block.c0; ++c) to[c] = albert::Gelu(from[c]);
+      if (h_bf16) ToBf16(to, static_cast<uint16_t *>(params[h_at]) + r * inner + block.c0, block.c1 - block.c0);
+    }
+    return result;
+  });
+  if (status != 0) return status;
+  const Matrix h = Operand(params, shapes, dtypes, h_at, bf16, 3);
+  return ForBlocks(true, m, hidden, [&](const Block &block) {
+    return GemmBlock(false, true, block, hidden, inner, h, w2, static_cast<const float *>(params[b2_at]), 0.0f,
+                     static_cast<float *>(params[y_at]));
+  });
+}
+
+// FeedForwardTrain's gradients: (dy [M, H], x [M, H], pre [M, I], h [M, I], w1 [I, H], w2 [H, I]) -> (dx [M, H],
+// dw1 [I, H], db1 [I], dw2 [H, I], db2 [H]); h and the weights float32 or bfloat16 (the copies). dpre = (dy w2) *
+// gelu'(pre) is made, summed by columns for db1 and rounded for the products in one pass (as GeluTanhGrad and
+// DenseGrad's read of its output gradient would in two), then the products as DenseGrad's.
+int FeedForwardTrainGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (ndims[0] != 2 || ndims[2] != 2) return 1;
+  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[2][1];
+  const bool bf16 = Bf16Call(dtypes, {3, 4, 5});
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, 1, "float32", m, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, 2, "float32", m, inner) ||
+      !Is2D(ndims, shapes, 3, m, inner) || !Float(dtypes, 3, true) ||
+      !Is2D(ndims, shapes, 4, inner, hidden) || !Float(dtypes, 4, true) ||
+      !Is2D(ndims, shapes, 5, hidden, inner) || !Float(dtypes, 5, true) ||
+      !Matrix2D(ndims, shapes, dtypes, 6, "float32", m, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, 7, "float32", inner, hidden) || !Vectors(ndims, shapes, dtypes, 8, 1, inner) ||
+      !Matrix2D(ndims, shapes, dtypes, 9, "float32", hidden, inner) || !Vectors(ndims, shapes, dtypes, 10, 1, hidden)) {
+    return 1;
+  }
+  float *db1 = static_cast<float *>(params[8]);
+  const Matrix dy = OutputGrad(params, shapes, dtypes, 0, bf16, 0, static_cast<float *>(params[10]));
+  const Matrix w1 = Operand(params, shapes, dtypes, 4, bf16, 1), w2 = Operand(params, shapes, dtypes, 5, bf16, 2);
+  thread_local std::vector<float> scratch;  // dh, then dpre in float32 (the calling thread's, as Buffer's)
+  scratch.resize(m * inner);
+  float *dpre = scratch.data();
+  int status = ForBlocks(false, m, inner, [&](const Block &block) {
+    return GemmBlock(false, false, block, inner, hidden, dy, w2, nullptr, 0.0f, dpre);
+  });
+  if (status != 0) return status;
+  const float *pre = static_cast<const float *>(params[2]);
+  uint16_t *rounded = bf16 ? Buffer(4, m * inner) : nullptr;
+  albert::ParallelFor(inner, 64, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: feed-forward gelu gradient");
+    float *sums = db1 + begin;
+    std::fill(sums, sums + (end - begin), 0.0f);
+    for (int64_t r = 0; r < m; ++r) {
+      float *row = dpre + r * inner + begin;
+      const float *at = pre + r * inner + begin;
+      for (int64_t c = 0; c < end - begin; ++c) {
+        row[c] *= albert::GeluDerivative(at[c]);
+        sums[c] += row[c];
+      }
+      if (rounded) ToBf16(row, rounded + r * inner + begin, end - begin);
+    }
+  });
+  const Matrix dpre_operand = bf16 ? Matrix{nullptr, rounded, inner} : Matrix{dpre, nullptr, inner};
+  const Matrix x = Operand(params, shapes, dtypes, 1, bf16, 5), h = Operand(params, shapes, dtypes, 3, bf16, 3);
+  status = ForBlocks(false, m, hidden, [&](const Block &block) {
+    return GemmBlock(false, false, block, hidden, inner, dpre_operand, w1, nullptr, 0.0f,
+                     static_cast<float *>(params[6]));
+  });
+  if (status == 0) {
+    status = ForBlocks(false, inner, hidden, [&](const Block &block) {
+      return GemmBlock(true, false, block, hidden, m, dpre_operand, x, nullptr, 0.0f, static_cast<float *>(params[7]));
+    });
+  }
+  if (status == 0) {
+    status = ForBlocks(false, hidden, inner, [&](const Block &block) {
+      return GemmBlock(true, false, block, inner, m, dy, h, nullptr, 0.0f, static_cast<float *>(params[9]));
     });
   }
   return status;
@@ -414,20 +547,6 @@ int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, 
     }
   }
   return 0;
-}
-
-// True when tensors [first, first + count) are float32 vectors of n.
-bool Vectors(const int *ndims, int64_t **shapes, const char **dtypes, int first, int count, int64_t n) {
-  for (int i = first; i < first + count; ++i) {
-    if (std::strcmp(dtypes[i], "float32") != 0 || ndims[i] != 1 || shapes[i][0] != n) return false;
-  }
-  return true;
-}
-
-// True when tensor i is a 2-D [rows, cols] tensor of `dtype`.
-bool Matrix2D(const int *ndims, int64_t **shapes, const char **dtypes, int i, const char *dtype, int64_t rows,
-              int64_t cols) {
-  return std::strcmp(dtypes[i], dtype) == 0 && ndims[i] == 2 && shapes[i][0] == rows && shapes[i][1] == cols;
 }
 
 // `count` dense layers sharing their input, in int8: (x [M, K] float32, w_0..w_{count-1} [N, K] int8,
@@ -979,6 +1098,21 @@ int DenseQKV(int, void **p, int *d, int64_t **s, const char **t, void *, void *)
 int DenseQKVCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseQKVCopy");
   return DenseThree(true, p, d, s, t);
+}
+// (x, w1, b1, w2, b2) -> (y, pre, h): a block's feed-forward network for training (FeedForwardTrain).
+int FeedForwardTrainF32(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FeedForwardTrain");
+  return FeedForwardTrain(false, p, d, s, t);
+}
+// (x, w1, w1', b1, w2, w2', b2) -> (y, pre, h): the same reading the weights' bfloat16 copies, h in bfloat16.
+int FeedForwardTrainCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FeedForwardTrainCopy");
+  return FeedForwardTrain(true, p, d, s, t);
+}
+// (dy, x, pre, h, w1, w2) -> (dx, dw1, db1, dw2, db2): FeedForwardTrain's gradients.
+int FeedForwardTrainGradient(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("FeedForwardTrainGrad");
+  return FeedForwardTrainGrad(p, d, s, t);
 }
 // Serving's int8 dense layers (see DenseInt8): (x, w int8, scales) -> x w^T; (x, w, scales, b) -> x w^T + b;
 // (x, wq, wk, wv, sq, sk, sv, bq, bk, bv) -> (q, k, v).

@@ -33,7 +33,7 @@ int GeluTanh(int, void **params, int *ndims, int64_t **shapes, const char **dtyp
   return 0;
 }
 
-// (x, dy) -> dx = dy * gelu'(x); gelu'(x) = s + x s (1 - s) k (1 + 3 c x^2), s = sigmoid(k (x + c x^3)).
+// (x, dy) -> dx = dy * gelu'(x) (albert::GeluDerivative).
 int GeluTanhGrad(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
   ALBERT_PROFILE("GeluTanhGrad");
   if (!albert::AllFloat32(3, dtypes)) return 2;
@@ -42,11 +42,7 @@ int GeluTanhGrad(int, void **params, int *ndims, int64_t **shapes, const char **
   float *dx = static_cast<float *>(params[2]);
   albert::ParallelFor(albert::Size(0, ndims, shapes), kMinElementsPerThread, [&](int64_t, int64_t begin,
                                                                                   int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float v = x[i];
-      const float s = albert::Sigmoid(albert::kGeluScale * (v + albert::kGeluCubic * v * v * v));
-      dx[i] = dy[i] * (s + v * s * (1.0f - s) * albert::kGeluScale * (1.0f + 3.0f * albert::kGeluCubic * v * v));
-    }
+    for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * albert::GeluDerivative(x[i]);
   });
   return 0;
 }

@@ -44,6 +44,12 @@ inline float Sigmoid(float z) { return 1.0f / (1.0f + Exp(-z)); }
 
 inline float Gelu(float x) { return x * Sigmoid(kGeluScale * (x + kGeluCubic * x * x * x)); }
 
+// GELU's derivative at x: s + x s (1 - s) k (1 + 3 c x^2), s = sigmoid(k (x + c x^3)).
+inline float GeluDerivative(float x) {
+  const float s = Sigmoid(kGeluScale * (x + kGeluCubic * x * x * x));
+  return s + x * s * (1.0f - s) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+}
+
 // max(a[c] + b[c]) over c < n (n >= 1; b may be null: max(a[c])), in AVX-512 where the CPU has it: GCC does not
 // vectorize a float max reduction without -ffinite-math-only (the scalar loop was 70% of a softmax row's time). A
 // NaN may or may not win; callers add the maximum to every element, so a row holding NaN ends NaN either way.
