@@ -525,7 +525,7 @@ def feed_forward(copies: bool = False) -> ops.Custom:
     over the [M, I] gradient). With `copies`, each weight's `bf16_copy` follows it, (x, w1, w1', b1, w2, w2', b2),
     and h comes in bfloat16, the form the products read. pre and h are for the backward only: the gradient reaching
     them as outputs is taken as zero."""
-    grad = _kernel("FeedForwardTrainGradient", lambda dy, x, pre, h, w1, w2: (x, w1, (w1[0],), w2, (w2[0],)),
+    grad = _kernel("DenseGeluDenseGrad", lambda dy, x, pre, h, w1, w2: (x, w1, (w1[0],), w2, (w2[0],)),
                    lambda dy, *_: (dy,) * 5)
 
     def shapes(x, w1, *rest):
@@ -538,8 +538,8 @@ def feed_forward(copies: bool = False) -> ops.Custom:
         dx, dw1, db1, dw2, db2 = grad(dout[0], x, out[1], out[2], w1c, w2c)
         return dx, dw1, ops.zeros_like(w1c), db1, dw2, ops.zeros_like(w2c), db2
     if copies:
-        return _kernel("FeedForwardTrainCopy", shapes, lambda x, *_: (x, x, ms.bfloat16), copies_bprop)
-    return _kernel("FeedForwardTrainF32", shapes, lambda x, *_: (x, x, x), bprop)
+        return _kernel("DenseGeluDenseCopy", shapes, lambda x, *_: (x, x, ms.bfloat16), copies_bprop)
+    return _kernel("DenseGeluDenseFloat", shapes, lambda x, *_: (x, x, x), bprop)
 
 
 @lru_cache(maxsize=None)

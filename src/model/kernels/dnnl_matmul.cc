@@ -1,5 +1,6 @@
 // Matrix products for MindSpore's Custom op (func_type "aot") on CPU, computed by oneDNN from the libdnnl that ships
-// inside the MindSpore wheel, and attention's masked softmax, run on each head's scores while they are in cache.
+// inside the MindSpore wheel, and the work next to them: attention's masked softmax, run on each head's scores while
+// they are in cache, and the feed-forward network's GELU, run on each thread's block of the first product.
 // That library is built for a caller-supplied thread pool and runs single-threaded here, so each product is split by
 // rows (or columns) of the result, or by attention head, over albert::Threads() threads.
 // Float32 products run as dnnl_sgemm. With SetBf16(1) the dense layers' products run in bfloat16 with float32
@@ -339,11 +340,11 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
 // A transformer block's feed-forward network with what its backward needs, in one call: (x [M, H], w1 [I, H],
 // b1 [I], w2 [H, I], b2 [H]) -> (y = h w2^T + b2 [M, H], pre = x w1^T + b1 [M, I], h = gelu(pre) [M, I]), the tanh
 // GELU; with `copies`, each weight's bfloat16 copy follows it: (x, w1, w1', b1, w2, w2', b2) (see Layout). Each
-// thread puts its block of pre through GELU as soon as its product is done, and writes h in h's dtype: bfloat16 when
-// the products run in bfloat16 (the second product and the backward's weight gradient read it so, rounded once
-// here instead of by each), else float32. The same numbers as MatMulNTBias, GeluTanh and MatMulNTBias in turn,
-// without two passes over the [M, I] activations and two kernel calls.
-int FeedForwardTrain(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+// thread puts its block of pre through GELU as soon as its product is done, and writes h in its output's dtype:
+// bfloat16 with the copies (the form the second product and the backward's weight gradient read, rounded once here
+// instead of by each), else float32. The same numbers as MatMulNTBias(Copy), GeluTanh and MatMulNTBias(Copy) in
+// turn, without two passes over the [M, I] activations and two kernel calls.
+int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int w1_at = copies ? 2 : 1, b1_at = w1_at + 1, w2_at = copies ? 5 : 3, b2_at = w2_at + 1;
   const int y_at = b2_at + 1, pre_at = y_at + 1, h_at = y_at + 2;
   if (ndims[0] != 2 || ndims[w1_at] != 2) return 1;
@@ -386,11 +387,11 @@ int FeedForwardTrain(bool copies, void **params, int *ndims, int64_t **shapes, c
   });
 }
 
-// FeedForwardTrain's gradients: (dy [M, H], x [M, H], pre [M, I], h [M, I], w1 [I, H], w2 [H, I]) -> (dx [M, H],
+// DenseGeluDense's gradients: (dy [M, H], x [M, H], pre [M, I], h [M, I], w1 [I, H], w2 [H, I]) -> (dx [M, H],
 // dw1 [I, H], db1 [I], dw2 [H, I], db2 [H]); h and the weights float32 or bfloat16 (the copies). dpre = (dy w2) *
 // gelu'(pre) is made, summed by columns for db1 and rounded for the products in one pass (as GeluTanhGrad and
 // DenseGrad's read of its output gradient would in two), then the products as DenseGrad's.
-int FeedForwardTrainGrad(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   if (ndims[0] != 2 || ndims[2] != 2) return 1;
   const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[2][1];
   const bool bf16 = Bf16Call(dtypes, {3, 4, 5});
@@ -1099,20 +1100,21 @@ int DenseQKVCopy(int, void **p, int *d, int64_t **s, const char **t, void *, voi
   ALBERT_PROFILE("DenseQKVCopy");
   return DenseThree(true, p, d, s, t);
 }
-// (x, w1, b1, w2, b2) -> (y, pre, h): a block's feed-forward network for training (FeedForwardTrain).
-int FeedForwardTrainF32(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("FeedForwardTrain");
-  return FeedForwardTrain(false, p, d, s, t);
+// (x, w1, b1, w2, b2) -> (y, pre, h): a block's feed-forward network, keeping what its backward needs
+// (DenseGeluDense).
+int DenseGeluDenseFloat(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDense");
+  return DenseGeluDense(false, p, d, s, t);
 }
 // (x, w1, w1', b1, w2, w2', b2) -> (y, pre, h): the same reading the weights' bfloat16 copies, h in bfloat16.
-int FeedForwardTrainCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("FeedForwardTrainCopy");
-  return FeedForwardTrain(true, p, d, s, t);
+int DenseGeluDenseCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDenseCopy");
+  return DenseGeluDense(true, p, d, s, t);
 }
-// (dy, x, pre, h, w1, w2) -> (dx, dw1, db1, dw2, db2): FeedForwardTrain's gradients.
-int FeedForwardTrainGradient(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("FeedForwardTrainGrad");
-  return FeedForwardTrainGrad(p, d, s, t);
+// (dy, x, pre, h, w1, w2) -> (dx, dw1, db1, dw2, db2): their gradients.
+int DenseGeluDenseGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDenseGrad");
+  return DenseGeluDenseGradients(p, d, s, t);
 }
 // Serving's int8 dense layers (see DenseInt8): (x, w int8, scales) -> x w^T; (x, w, scales, b) -> x w^T + b;
 // (x, wq, wk, wv, sq, sk, sv, bq, bk, bv) -> (q, k, v).
