@@ -13,8 +13,8 @@ from mindspore.nn.utils import no_init_parameters
 
 from tests.hf_reference import random_batch
 from src.model import cpu_kernels
-from src.model.albert import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertModel, Runtime, \
-    count_parameters
+from src.model.albert import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertLayer, AlbertModel, \
+    Runtime, count_parameters
 from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
 from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
                                      AlbertForSequenceClassification, AlbertForSquadV2)
@@ -383,6 +383,10 @@ def test_networks_are_built_as_their_runtime_says_without_asking_the_device(name
     assert values((cpu_kernels.LayerNorm, Activation), "onnx_pattern") == {runtime.onnx_patterns}
     assert values(AlbertAttention, "split_heads") == {runtime.split_heads}
     assert values(AlbertModel, "broadcast_mask") == {runtime.broadcast_mask}
+    # With the kernels the tanh GELU's feed-forward network is one call, keeping its activations for the backward
+    # only in a network built for training (the loss cell's default).
+    assert values(AlbertLayer, "fused_feed_forward") == {runtime.kernels}
+    assert values(AlbertLayer, "keeps_activations") == {network == "AlbertNetworkWithLoss"}
 
 
 def test_a_network_asked_for_the_impossible_is_a_value_error():

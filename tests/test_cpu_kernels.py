@@ -238,8 +238,9 @@ def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(copies, threads
 
 @needs_kernels
 def test_bf16_attention_products_stay_float32_and_so_does_softmax(bf16_products):
-    """Attention's per-head products are float32 sgemm even with bfloat16 products on (faster at head sizes, see
-    src/model/kernels/dnnl_matmul.cc); the softmax runs on the float32 scores (rows sum to 1)."""
+    """With dropout on the probabilities (attention in two calls around it) the per-head products are float32 sgemm
+    even with bfloat16 products on (see src/model/kernels/dnnl_matmul.cc); the softmax runs on the float32 scores
+    (rows sum to 1)."""
     batch, seq, heads, size = 2, 16, 2, 8
     rng = np.random.default_rng(5)
     q, k = (rng.standard_normal((batch, seq, heads * size)).astype(np.float32) for _ in range(2))
@@ -427,18 +428,20 @@ def test_gelu_keeps_nan_and_inf_visible():
 
 class FeedForward(nn.Cell):
     """A block's feed-forward network (x, w1, b1, w2, b2) by the kernels as the network runs it: `feed_forward` in
-    one call, (y, pre, h), or (`steps`) the three kernels it replaces, dense, GELU and dense, ((y, pre, h) as
-    they make it); with `copies`, reading the weights' bfloat16 copies made in the graph."""
+    one call, (y, pre, h); `feed_forward_inference`, y alone; or ("steps") the three kernels it replaces, dense,
+    GELU and dense, ((y, pre, h) as they make it); with `copies`, reading the weights' bfloat16 copies made in the
+    graph."""
 
-    def __init__(self, copies: bool, steps: bool = False):
+    def __init__(self, copies: bool, kind: str = "training"):
         super().__init__()
-        self.copies, self.steps = copies, steps
-        self.fused, self.dense, self.gelu = (cpu_kernels.feed_forward(copies), cpu_kernels.matmul_nt_bias(copies),
-                                             cpu_kernels.gelu_tanh())
+        self.copies, self.kind = copies, kind
+        self.fused = cpu_kernels.feed_forward_inference(copies) if kind == "inference" else \
+            cpu_kernels.feed_forward(copies)
+        self.dense, self.gelu = cpu_kernels.matmul_nt_bias(copies), cpu_kernels.gelu_tanh()
 
     def construct(self, x, w1, b1, w2, b2):
         first, second = ((cpu_kernels.bf16_copy(w1),), (cpu_kernels.bf16_copy(w2),)) if self.copies else ((), ())
-        if not self.steps:
+        if self.kind != "steps":
             return self.fused(x, w1, *first, b1, w2, *second, b2)
         pre = self.dense(x, w1, *first, b1)
         h = self.gelu(pre)
@@ -446,12 +449,16 @@ class FeedForward(nn.Cell):
 
 
 def run_feed_forward(cell, inputs, dy):
-    """cell's (y, pre, h) as numpy float32 and the gradients of sum(y * dy) for its five inputs."""
+    """cell's outputs ((y, pre, h), or y alone) as numpy float32 and the gradients of sum(y * dy) for its five
+    inputs."""
     tensors = [Tensor(value) for value in inputs]
     outputs = cell(*tensors)
-    sens = (Tensor(dy), ops.zeros_like(outputs[1]), ops.zeros_like(outputs[2]))
-    grads = dense_grads(cell, tensors, sens)
-    return [out.astype(ms.float32).asnumpy() for out in outputs], [grad.asnumpy() for grad in grads]
+    if isinstance(outputs, tuple):
+        sens = (Tensor(dy), ops.zeros_like(outputs[1]), ops.zeros_like(outputs[2]))
+        outputs = [out.astype(ms.float32).asnumpy() for out in outputs]
+    else:
+        sens, outputs = Tensor(dy), [outputs.asnumpy()]
+    return outputs, [grad.asnumpy() for grad in dense_grads(cell, tensors, sens)]
 
 
 def feed_forward_operands(m: int, hidden: int, inner: int):
@@ -461,18 +468,21 @@ def feed_forward_operands(m: int, hidden: int, inner: int):
 
 
 @needs_kernels
+@pytest.mark.parametrize("kind", ["training", "inference"])
 @pytest.mark.parametrize("m, hidden, inner", [(1, 5, 7), (63, 17, 40), (600, 32, 128), (200, 48, 300)])
-def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, inner, threads):
-    """gelu(x w1^T + b1) w2^T + b2 with its pre-activations and activations, and all five gradients, against
+def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, inner, kind, threads):
+    """gelu(x w1^T + b1) w2^T + b2 (with its pre-activations and activations, for training; alone, in chunks of
+    128 rows per thread, for inference: (600, ...) makes several per thread) and all five gradients, against
     PyTorch autograd in float64 (the tanh GELU as Google writes it)."""
     *inputs, dy = feed_forward_operands(m, hidden, inner)
     x, w1, b1 = (torch.tensor(value, dtype=torch.float64) for value in inputs[:3])
     want_pre = (x @ w1.T + b1).numpy()
     want, want_grads = torch_reference(lambda x, w1, b1, w2, b2: _gelu_tanh(x @ w1.T + b1) @ w2.T + b2, inputs, dy)
-    (y, pre, h), grads = run_feed_forward(FeedForward(copies=False), inputs, dy)
-    assert_close(y, want)
-    assert_close(pre, want_pre)
-    assert_close(h, _gelu_tanh(torch.tensor(want_pre)).numpy())
+    outputs, grads = run_feed_forward(FeedForward(copies=False, kind=kind), inputs, dy)
+    assert_close(outputs[0], want)
+    if kind == "training":
+        assert_close(outputs[1], want_pre)
+        assert_close(outputs[2], _gelu_tanh(torch.tensor(want_pre)).numpy())
     for got, expected in zip(grads, want_grads):
         assert_close(got, expected)
 
@@ -489,7 +499,7 @@ def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidde
     when the weights' copies do (rounded once, where GELU makes them)."""
     *inputs, dy = feed_forward_operands(m, hidden, inner)
     (y, pre, h), grads = run_feed_forward(FeedForward(copies), inputs, dy)
-    (step_y, step_pre, step_h), step_grads = run_feed_forward(FeedForward(copies, steps=True), inputs, dy)
+    (step_y, step_pre, step_h), step_grads = run_feed_forward(FeedForward(copies, "steps"), inputs, dy)
     step_h = bf16_rounded(step_h) if copies else step_h  # the second product reads it so
     for got, want in zip([y, pre, h, *grads], [step_y, step_pre, step_h, *step_grads]):
         np.testing.assert_array_equal(got, want)
@@ -499,6 +509,13 @@ def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidde
     assert_bf16_product(grads[3], bf16_rounded(dy).astype(np.float64).T @ bf16_rounded(h),
                         dy.astype(np.float64).T @ h)
     assert (FeedForward(copies)(*map(Tensor, inputs))[2].dtype == ms.bfloat16) == copies
+    # For inference, in chunks of 128 rows per thread, keeping nothing: the same products up to float32 sums (a
+    # chunk's product may take another implementation: the BLAS-style call is for 512 rows or more), the backward
+    # the training kernels' own.
+    (inference_y,), inference_grads = run_feed_forward(FeedForward(copies, "inference"), inputs, dy)
+    assert_close(inference_y, y)
+    for got, want in zip(inference_grads, grads):
+        np.testing.assert_array_equal(got, want)
 
 
 @needs_kernels
@@ -630,6 +647,55 @@ def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(
     assert_close(got, want, 1e-3)
     float32 = Call(cpu_kernels.attention_inference(heads))(*inputs).asnumpy()
     assert np.abs(got - float32).max() < 0.02 * max(1.0, np.abs(float32).max())
+
+
+@needs_kernels
+@pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
+    (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row")])
+def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(batch, seq, heads, head_size, mask,
+                                                                             threads, bf16_products):
+    """Under set_bf16(True) (training in bfloat16) the fused attention's products run in bfloat16 too, each batch
+    row's heads in batched calls, softmax and its gradient in float32: forward as int8 serving's (q * scale, k, v and
+    the probabilities rounded), the probabilities kept in float32; backward dprobs = dc v^T, dv = p^T dc, ds =
+    scale p (dprobs - rowsum(p dprobs)), dq = ds k, dk = ds^T q with dc, q, k, v, p and ds rounded. Equal to that
+    computation in float64 from the rounded operands (a value on a rounding boundary may round one step apart), and
+    close to the float32 attention."""
+    hidden = heads * head_size
+    rng = np.random.default_rng(batch * 100 + seq)
+    q, k, v, dc = (rng.standard_normal((batch, seq, hidden)).astype(np.float32) for _ in range(4))
+    if mask == "full":
+        bias = (rng.standard_normal((batch, heads, seq, seq)) * 3).astype(np.float32)
+    else:
+        bias = np.where(rng.random((batch, 1, 1, seq)) < 0.3, -10000.0, 0.0).astype(np.float32)
+        bias[..., 0] = 0.0
+    scale = np.float32(head_size ** -0.5)
+    inputs = [q, k, v, bias, np.array([scale], np.float32)]
+    got, (dq, dk, dv, *_) = forward_and_input_grads(FusedContext(heads), inputs, dc)
+    kept = Call(cpu_kernels.fused_attention(heads))(*map(Tensor, inputs))[1].asnumpy()
+
+    def split(x):  # [B, S, H] rounded to bfloat16 -> [B, N, S, D] in float64
+        return bf16_rounded(x).astype(np.float64).reshape(batch, seq, heads, head_size).transpose(0, 2, 1, 3)
+
+    def merge(x):
+        return x.transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
+
+    def rounded(x):
+        return bf16_rounded(x.astype(np.float32)).astype(np.float64)
+
+    scores = split(q * scale) @ split(k).transpose(0, 1, 3, 2) + bias
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    assert_close(kept, probs)
+    assert_close(got.asnumpy(), merge(rounded(probs) @ split(v)), 1e-3)
+    dprobs = split(dc) @ split(v).transpose(0, 1, 3, 2)
+    ds = rounded(scale * probs * (dprobs - (probs * dprobs).sum(-1, keepdims=True)))
+    assert_close(dv, merge(rounded(probs).transpose(0, 1, 3, 2) @ split(dc)), 1e-3)
+    assert_close(dq, merge(ds @ split(k)), 1e-3)
+    assert_close(dk, merge(ds.transpose(0, 1, 3, 2) @ split(q)), 1e-3)
+    cpu_kernels.set_bf16(False)
+    float32, float32_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
+    for bf16, want in zip([got.asnumpy(), dq, dk, dv], [float32.asnumpy(), *float32_grads[:3]]):
+        assert np.abs(bf16 - want).max() < 0.03 * max(1.0, np.abs(want).max())
 
 
 @needs_kernels

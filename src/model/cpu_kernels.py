@@ -518,6 +518,14 @@ def gelu_tanh() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
+def _feed_forward_grad() -> ops.Custom:
+    """(dy [M, H], x [M, H], pre [M, I], h [M, I], w1 [I, H], w2 [H, I]) -> (dx, dw1, db1, dw2, db2): the gradients of
+    `feed_forward`, h and the weights in float32 or bfloat16 (the copies)."""
+    return _kernel("DenseGeluDenseGrad", lambda dy, x, pre, h, w1, w2: (x, w1, (w1[0],), w2, (w2[0],)),
+                   lambda dy, *_: (dy,) * 5)
+
+
+@lru_cache(maxsize=None)
 def feed_forward(copies: bool = False) -> ops.Custom:
     """(x [M, H], w1 [I, H], b1 [I], w2 [H, I], b2 [H]) -> (y, pre, h): a block's feed-forward network y =
     gelu(x w1^T + b1) w2^T + b2 (the tanh GELU) in one call, with its pre-activations pre and activations h [M, I]
@@ -525,8 +533,7 @@ def feed_forward(copies: bool = False) -> ops.Custom:
     over the [M, I] gradient). With `copies`, each weight's `bf16_copy` follows it, (x, w1, w1', b1, w2, w2', b2),
     and h comes in bfloat16, the form the products read. pre and h are for the backward only: the gradient reaching
     them as outputs is taken as zero."""
-    grad = _kernel("DenseGeluDenseGrad", lambda dy, x, pre, h, w1, w2: (x, w1, (w1[0],), w2, (w2[0],)),
-                   lambda dy, *_: (dy,) * 5)
+    grad = _feed_forward_grad()
 
     def shapes(x, w1, *rest):
         return x, [x[0], w1[0]], [x[0], w1[0]]
@@ -540,6 +547,26 @@ def feed_forward(copies: bool = False) -> ops.Custom:
     if copies:
         return _kernel("DenseGeluDenseCopy", shapes, lambda x, *_: (x, x, ms.bfloat16), copies_bprop)
     return _kernel("DenseGeluDenseFloat", shapes, lambda x, *_: (x, x, x), bprop)
+
+
+@lru_cache(maxsize=None)
+def feed_forward_inference(copies: bool = False) -> ops.Custom:
+    """`feed_forward`'s inputs -> y alone, for networks built for evaluation and serving: each thread's rows in
+    chunks whose [rows, I] activations never leave its cache (no [M, I] tensor written). Differentiated all the same
+    (the backward runs `feed_forward` again for pre and h)."""
+    forward, grad = feed_forward(copies), _feed_forward_grad()
+
+    def bprop(x, w1, b1, w2, b2, out, dout):
+        _, pre, h = forward(x, w1, b1, w2, b2)
+        return grad(dout, x, pre, h, w1, w2)
+
+    def copies_bprop(x, w1, w1c, b1, w2, w2c, b2, out, dout):
+        _, pre, h = forward(x, w1, w1c, b1, w2, w2c, b2)
+        dx, dw1, db1, dw2, db2 = grad(dout, x, pre, h, w1c, w2c)
+        return dx, dw1, ops.zeros_like(w1c), db1, dw2, ops.zeros_like(w2c), db2
+    if copies:
+        return _kernel("DenseGeluDenseInferenceCopy", lambda x, *_: x, lambda x, *_: x, copies_bprop)
+    return _kernel("DenseGeluDenseInference", lambda x, *_: x, lambda x, *_: x, bprop)
 
 
 @lru_cache(maxsize=None)

@@ -344,21 +344,36 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
 // bfloat16 with the copies (the form the second product and the backward's weight gradient read, rounded once here
 // instead of by each), else float32. The same numbers as MatMulNTBias(Copy), GeluTanh and MatMulNTBias(Copy) in
 // turn, without two passes over the [M, I] activations and two kernel calls.
+// Where DenseGeluDense and DenseGeluDenseRows find their inputs, and their sizes; `valid` when the inputs are
+// (x [M, H] float32, w1 [I, H], b1 [I], w2 [H, I], b2 [H]), with `copies` each weight float32 and its bfloat16 copy
+// after it (the products read the copy), and output `y` [M, H] float32.
+struct FeedForwardInputs {
+  int w1, b1, w2, b2, y;
+  int64_t m, hidden, inner;
+  bool valid;
+};
+
+FeedForwardInputs ReadFeedForward(bool copies, const int *ndims, int64_t **shapes, const char **dtypes) {
+  FeedForwardInputs at{copies ? 2 : 1, copies ? 3 : 2, copies ? 5 : 3, copies ? 6 : 4, copies ? 7 : 5, 0, 0, 0, false};
+  if (ndims[0] != 2 || ndims[at.w1] != 2) return at;
+  at.m = shapes[0][0], at.hidden = shapes[0][1], at.inner = shapes[at.w1][0];
+  at.valid = Matrix2D(ndims, shapes, dtypes, 0, "float32", at.m, at.hidden) &&
+             Is2D(ndims, shapes, at.w1, at.inner, at.hidden) && Float(dtypes, at.w1, true) &&
+             Vectors(ndims, shapes, dtypes, at.b1, 1, at.inner) && Is2D(ndims, shapes, at.w2, at.hidden, at.inner) &&
+             Float(dtypes, at.w2, true) && Vectors(ndims, shapes, dtypes, at.b2, 1, at.hidden) &&
+             Matrix2D(ndims, shapes, dtypes, at.y, "float32", at.m, at.hidden) &&
+             (!copies || (Matrix2D(ndims, shapes, dtypes, 1, "float32", at.inner, at.hidden) &&
+                          Matrix2D(ndims, shapes, dtypes, 4, "float32", at.hidden, at.inner)));
+  return at;
+}
+
 int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  const int w1_at = copies ? 2 : 1, b1_at = w1_at + 1, w2_at = copies ? 5 : 3, b2_at = w2_at + 1;
-  const int y_at = b2_at + 1, pre_at = y_at + 1, h_at = y_at + 2;
-  if (ndims[0] != 2 || ndims[w1_at] != 2) return 1;
-  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[w1_at][0];
+  const FeedForwardInputs at = ReadFeedForward(copies, ndims, shapes, dtypes);
+  const int w1_at = at.w1, b1_at = at.b1, w2_at = at.w2, b2_at = at.b2, y_at = at.y, pre_at = y_at + 1, h_at = y_at + 2;
+  const int64_t m = at.m, hidden = at.hidden, inner = at.inner;
   const bool bf16 = Bf16Call(dtypes, {w1_at, w2_at, h_at});
-  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
-      !Is2D(ndims, shapes, w1_at, inner, hidden) || !Float(dtypes, w1_at, true) ||
-      !Vectors(ndims, shapes, dtypes, b1_at, 1, inner) ||
-      !Is2D(ndims, shapes, w2_at, hidden, inner) || !Float(dtypes, w2_at, true) ||
-      !Vectors(ndims, shapes, dtypes, b2_at, 1, hidden) || !Matrix2D(ndims, shapes, dtypes, y_at, "float32", m, hidden) ||
-      !Matrix2D(ndims, shapes, dtypes, pre_at, "float32", m, inner) ||
-      !Is2D(ndims, shapes, h_at, m, inner) || !Float(dtypes, h_at, bf16) ||
-      (copies && (!Matrix2D(ndims, shapes, dtypes, 1, "float32", inner, hidden) ||
-                  !Matrix2D(ndims, shapes, dtypes, 4, "float32", hidden, inner)))) {
+  if (!at.valid || !Matrix2D(ndims, shapes, dtypes, pre_at, "float32", m, inner) ||
+      !Is2D(ndims, shapes, h_at, m, inner) || !Float(dtypes, h_at, bf16)) {
     return 1;
   }
   const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0), w1 = Operand(params, shapes, dtypes, w1_at, bf16, 1);
@@ -457,7 +472,8 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
 // primitive on AMX-INT8 or VNNI: cpu_kernels.int8_support refuses the others, see ExactInt8), and each row's sums
 // become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets a NaN
 // scale, so its outputs are NaN.
-const int64_t kInt8ChunkRows = 128;  // rows of a thread's block per primitive call (its int32 sums stay in cache)
+// Rows of a thread's block per call in the kernels that keep a chunk in cache (int8 sums, feed-forward activations).
+const int64_t kChunkRows = 128;
 
 struct QuantizedRows {
   const int8_t *values;
@@ -525,9 +541,9 @@ int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, 
               const float *w_scales, const float *bias, float *y) {
   const int64_t columns = block.c1 - block.c0;
   thread_local std::vector<int32_t> sums;
-  if (static_cast<int64_t>(sums.size()) < kInt8ChunkRows * columns) sums.resize(kInt8ChunkRows * columns);
-  for (int64_t r0 = block.r0; r0 < block.r1; r0 += kInt8ChunkRows) {
-    const int64_t rows = std::min(kInt8ChunkRows, block.r1 - r0);
+  if (static_cast<int64_t>(sums.size()) < kChunkRows * columns) sums.resize(kChunkRows * columns);
+  for (int64_t r0 = block.r0; r0 < block.r1; r0 += kChunkRows) {
+    const int64_t rows = std::min(kChunkRows, block.r1 - r0);
     {
       ALBERT_PROFILE("thread: matmul primitive int8");
       const albert::dnnl::Shape shape{false, true, false, false, rows, columns, k, k, k, columns, albert::dnnl::kS8};
@@ -591,14 +607,14 @@ void ResidualNormRows(float *y, const float *residual, const float *gamma, const
   }
 }
 
-// Runs fn(r0, rows) over chunks of at most kInt8ChunkRows rows of [0, m), each thread on its own rows; fn returns a
+// Runs fn(r0, rows) over chunks of at most kChunkRows rows of [0, m), each thread on its own rows; fn returns a
 // status (0: done).
 template <typename Fn>
 int ForRowChunks(int64_t m, Fn fn) {
   std::vector<int> status(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(m, 1, [&](int64_t part, int64_t begin, int64_t end) {
-    for (int64_t r0 = begin; r0 < end && status[part] == 0; r0 += kInt8ChunkRows) {
-      status[part] = fn(r0, std::min(kInt8ChunkRows, end - r0));
+    for (int64_t r0 = begin; r0 < end && status[part] == 0; r0 += kChunkRows) {
+      status[part] = fn(r0, std::min(kChunkRows, end - r0));
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
@@ -659,9 +675,9 @@ int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const ch
   return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
     thread_local std::vector<float> activations, scales;
     thread_local std::vector<int8_t> quantized;
-    activations.resize(kInt8ChunkRows * inner);
-    quantized.resize(kInt8ChunkRows * inner);
-    scales.resize(kInt8ChunkRows);
+    activations.resize(kChunkRows * inner);
+    quantized.resize(kChunkRows * inner);
+    scales.resize(kChunkRows);
     float *h = activations.data();
     int status = Int8Block(Block{0, rows, 0, inner}, inner, hidden,
                            QuantizedRows{x.values + r0 * hidden, x.scales + r0}, w1, s1, b1, h);
@@ -681,6 +697,41 @@ int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const ch
                        static_cast<const float *>(params[8]), *static_cast<const float *>(params[9]), rows, hidden);
     }
     return status;
+  });
+}
+
+// DenseGeluDense's y alone, for networks built for evaluation and serving: (x, w1[, w1'], b1, w2[, w2'], b2) -> y.
+// As FeedForward does in int8, each thread's rows go in chunks of kChunkRows whose [rows, I] activations are made,
+// put through GELU (and rounded, in bfloat16) and multiplied without leaving the thread's cache: no [M, I] tensor
+// is written (at batch 32, seq 128: 50 MB of pre-activations and 25-50 MB of activations per layer).
+int DenseGeluDenseRows(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  const FeedForwardInputs at = ReadFeedForward(copies, ndims, shapes, dtypes);
+  if (!at.valid) return 1;
+  const int64_t hidden = at.hidden, inner = at.inner;
+  const bool bf16 = Bf16Call(dtypes, {at.w1, at.w2});
+  const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0), w1 = Operand(params, shapes, dtypes, at.w1, bf16, 1);
+  const Matrix w2 = Operand(params, shapes, dtypes, at.w2, bf16, 2);
+  const float *b1 = static_cast<const float *>(params[at.b1]), *b2 = static_cast<const float *>(params[at.b2]);
+  float *y = static_cast<float *>(params[at.y]);
+  return ForRowChunks(at.m, [&](int64_t r0, int64_t rows) {
+    thread_local std::vector<float> activations;
+    thread_local std::vector<uint16_t> rounded;
+    activations.resize(kChunkRows * inner);
+    const Matrix chunk{x.f32 ? x.f32 + r0 * hidden : nullptr, x.bf16 ? x.bf16 + r0 * hidden : nullptr, hidden};
+    int status = GemmBlock(false, true, Block{0, rows, 0, inner}, inner, hidden, chunk, w1, b1, 0.0f,
+                           activations.data());
+    if (status != 0) return status;
+    {
+      ALBERT_PROFILE("thread: feed-forward gelu");
+      float *h = activations.data();
+      for (int64_t i = 0; i < rows * inner; ++i) h[i] = albert::Gelu(h[i]);
+      if (bf16) {
+        rounded.resize(kChunkRows * inner);
+        ToBf16(h, rounded.data(), rows * inner);
+      }
+    }
+    const Matrix h = bf16 ? Matrix{nullptr, rounded.data(), inner} : Matrix{activations.data(), nullptr, inner};
+    return GemmBlock(false, true, Block{0, rows, 0, hidden}, hidden, inner, h, w2, b2, 0.0f, y + r0 * hidden);
   });
 }
 
@@ -849,19 +900,22 @@ int Attention(bool keep_probs, void **params, int *ndims, int64_t **shapes, cons
   });
 }
 
-// Attention for serving in int8 (inference only), each batch row's heads in two bfloat16 matmul primitive calls:
-// the same inputs and output as Attention(false, ...). q (times the scale), k and v are rounded to bfloat16 once;
-// per batch row, scores [N, S, S] = q_n k_n^T for all N heads in one batched call (the heads read in place in
-// [S, H]), softmax with the mask in float32, the probabilities rounded to bfloat16, context_n = p_n v_n in one more
-// call written in place into [S, H]. Per-pair float32 sgemm ran these 128 x 128 x 64 products at about 100
-// GFLOP/s on a Xeon with AMX. Where oneDNN has no such primitive, the float32 path runs instead.
-int AttentionBf16(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+// Attention with its products in bfloat16, each batch row's heads in two matmul primitive calls: the same inputs
+// and outputs as Attention(keep_probs, ...). Serving in int8 runs it (inference), and so does training in bfloat16
+// (SetBf16(1): keep_probs, the probabilities written in float32 for the backward, AttentionGradBf16). q (times the
+// scale), k and v are rounded to bfloat16 once; per batch row, scores [N, S, S] = q_n k_n^T for all N heads in one
+// batched call (the heads read in place in [S, H]), softmax with the mask in float32, the probabilities rounded to
+// bfloat16, context_n = p_n v_n in one more call written in place into [S, H]. Per-pair float32 sgemm ran these
+// 128 x 128 x 64 products at about 100 GFLOP/s on a Xeon with AMX. Where oneDNN has no such primitive, the float32
+// path runs instead.
+int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
   Mask mask;
-  const bool typed = albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
-                     std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
-  const int64_t count = typed ? *static_cast<const int32_t *>(params[5]) : 0;
-  if (!typed || !ReadHeads(ndims, shapes, -1, {0, 1, 2, 6}, &heads, count) ||
+  const bool typed = keep_probs ? albert::AllFloat32(7, dtypes)
+                                : albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
+                                      std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
+  const int64_t count = typed && !keep_probs ? *static_cast<const int32_t *>(params[5]) : 0;
+  if (!typed || !ReadHeads(ndims, shapes, keep_probs ? 6 : -1, {0, 1, 2, 5 + !keep_probs}, &heads, count) ||
       !ReadMask(params, ndims, shapes, 3, heads, &mask)) {
     return 1;
   }
@@ -881,29 +935,31 @@ int AttentionBf16(void **params, int *ndims, int64_t **shapes, const char **dtyp
     ToBf16(static_cast<const float *>(params[1]) + begin, k16 + begin, end - begin);
     ToBf16(static_cast<const float *>(params[2]) + begin, v16 + begin, end - begin);
   });
-  float *context = static_cast<float *>(params[6]);
+  float *context = static_cast<float *>(params[5 + !keep_probs]);
+  float *kept = keep_probs ? static_cast<float *>(params[6]) : nullptr;
   const albert::dnnl::Shape scores_shape{false, true, false, false, seq, seq, d, hidden, hidden, seq,
                                          albert::dnnl::kBf16, n, d, d, seq * seq};
   const albert::dnnl::Shape context_shape{false, false, false, false, seq, d, seq, seq, hidden, hidden,
                                           albert::dnnl::kBf16, n, seq * seq, d, d};
   std::vector<int> failed(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
-    thread_local std::vector<float> scores;
+    thread_local std::vector<float> own_scores;
     thread_local std::vector<uint16_t> probs;
-    scores.resize(n * seq * seq);
+    if (!kept) own_scores.resize(n * seq * seq);
     probs.resize(n * seq * seq);
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
       const int64_t row = b * seq * hidden;
+      float *scores = kept ? kept + b * n * seq * seq : own_scores.data();
       {
         ALBERT_PROFILE("thread: attention primitives bf16");
-        failed[part] = !albert::dnnl::Run(scores_shape, q16 + row, k16 + row, nullptr, scores.data());
+        failed[part] = !albert::dnnl::Run(scores_shape, q16 + row, k16 + row, nullptr, scores);
       }
       if (failed[part]) break;
       {
         ALBERT_PROFILE("thread: attention softmax");
         for (int64_t h = 0; h < n; ++h) {
           for (int64_t r = 0; r < seq; ++r) {
-            float *line = scores.data() + (h * seq + r) * seq;
+            float *line = scores + (h * seq + r) * seq;
             albert::SoftmaxRow(line, mask.Row(heads, b * n + h, r), line, seq);
             ToBf16(line, probs.data() + (h * seq + r) * seq, seq);
           }
@@ -914,7 +970,7 @@ int AttentionBf16(void **params, int *ndims, int64_t **shapes, const char **dtyp
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
-    if (failed[p]) return Attention(false, params, ndims, shapes, dtypes);
+    if (failed[p]) return Attention(keep_probs, params, ndims, shapes, dtypes);
   }
   return 0;
 }
@@ -946,6 +1002,72 @@ int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtyp
     }
     return status != 0 ? status : PairProbsGrad(heads, pair, square, dprobs, q, k, scale, dprobs, dq, dk);
   });
+}
+
+// AttentionGrad with its products in bfloat16 (training under SetBf16(1), after AttentionBf16), each batch row's
+// heads in four batched primitive calls: dprobs = dcontext v^T and dv = probs^T dcontext, then, in float32, ds =
+// scale probs (dprobs - rowsum(probs dprobs)), rounded, and dq = ds k, dk = ds^T q. The row's dcontext, q, k, v
+// and probabilities are rounded by the thread that takes the row. Where oneDNN has no such primitive, AttentionGrad
+// runs instead.
+int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  Heads heads;
+  if (!albert::AllFloat32(9, dtypes) || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
+  const int64_t seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
+  const float *probs = static_cast<const float *>(params[0]);
+  const float scale = *static_cast<const float *>(params[5]);
+  // x_n y_n^T into [N, S, S]; x_n^T y_n and x_n y_n into the heads' columns of [S, H] (x [N, S, S]).
+  const albert::dnnl::Shape outer{false, true, false, false, seq, seq, d, hidden, hidden, seq, albert::dnnl::kBf16, n,
+                                  d, d, seq * seq};
+  const albert::dnnl::Shape transposed{true, false, false, false, seq, d, seq, seq, hidden, hidden,
+                                       albert::dnnl::kBf16, n, seq * seq, d, d};
+  const albert::dnnl::Shape plain{false, false, false, false, seq, d, seq, seq, hidden, hidden, albert::dnnl::kBf16, n,
+                                  seq * seq, d, d};
+  std::vector<int> failed(albert::Threads(), 0);
+  const int64_t parts = albert::ParallelFor(heads.batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
+    thread_local std::vector<uint16_t> rows16, square16;
+    thread_local std::vector<float> dprobs;
+    rows16.resize(4 * seq * hidden);
+    square16.resize(n * seq * seq);
+    dprobs.resize(n * seq * seq);
+    uint16_t *dcontext16 = rows16.data(), *q16 = dcontext16 + seq * hidden, *k16 = q16 + seq * hidden;
+    uint16_t *v16 = k16 + seq * hidden;
+    for (int64_t b = begin; b < end && !failed[part]; ++b) {
+      const int64_t row = b * seq * hidden;
+      const float *p = probs + b * n * seq * seq;
+      {
+        ALBERT_PROFILE("thread: attention operands to bf16");
+        for (int i = 0; i < 4; ++i) {
+          ToBf16(static_cast<const float *>(params[i + 1]) + row, rows16.data() + i * seq * hidden,
+                 seq * hidden);
+        }
+        ToBf16(p, square16.data(), n * seq * seq);
+      }
+      {
+        ALBERT_PROFILE("thread: attention primitives bf16");
+        failed[part] = !albert::dnnl::Run(outer, dcontext16, v16, nullptr, dprobs.data()) ||
+                       !albert::dnnl::Run(transposed, square16.data(), dcontext16, nullptr,
+                                          static_cast<float *>(params[8]) + row);
+      }
+      if (failed[part]) break;
+      {
+        ALBERT_PROFILE("thread: attention softmax grad");
+        for (int64_t line = 0; line < n * seq; ++line) {
+          float *ds = dprobs.data() + line * seq;
+          albert::SoftmaxGradRow(p + line * seq, ds, ds, seq);
+          for (int64_t c = 0; c < seq; ++c) ds[c] *= scale;
+          ToBf16(ds, square16.data() + line * seq, seq);
+        }
+      }
+      ALBERT_PROFILE("thread: attention primitives bf16");
+      failed[part] = !albert::dnnl::Run(plain, square16.data(), k16, nullptr, static_cast<float *>(params[6]) + row) ||
+                     !albert::dnnl::Run(transposed, square16.data(), q16, nullptr,
+                                        static_cast<float *>(params[7]) + row);
+    }
+  });
+  for (int64_t p = 0; p < parts; ++p) {
+    if (failed[p]) return AttentionGrad(params, ndims, shapes, dtypes);
+  }
+  return 0;
 }
 
 // The products of the context and of its gradients, out = scale * op(x) op(y) per pair:
@@ -1116,6 +1238,15 @@ int DenseGeluDenseGrad(int, void **p, int *d, int64_t **s, const char **t, void 
   ALBERT_PROFILE("DenseGeluDenseGrad");
   return DenseGeluDenseGradients(p, d, s, t);
 }
+// (x, w1[, w1'], b1, w2[, w2'], b2) -> y: the same network's output alone, in cache-sized chunks (DenseGeluDenseRows).
+int DenseGeluDenseInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDenseInference");
+  return DenseGeluDenseRows(false, p, d, s, t);
+}
+int DenseGeluDenseInferenceCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDenseInferenceCopy");
+  return DenseGeluDenseRows(true, p, d, s, t);
+}
 // Serving's int8 dense layers (see DenseInt8): (x, w int8, scales) -> x w^T; (x, w, scales, b) -> x w^T + b;
 // (x, wq, wk, wv, sq, sk, sv, bq, bk, bv) -> (q, k, v).
 int MatMulInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
@@ -1156,9 +1287,10 @@ int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void
   });
   return 0;
 }
+// Under SetBf16(1) (training in bfloat16) attention's products run in bfloat16 too (AttentionBf16).
 int FusedAttention(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttention");
-  return Attention(true, p, d, s, t);
+  return Bf16() ? AttentionBf16(true, p, d, s, t) : Attention(true, p, d, s, t);
 }
 int FusedAttentionInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionInference");
@@ -1167,11 +1299,11 @@ int FusedAttentionInference(int, void **p, int *d, int64_t **s, const char **t, 
 // FusedAttentionInference's inputs and output, its products in bfloat16 (AttentionBf16): int8 serving's attention.
 int FusedAttentionInferenceBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionInferenceBf16");
-  return AttentionBf16(p, d, s, t);
+  return AttentionBf16(false, p, d, s, t);
 }
 int FusedAttentionGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionGrad");
-  return AttentionGrad(p, d, s, t);
+  return Bf16() ? AttentionGradBf16(p, d, s, t) : AttentionGrad(p, d, s, t);
 }
 int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("HeadProbs");
