@@ -383,10 +383,8 @@ def test_networks_are_built_as_their_runtime_says_without_asking_the_device(name
     assert values((cpu_kernels.LayerNorm, Activation), "onnx_pattern") == {runtime.onnx_patterns}
     assert values(AlbertAttention, "split_heads") == {runtime.split_heads}
     assert values(AlbertModel, "broadcast_mask") == {runtime.broadcast_mask}
-    # With the kernels the tanh GELU's feed-forward network is one call, keeping its activations for the backward
-    # only in a network built for training (the loss cell's default).
+    # With the kernels the tanh GELU's feed-forward network is one call.
     assert values(AlbertLayer, "fused_feed_forward") == {runtime.kernels}
-    assert values(AlbertLayer, "keeps_activations") == {network == "AlbertNetworkWithLoss"}
 
 
 def test_a_network_asked_for_the_impossible_is_a_value_error():

@@ -427,13 +427,10 @@ class AlbertLayer(nn.Cell):
         if self.int8_feed_forward:
             self.feed_forward_kernel = cpu_kernels.feed_forward_int8(not self.preln)
         # Otherwise with the kernels and the tanh GELU: the two layers and the GELU between them in one kernel call,
-        # forward and backward (no separate passes over the [B*S, I] activations); for evaluation and serving
-        # without keeping the activations at all.
+        # forward and backward (no separate passes over the [B*S, I] activations).
         self.fused_feed_forward = self.activation.use_kernels and not self.int8_feed_forward
-        self.keeps_activations = is_training
         if self.fused_feed_forward:
-            self.feed_forward_kernel = cpu_kernels.feed_forward(self.ffn.reads_copy) if is_training else \
-                cpu_kernels.feed_forward_inference(self.ffn.reads_copy)
+            self.feed_forward_kernel = cpu_kernels.feed_forward(self.ffn.reads_copy)
 
     def _int8_feed_forward(self, inputs):
         """The int8 kernel's feed-forward network of `inputs` (post-LN: LayerNorm(inputs + it))."""
@@ -446,13 +443,10 @@ class AlbertLayer(nn.Cell):
         return self.feed_forward_kernel(*operands).reshape(shape)
 
     def _fused_feed_forward(self, inputs):
-        """ffn_output(activation(ffn(inputs))) by the kernels' `feed_forward` (or `feed_forward_inference`), in one
-        call."""
+        """ffn_output(activation(ffn(inputs))) by the kernels' `feed_forward`, in one call."""
         shape = inputs.shape
         output = self.feed_forward_kernel(inputs.reshape(-1, shape[-1]), *self.ffn.weight_operands(), self.ffn.bias,
-                                          *self.ffn_output.weight_operands(), self.ffn_output.bias)
-        if self.keeps_activations:
-            output = output[0]
+                                          *self.ffn_output.weight_operands(), self.ffn_output.bias)[0]
         return output.reshape(shape)
 
     def construct(self, hidden_states, attention_bias):

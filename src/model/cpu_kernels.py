@@ -550,26 +550,6 @@ def feed_forward(copies: bool = False) -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def feed_forward_inference(copies: bool = False) -> ops.Custom:
-    """`feed_forward`'s inputs -> y alone, for networks built for evaluation and serving: each thread's rows in
-    chunks whose [rows, I] activations never leave its cache (no [M, I] tensor written). Differentiated all the same
-    (the backward runs `feed_forward` again for pre and h)."""
-    forward, grad = feed_forward(copies), _feed_forward_grad()
-
-    def bprop(x, w1, b1, w2, b2, out, dout):
-        _, pre, h = forward(x, w1, b1, w2, b2)
-        return grad(dout, x, pre, h, w1, w2)
-
-    def copies_bprop(x, w1, w1c, b1, w2, w2c, b2, out, dout):
-        _, pre, h = forward(x, w1, w1c, b1, w2, w2c, b2)
-        dx, dw1, db1, dw2, db2 = grad(dout, x, pre, h, w1c, w2c)
-        return dx, dw1, ops.zeros_like(w1c), db1, dw2, ops.zeros_like(w2c), db2
-    if copies:
-        return _kernel("DenseGeluDenseInferenceCopy", lambda x, *_: x, lambda x, *_: x, copies_bprop)
-    return _kernel("DenseGeluDenseInference", lambda x, *_: x, lambda x, *_: x, bprop)
-
-
-@lru_cache(maxsize=None)
 def cross_entropy() -> ops.Custom:
     """(logits [M, V] float32, labels [M] int32) -> (nll [M], logsumexp [M]): -log softmax(logits)[label] per row
     (0 for a label outside [0, V), like the one-hot product); the backward gives dlogits = (softmax - onehot) dnll."""

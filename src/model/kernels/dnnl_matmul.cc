@@ -8,13 +8,16 @@
 // come already rounded: the graph makes their bfloat16 copy once per step, see cpu_kernels.Dense), and the products
 // run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h), or as dnnl_gemm_bf16bf16f32 where
 // the primitive API is missing and, on AMX, for the long sums where it measured faster (kBf16BlasFromTerms).
-// Attention's per-head products stay float32 sgemm: on a Xeon with AMX a bfloat16 product at 128 x 128 x 64 ran at
-// 0.55-0.85x sgemm's rate through dnnl_gemm_bf16bf16f32, and the fused attention with its products as bfloat16
-// primitives (q, k, v and each pair's probabilities rounded) measured no faster than with sgemm at 128 positions,
-// forward and backward. Softmax, LayerNorm and everything else stay float32.
+// The fused attention's products run in bfloat16 too, each batch row's heads in one batched primitive call per
+// product (AttentionBf16, AttentionGradBf16): per pair they measured no faster than float32 sgemm at 128 positions
+// (through dnnl_gemm_bf16bf16f32 a 128 x 128 x 64 product ran at 0.55-0.85x sgemm's rate on a Xeon with AMX),
+// batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Attention with dropout on its
+// probabilities (two calls around the dropout) keeps float32 sgemm per pair. Softmax and its gradient, LayerNorm
+// and everything else stay float32.
 // Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
 // feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; its
-// attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair.
+// attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair. Serving in
+// float32 or bfloat16 runs attention's products in float32 per pair.
 // See src/model/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <immintrin.h>
 
@@ -344,7 +347,7 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
 // bfloat16 with the copies (the form the second product and the backward's weight gradient read, rounded once here
 // instead of by each), else float32. The same numbers as MatMulNTBias(Copy), GeluTanh and MatMulNTBias(Copy) in
 // turn, without two passes over the [M, I] activations and two kernel calls.
-// Where DenseGeluDense and DenseGeluDenseRows find their inputs, and their sizes; `valid` when the inputs are
+// Where DenseGeluDense finds its inputs, and their sizes; `valid` when the inputs are
 // (x [M, H] float32, w1 [I, H], b1 [I], w2 [H, I], b2 [H]), with `copies` each weight float32 and its bfloat16 copy
 // after it (the products read the copy), and output `y` [M, H] float32.
 struct FeedForwardInputs {
@@ -472,7 +475,8 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
 // primitive on AMX-INT8 or VNNI: cpu_kernels.int8_support refuses the others, see ExactInt8), and each row's sums
 // become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets a NaN
 // scale, so its outputs are NaN.
-// Rows of a thread's block per call in the kernels that keep a chunk in cache (int8 sums, feed-forward activations).
+// Rows of a thread's block per call in the int8 kernels that keep a chunk in cache (its int32 sums, the
+// feed-forward network's activations).
 const int64_t kChunkRows = 128;
 
 struct QuantizedRows {
@@ -697,41 +701,6 @@ int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const ch
                        static_cast<const float *>(params[8]), *static_cast<const float *>(params[9]), rows, hidden);
     }
     return status;
-  });
-}
-
-// DenseGeluDense's y alone, for networks built for evaluation and serving: (x, w1[, w1'], b1, w2[, w2'], b2) -> y.
-// As FeedForward does in int8, each thread's rows go in chunks of kChunkRows whose [rows, I] activations are made,
-// put through GELU (and rounded, in bfloat16) and multiplied without leaving the thread's cache: no [M, I] tensor
-// is written (at batch 32, seq 128: 50 MB of pre-activations and 25-50 MB of activations per layer).
-int DenseGeluDenseRows(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  const FeedForwardInputs at = ReadFeedForward(copies, ndims, shapes, dtypes);
-  if (!at.valid) return 1;
-  const int64_t hidden = at.hidden, inner = at.inner;
-  const bool bf16 = Bf16Call(dtypes, {at.w1, at.w2});
-  const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0), w1 = Operand(params, shapes, dtypes, at.w1, bf16, 1);
-  const Matrix w2 = Operand(params, shapes, dtypes, at.w2, bf16, 2);
-  const float *b1 = static_cast<const float *>(params[at.b1]), *b2 = static_cast<const float *>(params[at.b2]);
-  float *y = static_cast<float *>(params[at.y]);
-  return ForRowChunks(at.m, [&](int64_t r0, int64_t rows) {
-    thread_local std::vector<float> activations;
-    thread_local std::vector<uint16_t> rounded;
-    activations.resize(kChunkRows * inner);
-    const Matrix chunk{x.f32 ? x.f32 + r0 * hidden : nullptr, x.bf16 ? x.bf16 + r0 * hidden : nullptr, hidden};
-    int status = GemmBlock(false, true, Block{0, rows, 0, inner}, inner, hidden, chunk, w1, b1, 0.0f,
-                           activations.data());
-    if (status != 0) return status;
-    {
-      ALBERT_PROFILE("thread: feed-forward gelu");
-      float *h = activations.data();
-      for (int64_t i = 0; i < rows * inner; ++i) h[i] = albert::Gelu(h[i]);
-      if (bf16) {
-        rounded.resize(kChunkRows * inner);
-        ToBf16(h, rounded.data(), rows * inner);
-      }
-    }
-    const Matrix h = bf16 ? Matrix{nullptr, rounded.data(), inner} : Matrix{activations.data(), nullptr, inner};
-    return GemmBlock(false, true, Block{0, rows, 0, hidden}, hidden, inner, h, w2, b2, 0.0f, y + r0 * hidden);
   });
 }
 
@@ -1237,15 +1206,6 @@ int DenseGeluDenseCopy(int, void **p, int *d, int64_t **s, const char **t, void 
 int DenseGeluDenseGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseGeluDenseGrad");
   return DenseGeluDenseGradients(p, d, s, t);
-}
-// (x, w1[, w1'], b1, w2[, w2'], b2) -> y: the same network's output alone, in cache-sized chunks (DenseGeluDenseRows).
-int DenseGeluDenseInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("DenseGeluDenseInference");
-  return DenseGeluDenseRows(false, p, d, s, t);
-}
-int DenseGeluDenseInferenceCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
-  ALBERT_PROFILE("DenseGeluDenseInferenceCopy");
-  return DenseGeluDenseRows(true, p, d, s, t);
 }
 // Serving's int8 dense layers (see DenseInt8): (x, w int8, scales) -> x w^T; (x, w, scales, b) -> x w^T + b;
 // (x, wq, wk, wv, sq, sk, sv, bq, bk, bv) -> (q, k, v).
