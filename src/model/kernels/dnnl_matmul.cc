@@ -340,13 +340,6 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
   return status;
 }
 
-// A transformer block's feed-forward network with what its backward needs, in one call: (x [M, H], w1 [I, H],
-// b1 [I], w2 [H, I], b2 [H]) -> (y = h w2^T + b2 [M, H], pre = x w1^T + b1 [M, I], h = gelu(pre) [M, I]), the tanh
-// GELU; with `copies`, each weight's bfloat16 copy follows it: (x, w1, w1', b1, w2, w2', b2) (see Layout). Each
-// thread puts its block of pre through GELU as soon as its product is done, and writes h in its output's dtype:
-// bfloat16 with the copies (the form the second product and the backward's weight gradient read, rounded once here
-// instead of by each), else float32. The same numbers as MatMulNTBias(Copy), GeluTanh and MatMulNTBias(Copy) in
-// turn, without two passes over the [M, I] activations and two kernel calls.
 // Where DenseGeluDense finds its inputs, and their sizes; `valid` when the inputs are
 // (x [M, H] float32, w1 [I, H], b1 [I], w2 [H, I], b2 [H]), with `copies` each weight float32 and its bfloat16 copy
 // after it (the products read the copy), and output `y` [M, H] float32.
@@ -370,6 +363,13 @@ FeedForwardInputs ReadFeedForward(bool copies, const int *ndims, int64_t **shape
   return at;
 }
 
+// A transformer block's feed-forward network with what its backward needs, in one call: (x [M, H], w1 [I, H],
+// b1 [I], w2 [H, I], b2 [H]) -> (y = h w2^T + b2 [M, H], pre = x w1^T + b1 [M, I], h = gelu(pre) [M, I]), the tanh
+// GELU; with `copies`, each weight's bfloat16 copy follows it: (x, w1, w1', b1, w2, w2', b2) (see Layout). Each
+// thread puts its block of pre through GELU as soon as its product is done, and writes h in its output's dtype:
+// bfloat16 with the copies (the form the second product and the backward's weight gradient read, rounded once here
+// instead of by each), else float32. The same numbers as MatMulNTBias(Copy), GeluTanh and MatMulNTBias(Copy) in
+// turn, without two passes over the [M, I] activations and two kernel calls.
 int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const FeedForwardInputs at = ReadFeedForward(copies, ndims, shapes, dtypes);
   const int w1_at = at.w1, b1_at = at.b1, w2_at = at.w2, b2_at = at.b2, y_at = at.y, pre_at = y_at + 1, h_at = y_at + 2;
