@@ -1,7 +1,7 @@
-"""src/model/cpu_kernels.py: the compiled CPU kernels (oneDNN products, attention, LayerNorm, GELU, cross entropy,
-column sums), each forward and gradient checked against an independent reference (numpy in float64, PyTorch autograd in
-float64, MindSpore's own cells), and their cache and fallbacks (the cache key, an untrusted cache, switched off, no
-compiler, a failing build or load, white list)."""
+"""src/model/cpu_kernels.py: the compiled CPU kernels (oneDNN products, attention, the feed-forward network,
+LayerNorm, GELU, cross entropy, column sums), each forward and gradient checked against an independent reference
+(numpy in float64, PyTorch autograd in float64, MindSpore's own cells), and their cache and fallbacks (the cache key,
+an untrusted cache, switched off, no compiler, a failing build or load, white list)."""
 import errno
 import os
 import shutil

@@ -340,29 +340,6 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
   return status;
 }
 
-// Where DenseGeluDense finds its inputs, and their sizes; `valid` when the inputs are
-// (x [M, H] float32, w1 [I, H], b1 [I], w2 [H, I], b2 [H]), with `copies` each weight float32 and its bfloat16 copy
-// after it (the products read the copy), and output `y` [M, H] float32.
-struct FeedForwardInputs {
-  int w1, b1, w2, b2, y;
-  int64_t m, hidden, inner;
-  bool valid;
-};
-
-FeedForwardInputs ReadFeedForward(bool copies, const int *ndims, int64_t **shapes, const char **dtypes) {
-  FeedForwardInputs at{copies ? 2 : 1, copies ? 3 : 2, copies ? 5 : 3, copies ? 6 : 4, copies ? 7 : 5, 0, 0, 0, false};
-  if (ndims[0] != 2 || ndims[at.w1] != 2) return at;
-  at.m = shapes[0][0], at.hidden = shapes[0][1], at.inner = shapes[at.w1][0];
-  at.valid = Matrix2D(ndims, shapes, dtypes, 0, "float32", at.m, at.hidden) &&
-             Is2D(ndims, shapes, at.w1, at.inner, at.hidden) && Float(dtypes, at.w1, true) &&
-             Vectors(ndims, shapes, dtypes, at.b1, 1, at.inner) && Is2D(ndims, shapes, at.w2, at.hidden, at.inner) &&
-             Float(dtypes, at.w2, true) && Vectors(ndims, shapes, dtypes, at.b2, 1, at.hidden) &&
-             Matrix2D(ndims, shapes, dtypes, at.y, "float32", at.m, at.hidden) &&
-             (!copies || (Matrix2D(ndims, shapes, dtypes, 1, "float32", at.inner, at.hidden) &&
-                          Matrix2D(ndims, shapes, dtypes, 4, "float32", at.hidden, at.inner)));
-  return at;
-}
-
 // A transformer block's feed-forward network with what its backward needs, in one call: (x [M, H], w1 [I, H],
 // b1 [I], w2 [H, I], b2 [H]) -> (y = h w2^T + b2 [M, H], pre = x w1^T + b1 [M, I], h = gelu(pre) [M, I]), the tanh
 // GELU; with `copies`, each weight's bfloat16 copy follows it: (x, w1, w1', b1, w2, w2', b2) (see Layout). Each
@@ -371,12 +348,20 @@ FeedForwardInputs ReadFeedForward(bool copies, const int *ndims, int64_t **shape
 // instead of by each), else float32. The same numbers as MatMulNTBias(Copy), GeluTanh and MatMulNTBias(Copy) in
 // turn, without two passes over the [M, I] activations and two kernel calls.
 int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  const FeedForwardInputs at = ReadFeedForward(copies, ndims, shapes, dtypes);
-  const int w1_at = at.w1, b1_at = at.b1, w2_at = at.w2, b2_at = at.b2, y_at = at.y, pre_at = y_at + 1, h_at = y_at + 2;
-  const int64_t m = at.m, hidden = at.hidden, inner = at.inner;
+  const int w1_at = copies ? 2 : 1, b1_at = w1_at + 1, w2_at = copies ? 5 : 3, b2_at = w2_at + 1;
+  const int y_at = b2_at + 1, pre_at = y_at + 1, h_at = y_at + 2;
+  if (ndims[0] != 2 || ndims[w1_at] != 2) return 1;
+  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[w1_at][0];
   const bool bf16 = Bf16Call(dtypes, {w1_at, w2_at, h_at});
-  if (!at.valid || !Matrix2D(ndims, shapes, dtypes, pre_at, "float32", m, inner) ||
-      !Is2D(ndims, shapes, h_at, m, inner) || !Float(dtypes, h_at, bf16)) {
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) || !Is2D(ndims, shapes, w1_at, inner, hidden) ||
+      !Float(dtypes, w1_at, true) || !Vectors(ndims, shapes, dtypes, b1_at, 1, inner) ||
+      !Is2D(ndims, shapes, w2_at, hidden, inner) || !Float(dtypes, w2_at, true) ||
+      !Vectors(ndims, shapes, dtypes, b2_at, 1, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, y_at, "float32", m, hidden) ||
+      !Matrix2D(ndims, shapes, dtypes, pre_at, "float32", m, inner) || !Is2D(ndims, shapes, h_at, m, inner) ||
+      !Float(dtypes, h_at, bf16) ||
+      (copies && (!Matrix2D(ndims, shapes, dtypes, 1, "float32", inner, hidden) ||
+                  !Matrix2D(ndims, shapes, dtypes, 4, "float32", hidden, inner)))) {
     return 1;
   }
   const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0), w1 = Operand(params, shapes, dtypes, w1_at, bf16, 1);
