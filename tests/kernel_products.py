@@ -2,8 +2,9 @@
 what oneDNN may use: the dense products (forward and both gradients) against float64 numpy, in float32 and in
 bfloat16 (weights rounded per call, and their bfloat16 copy from the graph), and serving's int8 products (where oneDNN
 has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized operands, on 1 and 2
-threads; the last line printed is the kernels' oneDNN
-description."""
+threads; the feed-forward network in one call under bfloat16 as the three kernels it replaces; below AMX, attention
+(training in bfloat16, serving in int8) as the float32 attention, bit for bit. The last line printed is the kernels'
+oneDNN description."""
 import ctypes
 import sys
 from pathlib import Path
@@ -13,9 +14,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from src.model import cpu_kernels  # noqa: E402
-from tests.test_cpu_kernels import (Call, WithCopies, assert_bf16_product, assert_close,  # noqa: E402
-                                    bf16_rounded, dense_grads, forward_and_input_grads, int8_operands,
-                                    int8_reference)
+from tests.test_cpu_kernels import (Call, FeedForward, FusedContext, WithCopies, amx_bf16,  # noqa: E402
+                                    assert_bf16_product, assert_close, attention_operands, bf16_rounded,
+                                    dense_grads, feed_forward_operands, forward_and_input_grads, int8_operands,
+                                    int8_reference, run_feed_forward)
+
+
+def feed_forward(copies: bool) -> None:
+    """The fused feed-forward network (bfloat16 products on) gives what dense, GELU and dense give in turn."""
+    *inputs, dy = feed_forward_operands(600, 32, 128)
+    fused = run_feed_forward(FeedForward(copies), inputs, dy)
+    steps = run_feed_forward(FeedForward(copies, steps=True), inputs, dy)
+    steps[0][2] = bf16_rounded(steps[0][2])  # with the copies h comes rounded, as the second product reads it
+    for got, want in zip([*fused[0], *fused[1]], [*steps[0], *steps[1]]):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-35)
+
+
+def attention_below_amx() -> None:
+    """Without AMX the attention of training in bfloat16 (set_bf16 on) and of int8 serving is the float32 attention,
+    forward and backward, bit for bit (batched bfloat16 products measured slower there)."""
+    import mindspore as ms
+    from mindspore import Tensor
+
+    assert not amx_bf16(), "run under ONEDNN_MAX_CPU_ISA below AMX"
+    heads = 4
+    (q, k, v, dc), bias, scale = attention_operands(2, 40, heads, 16, "row", 4)
+    inputs = [q, k, v, bias, np.array([scale], np.float32)]
+    bf16, bf16_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
+    cpu_kernels.set_bf16(False)
+    float32, float32_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
+    for got, want in zip([bf16.asnumpy(), *bf16_grads[:3]], [float32.asnumpy(), *float32_grads[:3]]):
+        np.testing.assert_array_equal(got, want)
+    served = [Tensor(q), Tensor(k), Tensor(v), Tensor(bias), Tensor([scale], ms.float32), Tensor([heads], ms.int32)]
+    np.testing.assert_array_equal(Call(cpu_kernels.attention_inference(heads, bf16=True))(*served).asnumpy(),
+                                  Call(cpu_kernels.attention_inference(heads))(*served).asnumpy())
+    cpu_kernels.set_bf16(True)
 
 
 def main() -> None:
@@ -43,6 +76,8 @@ def main() -> None:
             assert_bf16_product(cell(*tensors).asnumpy(), xb @ wb.T + b, x64 @ w64.T + b)
             assert_bf16_product(dx, dyb @ wb, dy64 @ w64)
             assert_bf16_product(dw, dyb.T @ xb, dy64.T @ x64)
+        feed_forward(copies=True)
+        attention_below_amx()
         cpu_kernels.set_bf16(False)
         if cpu_kernels.int8_support()[0]:  # int8 needs VNNI or AMX-INT8 (without, it is refused)
             y = Call(cpu_kernels.matmul_int8(True))(Tensor(x), *int8_operands(w), Tensor(b)).asnumpy()

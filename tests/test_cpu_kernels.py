@@ -154,6 +154,12 @@ def bf16_products():
     cpu_kernels.set_bf16(False)
 
 
+def amx_bf16() -> bool:
+    """Whether oneDNN runs the bfloat16 primitives on AMX here (the kernels' status line names the ISA): the choices
+    measured faster only there (the BLAS-style call for long sums, batched bfloat16 attention) apply only there."""
+    return "amx" in cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]
+
+
 def assert_bf16_product(got, bf16_operands, float32_operands):
     """A product in bfloat16 with float32 sums: the float64 product of the operands rounded to bfloat16, up to
     float32 accumulation, and measurably not the float32 product (bfloat16 keeps 8 bits of mantissa)."""
@@ -200,7 +206,7 @@ def test_bf16_products_summing_many_terms_per_column_take_the_blas_style_call(m,
     forward of under 512 rows (split by columns), and "few_per_column" (k = 2048 < 4 x 768). Without AMX every
     product keeps the primitive, and the kernels' status line says which. Counted with the kernels' profile over one
     forward and backward: each of the three products split over every thread."""
-    amx = "amx" in cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]
+    amx = amx_bf16()
     assert ("dnnl_gemm_bf16bf16f32 for long sums" in cpu_kernels.onednn()) == amx
     blas_products *= amx
     rng = np.random.default_rng(k)
@@ -381,10 +387,11 @@ def test_the_primitive_cache_stays_bounded_as_shapes_change(bf16_products):
 
 
 @needs_kernels
-@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI"])
+@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"])
 def test_products_on_a_lower_isa_forced(isa):
-    """ONEDNN_MAX_CPU_ISA caps what oneDNN may use (as on an older CPU): the kernels still compute every dense product
-    right, float32, bfloat16 and int8, and say which implementations oneDNN picked (tests/kernel_products.py)."""
+    """ONEDNN_MAX_CPU_ISA caps what oneDNN may use (as on an older CPU; AVX512_CORE_BF16 is AMD Zen 4's): the kernels
+    still compute every dense product right, float32, bfloat16 and int8, run attention as in float32 (no AMX), and say
+    which implementations oneDNN picked (tests/kernel_products.py)."""
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa, GLOG_v="3")
     result = subprocess.run([sys.executable, str(Path(__file__).with_name("kernel_products.py"))], env=env,
                             capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1])
@@ -395,7 +402,8 @@ def test_products_on_a_lower_isa_forced(isa):
     assert "for long sums" not in described  # the BLAS-style rule was measured on AMX only
     # int8 only with exact int32 sums: VNNI (where the CPU has it) or AMX-INT8, never below
     int8 = described.split("; int8: ")[1]
-    assert int8.startswith("none (") if isa != "AVX512_CORE_VNNI" else "none" in int8 or "vnni" in int8, described
+    vnni = isa in ("AVX512_CORE_VNNI", "AVX512_CORE_BF16")
+    assert int8.startswith("none (") if not vnni else "none" in int8 or "vnni" in int8, described
 
 
 def _gelu_tanh(x):
@@ -626,14 +634,18 @@ def rounded_heads(x: np.ndarray, heads: int) -> np.ndarray:
     (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row")])
 def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(batch, seq, heads, head_size,
                                                                                 mask, threads):
-    """Int8 serving's attention: each batch row's heads in two bfloat16 products, q * scale, k, v and the softmax's
-    probabilities rounded to bfloat16 (ties to even), softmax(q k^T + mask) in float32: equal to that computation in
-    float64 from the rounded operands (a probability on a rounding boundary may round one step apart), and close to
-    the float32 attention."""
+    """Int8 serving's attention on AMX: each batch row's heads in two bfloat16 products, q * scale, k, v and the
+    softmax's probabilities rounded to bfloat16 (ties to even), softmax(q k^T + mask) in float32: equal to that
+    computation in float64 from the rounded operands (a probability on a rounding boundary may round one step apart),
+    and close to the float32 attention. Without AMX (slower there, dnnl_matmul.cc) it is the float32 attention."""
     (q, k, v), bias, scale = attention_operands(batch, seq, heads, head_size, mask, 3)
     hidden = heads * head_size
     inputs = [Tensor(q), Tensor(k), Tensor(v), Tensor(bias), Tensor([scale], ms.float32), Tensor([heads], ms.int32)]
     got = Call(cpu_kernels.attention_inference(heads, bf16=True))(*inputs).asnumpy()
+    float32 = Call(cpu_kernels.attention_inference(heads))(*inputs).asnumpy()
+    if not amx_bf16():
+        np.testing.assert_array_equal(got, float32)
+        return
 
     def split(x):
         return rounded_heads(x, heads)
@@ -643,7 +655,6 @@ def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(
     probs /= probs.sum(-1, keepdims=True)
     want = (bf16_rounded(probs).astype(np.float64) @ split(v)).transpose(0, 2, 1, 3).reshape(batch, seq, hidden)
     assert_close(got, want, 1e-3)
-    float32 = Call(cpu_kernels.attention_inference(heads))(*inputs).asnumpy()
     assert np.abs(got - float32).max() < 0.02 * max(1.0, np.abs(float32).max())
 
 
@@ -652,17 +663,23 @@ def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(
     (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row")])
 def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(batch, seq, heads, head_size, mask,
                                                                              threads, bf16_products):
-    """Under set_bf16(True) (training in bfloat16) the fused attention's products run in bfloat16 too, each batch
-    row's heads in batched calls, softmax and its gradient in float32: forward as int8 serving's (q * scale, k, v and
-    the probabilities rounded), the probabilities kept in float32; backward dprobs = dc v^T, dv = p^T dc, ds =
+    """Under set_bf16(True) (training in bfloat16), on AMX, the fused attention's products run in bfloat16 too, each
+    batch row's heads in batched calls, softmax and its gradient in float32: forward as int8 serving's (q * scale, k,
+    v and the probabilities rounded), the probabilities kept in float32; backward dprobs = dc v^T, dv = p^T dc, ds =
     scale p (dprobs - rowsum(p dprobs)), dq = ds k, dk = ds^T q with dc, q, k, v, p and ds rounded. Equal to that
     computation in float64 from the rounded operands (a value on a rounding boundary may round one step apart), and
-    close to the float32 attention."""
+    close to the float32 attention. Without AMX (slower there, dnnl_matmul.cc) it is the float32 attention."""
     (q, k, v, dc), bias, scale = attention_operands(batch, seq, heads, head_size, mask, 4)
     hidden = heads * head_size
     inputs = [q, k, v, bias, np.array([scale], np.float32)]
     got, (dq, dk, dv, *_) = forward_and_input_grads(FusedContext(heads), inputs, dc)
     kept = Call(cpu_kernels.fused_attention(heads))(*map(Tensor, inputs))[1].asnumpy()
+    cpu_kernels.set_bf16(False)
+    float32, float32_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
+    if not amx_bf16():
+        for bf16, want in zip([got.asnumpy(), dq, dk, dv], [float32.asnumpy(), *float32_grads[:3]]):
+            np.testing.assert_array_equal(bf16, want)
+        return
 
     def split(x):
         return rounded_heads(x, heads)
@@ -683,8 +700,6 @@ def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(bat
     assert_close(dv, merge(rounded(probs).transpose(0, 1, 3, 2) @ split(dc)), 1e-3)
     assert_close(dq, merge(ds @ split(k)), 1e-3)
     assert_close(dk, merge(ds.transpose(0, 1, 3, 2) @ split(q)), 1e-3)
-    cpu_kernels.set_bf16(False)
-    float32, float32_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
     for bf16, want in zip([got.asnumpy(), dq, dk, dv], [float32.asnumpy(), *float32_grads[:3]]):
         assert np.abs(bf16 - want).max() < 0.03 * max(1.0, np.abs(want).max())
 

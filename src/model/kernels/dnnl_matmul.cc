@@ -8,15 +8,17 @@
 // come already rounded: the graph makes their bfloat16 copy once per step, see cpu_kernels.Dense), and the products
 // run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h), or as dnnl_gemm_bf16bf16f32 where
 // the primitive API is missing and, on AMX, for the long sums where it measured faster (kBf16BlasFromTerms).
-// The fused attention's products run in bfloat16 too, each batch row's heads in one batched primitive call per
-// product (AttentionBf16, AttentionGradBf16): per pair they measured no faster than float32 sgemm at 128 positions
-// (through dnnl_gemm_bf16bf16f32 a 128 x 128 x 64 product ran at 0.55-0.85x sgemm's rate on a Xeon with AMX),
-// batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Attention with dropout on its
-// probabilities (two calls around the dropout) keeps float32 sgemm per pair. Softmax and its gradient, LayerNorm
-// and everything else stay float32.
+// On AMX the fused attention's products run in bfloat16 too, each batch row's heads in one batched primitive call
+// per product (AttentionBf16, AttentionGradBf16): per pair they measured no faster than float32 sgemm at 128
+// positions (through dnnl_gemm_bf16bf16f32 a 128 x 128 x 64 product ran at 0.55-0.85x sgemm's rate on a Xeon with
+// AMX), batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Without AMX (the same Xeon
+// under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, as on AMD Zen 4) batched they were slower than float32 per pair: 162-173
+// against 121 ms per train step, 241-254 against 159-169 ms per int8 serving call at batch 32; there attention keeps
+// float32 sgemm per pair (AmxBf16). So does attention with dropout on its probabilities (two calls around the
+// dropout). Softmax and its gradient, LayerNorm and everything else stay float32.
 // Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
-// feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; its
-// attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair. Serving in
+// feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; on AMX
+// its attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair. Serving in
 // float32 or bfloat16 runs attention's products in float32 per pair.
 // See src/model/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <immintrin.h>
@@ -153,8 +155,9 @@ struct Block {
 
 std::string PrimitiveImplementation(int type);
 
-// Whether kBf16BlasFromTerms' rule applies here: oneDNN's bfloat16 primitive runs on AMX (decided once).
-bool Bf16BlasForLongSums() {
+// Whether oneDNN's bfloat16 primitive runs on AMX here (decided once). The choices measured faster on AMX only
+// apply there: kBf16BlasFromTerms' rule, and attention's products in batched bfloat16 primitives (AttentionBf16).
+bool AmxBf16() {
   static const bool amx = PrimitiveImplementation(albert::dnnl::kBf16).find("amx") != std::string::npos;
   return amx;
 }
@@ -167,7 +170,7 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
   const bool bf16_blas_faster = a.bf16 && !ta && k >= kBf16BlasFromTerms && k >= kBf16BlasDepthPerColumn * columns &&
-                                !(tb && rows < kColumnSplitBelowRows) && Bf16BlasForLongSums();
+                                !(tb && rows < kColumnSplitBelowRows) && AmxBf16();
   if (a.bf16 && !bf16_blas_faster) {
     ALBERT_PROFILE("thread: matmul primitive bf16");
     const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
@@ -1105,7 +1108,7 @@ int DnnlDescribe(char *out, int size) {
   const std::string bf16 = PrimitiveImplementation(albert::dnnl::kBf16);
   const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
   text += bf16.empty() ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)" : "matmul primitive " + bf16;
-  if (!bf16.empty() && Bf16BlasForLongSums()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
+  if (!bf16.empty() && AmxBf16()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
   text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
                        : ExactInt8(int8) ? "matmul primitive " + int8
                                          : "none (oneDNN's int8 matmul here, " + int8 + ", has neither VNNI nor AMX: "
@@ -1232,23 +1235,24 @@ int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void
   });
   return 0;
 }
-// Under SetBf16(1) (training in bfloat16) attention's products run in bfloat16 too (AttentionBf16).
+// Under SetBf16(1) (training in bfloat16) attention's products run in bfloat16 too (AttentionBf16), on AMX.
 int FusedAttention(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttention");
-  return Bf16() ? AttentionBf16(true, p, d, s, t) : Attention(true, p, d, s, t);
+  return Bf16() && AmxBf16() ? AttentionBf16(true, p, d, s, t) : Attention(true, p, d, s, t);
 }
 int FusedAttentionInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionInference");
   return Attention(false, p, d, s, t);
 }
-// FusedAttentionInference's inputs and output, its products in bfloat16 (AttentionBf16): int8 serving's attention.
+// FusedAttentionInference's inputs and output, its products in bfloat16 (AttentionBf16) on AMX: int8 serving's
+// attention.
 int FusedAttentionInferenceBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionInferenceBf16");
-  return AttentionBf16(false, p, d, s, t);
+  return AmxBf16() ? AttentionBf16(false, p, d, s, t) : Attention(false, p, d, s, t);
 }
 int FusedAttentionGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionGrad");
-  return Bf16() ? AttentionGradBf16(p, d, s, t) : AttentionGrad(p, d, s, t);
+  return Bf16() && AmxBf16() ? AttentionGradBf16(p, d, s, t) : AttentionGrad(p, d, s, t);
 }
 int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("HeadProbs");
