@@ -359,7 +359,9 @@ class MindSporeSide(Side):
 
         from src.model import cpu_kernels
 
-        folder = Path(self.spec["workdir"]) / "ms_profile"
+        # A folder of the side's own: the CSVs below are read back by globbing it, and every side of a run shares
+        # the work folder (a second MindSpore side would otherwise count the first one's operators too).
+        folder = Path(self.spec["workdir"]) / f"ms_profile-{self.spec['side']}"
         kernels = cpu_kernels.available()
         profiler = Profiler(output_path=str(folder))
         if kernels:

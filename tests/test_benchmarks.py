@@ -110,15 +110,22 @@ def test_bench_infer_against_torch_and_the_compiled_kernels(tmp_path):
     same weights, so both sides' logits agree with the exported MINDIR's. Where the CPU has native bfloat16,
     --compare bf16 adds PyTorch's bfloat16 autocast and our kernels' bfloat16 products, and where it has exact int8
     products --compare int8 our kernels' int8 ones: close, not equal; each low-precision side's peak in its own
-    precision."""
+    precision. --profile lists each side's own operators."""
     pytest.importorskip("transformers")
     out = tmp_path / "infer.json"
     bf16 = ("torch_bf16", "ours_kernels_bf16") if cpu_kernels.bf16_support()[0] else ()
     int8 = ("ours_kernels_int8",) if cpu_kernels.int8_support()[0] else ()
     compare = "torch,kernels" + (",bf16" if bf16 else "") + (",int8" if int8 else "")
-    done = bench("bench_infer.py", *TINY, "--compare", compare, "--output", str(out))
+    done = bench("bench_infer.py", *TINY, "--compare", compare, "--profile", "1", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     result = check_report(out, "infer", "batch", ("torch", "ours_kernels", *bf16, *int8))
+    # --profile: each MindSpore side its own operators: the exported MINDIR's products are MatMul, the kernels' sides
+    # have none (every dense layer a kernel), though they profile after it in the same work folder.
+    ops = {side: {row["op"] for row in result["sides"][side]["op_profile"]} for side in ("ours", "ours_kernels",
+                                                                                         *bf16[1:], *int8)}
+    assert "MatMul" in ops["ours"], ops["ours"]
+    for side in set(ops) - {"ours"}:
+        assert "MatMul" not in ops[side] and any(op.startswith("kernel ") for op in ops[side]), (side, ops[side])
     assert result["speed_ratio"] == result["speed_ratios"]["torch"]
     assert result["sides"]["ours"]["export_s"] > 0
     assert result["sides"]["ours_kernels"]["kernels"] is cpu_kernels.available()
