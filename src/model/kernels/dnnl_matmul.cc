@@ -12,8 +12,8 @@
 // per product (AttentionBf16, AttentionGradBf16): per pair they measured no faster than float32 sgemm at 128
 // positions (through dnnl_gemm_bf16bf16f32 a 128 x 128 x 64 product ran at 0.55-0.85x sgemm's rate on a Xeon with
 // AMX), batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Without AMX (the same Xeon
-// under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, as on AMD Zen 4) batched they were slower than float32 per pair: 162-173
-// against 121 ms per train step, 241-254 against 159-169 ms per int8 serving call at batch 32; there attention keeps
+// under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, as on AMD Zen 4) batched they were slower than float32 per pair: 162-190
+// against 113-121 ms per train step, 232-267 against 159-188 ms per int8 serving call at batch 32; there attention keeps
 // float32 sgemm per pair (AmxBf16). So does attention with dropout on its probabilities (two calls around the
 // dropout). Softmax and its gradient, LayerNorm and everything else stay float32.
 // Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
