@@ -314,8 +314,9 @@ def int8_support() -> Tuple[bool, str]:
 
 
 def set_bf16(on: bool) -> None:
-    """Every product of the kernels in bfloat16 with float32 accumulation (on), or in float32; the rest of the
-    network (softmax, LayerNorm, GELU, losses) stays float32 either way. Process-wide, like set_threads."""
+    """The dense layers' products of the kernels (and, where oneDNN runs bfloat16 on AMX, the fused attention's) in
+    bfloat16 with float32 accumulation (on), or in float32; the rest of the network (softmax, LayerNorm, GELU,
+    losses) stays float32 either way. Process-wide, like set_threads."""
     _requested_bf16[0] = bool(on)
     path = _build()[0] if _build.cache_info().currsize else None
     if path:
@@ -478,8 +479,9 @@ def fused_attention(num_heads: int) -> ops.Custom:
     """(q, k, v [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> (context [B, S, H], probs [B, N, S, S]):
     `attention` without dropout between the softmax and the context, each (batch row, head) pair's scores, softmax and
     context computed while its S x S block is in cache, the probabilities kept for the backward, which is one call
-    too (no [B, N, S, S] gradient of the probabilities in memory). The probabilities are for the backward only: the
-    gradient reaching them as an output is taken as zero."""
+    too (no [B, N, S, S] gradient of the probabilities in memory). Under set_bf16 on AMX its products run in
+    bfloat16 instead, a batch row's heads in one oneDNN call per product (AttentionBf16, AttentionGradBf16). The
+    probabilities are for the backward only: the gradient reaching them as an output is taken as zero."""
     def shapes(q, k, v, bias, scale):
         return q, [q[0], num_heads, q[1], q[1]]
 
@@ -496,7 +498,8 @@ def attention_inference(num_heads: int, bf16: bool = False) -> ops.Custom:
     """(q, k, v [B, S, H], bias, scale [1], heads [1] int32 = num_heads) -> context [B, S, H]: `fused_attention`
     for networks built for evaluation and serving, writing no probabilities (each pair's live in the thread's
     scratch); differentiated all the same (the backward computes the probabilities again, in float32). With `bf16`
-    (int8 serving), its products in bfloat16, a batch row's heads in one oneDNN call each (AttentionBf16)."""
+    (int8 serving), on AMX its products in bfloat16, a batch row's heads in one oneDNN call each (AttentionBf16);
+    elsewhere float32 per pair (faster there)."""
     probs, _ = attention(num_heads)
     grad = _attention_grad()
 
