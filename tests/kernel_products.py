@@ -3,8 +3,8 @@ what oneDNN may use: the dense products (forward and both gradients) against flo
 bfloat16 (weights rounded per call, and their bfloat16 copy from the graph), and serving's int8 products (where oneDNN
 has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized operands, on 1 and 2
 threads; the feed-forward network in one call under bfloat16 as the three kernels it replaces; below AMX, attention
-(training in bfloat16, serving in int8) as the float32 attention, bit for bit. The last line printed is the kernels'
-oneDNN description."""
+(int8 serving's, and training's in bfloat16 but where the status line says it runs batched) as the float32
+attention, bit for bit. The last line printed is the kernels' oneDNN description."""
 import ctypes
 import sys
 from pathlib import Path
@@ -15,7 +15,8 @@ import numpy as np  # noqa: E402
 
 from src.model import cpu_kernels  # noqa: E402
 from tests.test_cpu_kernels import (Call, FeedForward, FusedContext, WithCopies, amx_bf16,  # noqa: E402
-                                    assert_bf16_product, assert_close, attention_operands, bf16_rounded,
+                                    assert_bf16_product, assert_close, attention_operands, batched_attention,
+                                    bf16_rounded,
                                     dense_grads, feed_forward_operands, forward_and_input_grads, int8_operands,
                                     int8_reference, run_feed_forward)
 
@@ -31,12 +32,14 @@ def feed_forward(copies: bool) -> None:
 
 
 def attention_below_amx() -> None:
-    """Without AMX the attention of training in bfloat16 (set_bf16 on) and of int8 serving is the float32 attention,
-    forward and backward, bit for bit (batched bfloat16 products measured slower there)."""
+    """Without AMX int8 serving's attention is the float32 attention, bit for bit, and so is the attention of training
+    in bfloat16 (set_bf16 on), forward and backward, unless the status line says training runs it batched (AMD's
+    AVX512-BF16; test_cpu_kernels checks those numerics): then within bfloat16's error of float32."""
     import mindspore as ms
     from mindspore import Tensor
 
     assert not amx_bf16(), "run under ONEDNN_MAX_CPU_ISA below AMX"
+    assert "int8 serving" not in batched_attention()
     heads = 4
     (q, k, v, dc), bias, scale = attention_operands(2, 40, heads, 16, "row", 4)
     inputs = [q, k, v, bias, np.array([scale], np.float32)]
@@ -44,7 +47,10 @@ def attention_below_amx() -> None:
     cpu_kernels.set_bf16(False)
     float32, float32_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
     for got, want in zip([bf16.asnumpy(), *bf16_grads[:3]], [float32.asnumpy(), *float32_grads[:3]]):
-        np.testing.assert_array_equal(got, want)
+        if "training" in batched_attention():
+            assert 0 < np.abs(got - want).max() < 0.03 * max(1.0, np.abs(want).max())
+        else:
+            np.testing.assert_array_equal(got, want)
     served = [Tensor(q), Tensor(k), Tensor(v), Tensor(bias), Tensor([scale], ms.float32), Tensor([heads], ms.int32)]
     np.testing.assert_array_equal(Call(cpu_kernels.attention_inference(heads, bf16=True))(*served).asnumpy(),
                                   Call(cpu_kernels.attention_inference(heads))(*served).asnumpy())

@@ -154,10 +154,26 @@ def bf16_products():
     cpu_kernels.set_bf16(False)
 
 
+def _bf16_status() -> str:
+    return cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]
+
+
 def amx_bf16() -> bool:
-    """Whether oneDNN runs the bfloat16 primitives on AMX here (the kernels' status line names the ISA): the choices
-    measured faster only there (the BLAS-style call for long sums, batched bfloat16 attention) apply only there."""
-    return "amx" in cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]
+    """Whether oneDNN runs the bfloat16 primitives on AMX here (the kernels' status line names the ISA): the BLAS-style
+    call for long sums, measured faster only there, applies only there."""
+    return "amx" in _bf16_status()
+
+
+def batched_attention() -> str:
+    """Where attention's products run in batched bfloat16 primitives, as the kernels' status line says: "training and
+    int8 serving" (AMX), "training" (AMD's AVX512-BF16) or "" (float32 per pair everywhere)."""
+    return _bf16_status().partition("batched attention: ")[2]
+
+
+def amd_cpu() -> bool:
+    """Whether /proc/cpuinfo names AMD as this CPU's vendor."""
+    return any(line.split(":")[-1].strip() == "AuthenticAMD"
+               for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("vendor_id"))
 
 
 def assert_bf16_product(got, bf16_operands, float32_operands):
@@ -222,6 +238,20 @@ def test_bf16_products_summing_many_terms_per_column_take_the_blas_style_call(m,
     blas = counts.get("thread: gemm_bf16bf16f32", (0, 0.0))[0]
     primitives = counts.get("thread: matmul primitive bf16", (0, 0.0))[0]
     assert (blas, primitives) == (blas_products * threads, (3 - blas_products) * threads), counts
+
+
+@needs_kernels
+def test_status_says_where_attention_runs_batched_in_bfloat16():
+    """Batched bfloat16 attention where it measured faster than float32 per pair (dnnl_matmul.cc): training and int8
+    serving on AMX; training only on an AMD CPU whose bfloat16 primitive is AVX512-BF16's (Zen 4 and later; at batch
+    1 int8 serving was no faster there); nowhere else (an Intel CPU without AMX, a CPU without bfloat16 products)."""
+    bf16 = cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]
+    if amx_bf16():
+        assert batched_attention() == "training and int8 serving", bf16
+    elif amd_cpu() and "avx512_core_bf16" in bf16:
+        assert batched_attention() == "training", bf16
+    else:
+        assert batched_attention() == "" and "batched attention" not in bf16, bf16
 
 
 @needs_kernels
@@ -390,8 +420,9 @@ def test_the_primitive_cache_stays_bounded_as_shapes_change(bf16_products):
 @pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"])
 def test_products_on_a_lower_isa_forced(isa):
     """ONEDNN_MAX_CPU_ISA caps what oneDNN may use (as on an older CPU; AVX512_CORE_BF16 is AMD Zen 4's): the kernels
-    still compute every dense product right, float32, bfloat16 and int8, run attention as in float32 (no AMX), and say
-    which implementations oneDNN picked (tests/kernel_products.py)."""
+    still compute every dense product right, float32, bfloat16 and int8, run attention as in float32 (no AMX; on an AMD
+    CPU with AVX512-BF16 training's in batched bfloat16), and say which implementations oneDNN picked
+    (tests/kernel_products.py)."""
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa, GLOG_v="3")
     result = subprocess.run([sys.executable, str(Path(__file__).with_name("kernel_products.py"))], env=env,
                             capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1])
@@ -400,6 +431,8 @@ def test_products_on_a_lower_isa_forced(isa):
     assert described.startswith("oneDNN 3.") and "; bfloat16: " in described and "; int8: " in described, described
     assert "amx" not in described and (isa != "AVX2" or "avx512" not in described), described
     assert "for long sums" not in described  # the BLAS-style rule was measured on AMX only
+    batched = isa == "AVX512_CORE_BF16" and amd_cpu()
+    assert ("batched attention: training" in described) == batched and "int8 serving" not in described, described
     # int8 only with exact int32 sums: VNNI (where the CPU has it) or AMX-INT8, never below
     int8 = described.split("; int8: ")[1]
     vnni = isa in ("AVX512_CORE_VNNI", "AVX512_CORE_BF16")
@@ -637,13 +670,13 @@ def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(
     """Int8 serving's attention on AMX: each batch row's heads in two bfloat16 products, q * scale, k, v and the
     softmax's probabilities rounded to bfloat16 (ties to even), softmax(q k^T + mask) in float32: equal to that
     computation in float64 from the rounded operands (a probability on a rounding boundary may round one step apart),
-    and close to the float32 attention. Without AMX (slower there, dnnl_matmul.cc) it is the float32 attention."""
+    and close to the float32 attention. Without AMX (no faster there, dnnl_matmul.cc) it is the float32 attention."""
     (q, k, v), bias, scale = attention_operands(batch, seq, heads, head_size, mask, 3)
     hidden = heads * head_size
     inputs = [Tensor(q), Tensor(k), Tensor(v), Tensor(bias), Tensor([scale], ms.float32), Tensor([heads], ms.int32)]
     got = Call(cpu_kernels.attention_inference(heads, bf16=True))(*inputs).asnumpy()
     float32 = Call(cpu_kernels.attention_inference(heads))(*inputs).asnumpy()
-    if not amx_bf16():
+    if "int8 serving" not in batched_attention():
         np.testing.assert_array_equal(got, float32)
         return
 
@@ -663,12 +696,13 @@ def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(
     (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row")])
 def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(batch, seq, heads, head_size, mask,
                                                                              threads, bf16_products):
-    """Under set_bf16(True) (training in bfloat16), on AMX, the fused attention's products run in bfloat16 too, each
-    batch row's heads in batched calls, softmax and its gradient in float32: forward as int8 serving's (q * scale, k,
-    v and the probabilities rounded), the probabilities kept in float32; backward dprobs = dc v^T, dv = p^T dc, ds =
-    scale p (dprobs - rowsum(p dprobs)), dq = ds k, dk = ds^T q with dc, q, k, v, p and ds rounded. Equal to that
-    computation in float64 from the rounded operands (a value on a rounding boundary may round one step apart), and
-    close to the float32 attention. Without AMX (slower there, dnnl_matmul.cc) it is the float32 attention."""
+    """Under set_bf16(True) (training in bfloat16), on AMX and AMD's AVX512-BF16, the fused attention's products run in
+    bfloat16 too, each batch row's heads in batched calls, softmax and its gradient in float32: forward as int8
+    serving's (q * scale, k, v and the probabilities rounded), the probabilities kept in float32; backward dprobs =
+    dc v^T, dv = p^T dc, ds = scale p (dprobs - rowsum(p dprobs)), dq = ds k, dk = ds^T q with dc, q, k, v, p and ds
+    rounded. Equal to that computation in float64 from the rounded operands (a value on a rounding boundary may round
+    one step apart), and close to the float32 attention. Elsewhere (slower there, dnnl_matmul.cc) it is the float32
+    attention."""
     (q, k, v, dc), bias, scale = attention_operands(batch, seq, heads, head_size, mask, 4)
     hidden = heads * head_size
     inputs = [q, k, v, bias, np.array([scale], np.float32)]
@@ -676,7 +710,7 @@ def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(bat
     kept = Call(cpu_kernels.fused_attention(heads))(*map(Tensor, inputs))[1].asnumpy()
     cpu_kernels.set_bf16(False)
     float32, float32_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
-    if not amx_bf16():
+    if "training" not in batched_attention():
         for bf16, want in zip([got.asnumpy(), dq, dk, dv], [float32.asnumpy(), *float32_grads[:3]]):
             np.testing.assert_array_equal(bf16, want)
         return

@@ -314,7 +314,7 @@ def int8_support() -> Tuple[bool, str]:
 
 
 def set_bf16(on: bool) -> None:
-    """The dense layers' products of the kernels (and, where oneDNN runs bfloat16 on AMX, the fused attention's) in
+    """The dense layers' products of the kernels (and, on AMX and AMD's AVX512-BF16, the fused attention's) in
     bfloat16 with float32 accumulation (on), or in float32; the rest of the network (softmax, LayerNorm, GELU,
     losses) stays float32 either way. Process-wide, like set_threads."""
     _requested_bf16[0] = bool(on)
@@ -479,9 +479,10 @@ def fused_attention(num_heads: int) -> ops.Custom:
     """(q, k, v [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> (context [B, S, H], probs [B, N, S, S]):
     `attention` without dropout between the softmax and the context, each (batch row, head) pair's scores, softmax and
     context computed while its S x S block is in cache, the probabilities kept for the backward, which is one call
-    too (no [B, N, S, S] gradient of the probabilities in memory). Under set_bf16 on AMX its products run in
-    bfloat16 instead, a batch row's heads in one oneDNN call per product (AttentionBf16, AttentionGradBf16). The
-    probabilities are for the backward only: the gradient reaching them as an output is taken as zero."""
+    too (no [B, N, S, S] gradient of the probabilities in memory). Under set_bf16 on AMX and AMD's AVX512-BF16 its
+    products run in bfloat16 instead, a batch row's heads in one oneDNN call per product (AttentionBf16,
+    AttentionGradBf16). The probabilities are for the backward only: the gradient reaching them as an output is taken
+    as zero."""
     def shapes(q, k, v, bias, scale):
         return q, [q[0], num_heads, q[1], q[1]]
 

@@ -11,16 +11,20 @@
 // On AMX the fused attention's products run in bfloat16 too, each batch row's heads in one batched primitive call
 // per product (AttentionBf16, AttentionGradBf16): per pair they measured no faster than float32 sgemm at 128
 // positions (through dnnl_gemm_bf16bf16f32 a 128 x 128 x 64 product ran at 0.55-0.85x sgemm's rate on a Xeon with
-// AMX), batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Without AMX (the same Xeon
-// under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, as on AMD Zen 4) batched they were slower than float32 per pair: 162-190
-// against 113-121 ms per train step, 232-267 against 159-188 ms per int8 serving call at batch 32; there attention keeps
-// float32 sgemm per pair (AmxBf16). So does attention with dropout on its probabilities (two calls around the
-// dropout). Softmax and its gradient, LayerNorm and everything else stay float32.
+// AMX), batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Training does so on AMD's
+// AVX512-BF16 too (BatchedBf16AttentionInTraining): on a Zen 5 EPYC (bfloat16 products at 1.9x sgemm's peak) from 53
+// to 39-42 ms per step. Where bfloat16 runs no faster than float32 (the Xeon under
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16: its bfloat16 peak 160 GFLOP/s against sgemm's ~280) batched they were slower
+// than float32 per pair, 162-190 against 113-121 ms per train step, and attention keeps float32 sgemm per pair. So
+// does attention with dropout on its probabilities (two calls around the dropout). Softmax and its gradient,
+// LayerNorm and everything else stay float32.
 // Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
 // feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; on AMX
-// its attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair. Serving in
-// float32 or bfloat16 runs attention's products in float32 per pair.
+// its attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair (on Zen 5 they
+// measured no faster: 2.8 against 2.2 ms per call at batch 1, 69-82 against 75-78 at batch 32). Serving in float32 or
+// bfloat16 runs attention's products in float32 per pair.
 // See src/model/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <cmath>
@@ -160,6 +164,27 @@ std::string PrimitiveImplementation(int type);
 bool AmxBf16() {
   static const bool amx = PrimitiveImplementation(albert::dnnl::kBf16).find("amx") != std::string::npos;
   return amx;
+}
+
+// Whether this CPU is AMD's (CPUID's vendor string).
+bool AmdCpu() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
+  char vendor[13] = {};
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  return std::strcmp(vendor, "AuthenticAMD") == 0;
+}
+
+// Whether training in bfloat16 runs attention's products in batched bfloat16 primitives (decided once): where they
+// measured faster than float32 per pair, on AMX and on AMD's AVX512-BF16 (Zen 4 and later: bfloat16 products at about
+// twice sgemm's rate; an Intel CPU without AMX runs them at float32's rate or below).
+bool BatchedBf16AttentionInTraining() {
+  static const bool batched =
+      AmxBf16() || (AmdCpu() && PrimitiveImplementation(albert::dnnl::kBf16).find("avx512_core_bf16") !=
+                                    std::string::npos);
+  return batched;
 }
 
 int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const Matrix &a, const Matrix &b,
@@ -1109,6 +1134,9 @@ int DnnlDescribe(char *out, int size) {
   const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
   text += bf16.empty() ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)" : "matmul primitive " + bf16;
   if (!bf16.empty() && AmxBf16()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
+  if (!bf16.empty() && BatchedBf16AttentionInTraining()) {
+    text += AmxBf16() ? ", batched attention: training and int8 serving" : ", batched attention: training";
+  }
   text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
                        : ExactInt8(int8) ? "matmul primitive " + int8
                                          : "none (oneDNN's int8 matmul here, " + int8 + ", has neither VNNI nor AMX: "
@@ -1235,10 +1263,11 @@ int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void
   });
   return 0;
 }
-// Under SetBf16(1) (training in bfloat16) attention's products run in bfloat16 too (AttentionBf16), on AMX.
+// Under SetBf16(1) (training in bfloat16) attention's products run in bfloat16 too (AttentionBf16) where that
+// measured faster (BatchedBf16AttentionInTraining).
 int FusedAttention(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttention");
-  return Bf16() && AmxBf16() ? AttentionBf16(true, p, d, s, t) : Attention(true, p, d, s, t);
+  return Bf16() && BatchedBf16AttentionInTraining() ? AttentionBf16(true, p, d, s, t) : Attention(true, p, d, s, t);
 }
 int FusedAttentionInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionInference");
@@ -1252,7 +1281,7 @@ int FusedAttentionInferenceBf16(int, void **p, int *d, int64_t **s, const char *
 }
 int FusedAttentionGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionGrad");
-  return Bf16() && AmxBf16() ? AttentionGradBf16(p, d, s, t) : AttentionGrad(p, d, s, t);
+  return Bf16() && BatchedBf16AttentionInTraining() ? AttentionGradBf16(p, d, s, t) : AttentionGrad(p, d, s, t);
 }
 int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("HeadProbs");
