@@ -14,7 +14,7 @@
 // AMX), batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Training does so on AMD's
 // AVX512-BF16 too (BatchedBf16AttentionInTraining): on a Zen 5 EPYC (bfloat16 products at 1.9x sgemm's peak) from 53
 // to 39-42 ms per step. Where bfloat16 runs no faster than float32 (the Xeon under
-// ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16: its bfloat16 peak 160 GFLOP/s against sgemm's ~280) batched they were slower
+// ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16: its bfloat16 peak 160 GFLOP/s, sgemm's 279) batched they were slower
 // than float32 per pair, 162-190 against 113-121 ms per train step, and attention keeps float32 sgemm per pair. So
 // does attention with dropout on its probabilities (two calls around the dropout). Softmax and its gradient,
 // LayerNorm and everything else stay float32.
