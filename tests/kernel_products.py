@@ -16,9 +16,8 @@ import numpy as np  # noqa: E402
 from src.model import cpu_kernels  # noqa: E402
 from tests.test_cpu_kernels import (Call, FeedForward, FusedContext, WithCopies, amx_bf16,  # noqa: E402
                                     assert_bf16_product, assert_close, attention_operands, batched_attention,
-                                    bf16_rounded,
-                                    dense_grads, feed_forward_operands, forward_and_input_grads, int8_operands,
-                                    int8_reference, run_feed_forward)
+                                    bf16_rounded, dense_grads, feed_forward_operands, forward_and_input_grads,
+                                    int8_operands, int8_reference, run_feed_forward)
 
 
 def feed_forward(copies: bool) -> None:
