@@ -271,7 +271,7 @@ def test_served_weights_are_made_once_at_load(monkeypatch):
             # per layer: query/key/value; attention's output, residual and LayerNorm; the feed-forward network with
             # its residual and LayerNorm (post-LN); the embeddings' projection and the pooler besides
             assert counts["DenseQKVInt8"][0] == counts["DenseResidualNormInt8"][0] == layers
-            assert counts["FusedAttentionInferenceBf16"][0] == layers  # attention's products in bfloat16
+            assert counts["FusedAttentionInferenceBf16"][0] == layers  # bfloat16 products on AMX, float32 elsewhere
             assert counts["FeedForwardNormInt8"][0] == layers and counts["MatMulInt8Bias"][0] == 2
             assert counts["LayerNorm"][0] == 1  # the embeddings'; the blocks' inside the int8 calls
             assert not {"MatMulNT", "MatMulNTBias", "MatMulNTCopy", "MatMulNTBiasCopy", "DenseQKV",
