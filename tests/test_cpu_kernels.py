@@ -164,6 +164,12 @@ def amx_bf16() -> bool:
     return "amx" in _bf16_status()
 
 
+def amd_bf16() -> bool:
+    """Whether this is an AMD CPU whose bfloat16 primitives run on AVX512-BF16 (Zen 4 and later): the BLAS-style call
+    for large weight gradients, measured faster only there, applies only there."""
+    return amd_cpu() and "avx512_core_bf16" in _bf16_status()
+
+
 def batched_attention() -> str:
     """Where attention's products run in batched bfloat16 primitives, as the kernels' status line says: "training and
     int8 serving" (AMX), "training" (AMD's AVX512-BF16) or "" (float32 per pair everywhere)."""
@@ -187,12 +193,12 @@ def assert_bf16_product(got, bf16_operands, float32_operands):
 @needs_kernels
 @pytest.mark.parametrize("copy", [False, True], ids=["float32_weights", "bf16_copy"])
 @pytest.mark.parametrize("m, k, n", [(63, 17, 9), (200, 70, 130), (600, 20, 70), (1024, 256, 384),
-                                     (1100, 2048, 40), (600, 30, 2048)])
+                                     (1100, 2048, 40), (600, 30, 2048), (256, 1024, 3072)])
 def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, threads, bf16_products):
     """Under set_bf16(True) every dense product (x w^T forward, dy w and dy^T x backward, read in place or
     transposed), whatever its size and whether a primitive or the BLAS-style call runs it (on AMX, k >= 2048 and
     k >= 4 x the block's columns: the forward of (1100, 2048, 40) on one or two threads, the input gradient of
-    (600, 30, 2048)), is the float64 product of the operands rounded to bfloat16: with float32 weights (each call
+    (600, 30, 2048); on AMD's AVX512-BF16 the weight gradient of (256, 1024, 3072)), is the float64 product of the operands rounded to bfloat16: with float32 weights (each call
     rounds them) and with the weights' bfloat16 copy made in the graph (the network's way), whose weights still get
     their gradient, in float32."""
     rng = np.random.default_rng(m * k)
@@ -210,21 +216,26 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, th
 
 
 @needs_kernels
-@pytest.mark.parametrize("m, k, n, blas_products", [(1536, 2048, 192, 1), (1536, 64, 2048, 1), (1536, 960, 192, 0),
-                                                   (1536, 2048, 768, 0), (300, 2048, 192, 0), (2048, 64, 192, 0)],
+@pytest.mark.parametrize("m, k, n, on_amx", [(1536, 2048, 192, 1), (1536, 64, 2048, 1), (1536, 960, 192, 0),
+                                             (1536, 2048, 768, 0), (300, 2048, 192, 0), (2048, 64, 192, 0),
+                                             (256, 1024, 3072, 0)],
                          ids=["forward", "input_grad", "few_terms", "few_per_column", "forward_of_few_rows",
-                              "weight_grad"])
-def test_bf16_products_summing_many_terms_per_column_take_the_blas_style_call(m, k, n, blas_products, threads,
-                                                                             bf16_products):
-    """The rule measured on AMX (dnnl_matmul.cc, benchmarks/bench_products.py): a forward or input gradient with
-    k >= 2048 and k >= 4 x its block's output columns runs through dnnl_gemm_bf16bf16f32, everything else through a
-    primitive: the weight gradient always ("weight_grad": k = 2048 tokens over 64 columns, kept only by that), a
-    forward of under 512 rows (split by columns), and "few_per_column" (k = 2048 < 4 x 768). Without AMX every
-    product keeps the primitive, and the kernels' status line says which. Counted with the kernels' profile over one
-    forward and backward: each of the three products split over every thread."""
-    amx = amx_bf16()
+                              "weight_grad", "large_weight_grad"])
+def test_bf16_products_where_the_blas_style_call_measured_faster_take_it(m, k, n, on_amx, threads, bf16_products):
+    """The rules measured per CPU (dnnl_matmul.cc, benchmarks/bench_products.py). On AMX (`on_amx`): a forward or
+    input gradient with k >= 2048 and k >= 4 x its block's output columns runs through dnnl_gemm_bf16bf16f32,
+    everything else through a primitive: the weight gradient always ("weight_grad": k = 2048 tokens over 64 columns,
+    kept only by that), a forward of under 512 rows (split by columns), and "few_per_column" (k = 2048 < 4 x 768). On
+    AMD's AVX512-BF16: only a weight gradient dw [n, k] whose block on each thread (n / threads rows) has 2^20 outputs
+    or more, each a sum over 64 tokens (m) or more ("large_weight_grad" on any of the three thread counts,
+    "few_per_column" on one thread). Elsewhere every product keeps the primitive, and the kernels' status line says
+    which rule applies. Counted with the kernels' profile over one forward and backward: each of the three products
+    split over every thread."""
+    amx, amd = amx_bf16(), amd_bf16()
     assert ("dnnl_gemm_bf16bf16f32 for long sums" in cpu_kernels.onednn()) == amx
-    blas_products *= amx
+    assert ("dnnl_gemm_bf16bf16f32 for large weight gradients" in cpu_kernels.onednn()) == amd
+    large_weight_grad = m >= 64 and n // threads * k >= 2 ** 20
+    blas_products = int(bool(on_amx and amx) or (large_weight_grad and amd))
     rng = np.random.default_rng(k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     cell, tensors = Call(cpu_kernels.matmul_nt_bias()), [Tensor(x), Tensor(w), Tensor(b)]
@@ -431,8 +442,9 @@ def test_products_on_a_lower_isa_forced(isa):
     assert described.startswith("oneDNN 3.") and "; bfloat16: " in described and "; int8: " in described, described
     assert "amx" not in described and (isa != "AVX2" or "avx512" not in described), described
     assert "for long sums" not in described  # the BLAS-style rule was measured on AMX only
-    batched = isa == "AVX512_CORE_BF16" and amd_cpu() and "avx512_core_bf16" in described
-    assert ("batched attention: training" in described) == batched and "int8 serving" not in described, described
+    amd = isa == "AVX512_CORE_BF16" and amd_cpu() and "avx512_core_bf16" in described  # AMD's rules apply
+    assert ("batched attention: training" in described) == amd and "int8 serving" not in described, described
+    assert ("for large weight gradients" in described) == amd, described
     # int8 only with exact int32 sums: VNNI (where the CPU has it) or AMX-INT8, never below
     int8 = described.split("; int8: ")[1]
     vnni = isa in ("AVX512_CORE_VNNI", "AVX512_CORE_BF16")

@@ -7,7 +7,8 @@
 // accumulation: each float32 operand is rounded to bfloat16 once per call, over the threads (a dense layer's weights
 // come already rounded: the graph makes their bfloat16 copy once per step, see cpu_kernels.Dense), and the products
 // run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h), or as dnnl_gemm_bf16bf16f32 where
-// the primitive API is missing and, on AMX, for the long sums where it measured faster (kBf16BlasFromTerms).
+// the primitive API is missing and where it measured faster: on AMX for the long sums (kBf16BlasFromTerms), on AMD's
+// AVX512-BF16 for the large weight gradients (kAmdBlasGradOutputs).
 // On AMX the fused attention's products run in bfloat16 too, each batch row's heads in one batched primitive call
 // per product (AttentionBf16, AttentionGradBf16): per pair they measured no faster than float32 sgemm at 128
 // positions (through dnnl_gemm_bf16bf16f32 a 128 x 128 x 64 product ran at 0.55-0.85x sgemm's rate on a Xeon with
@@ -85,6 +86,15 @@ const int64_t kColumnSplitBelowRows = 512;
 // AMX: there every bfloat16 product keeps the primitive (bench_products.py measures it on any CPU).
 const int64_t kBf16BlasFromTerms = 2048;
 const int64_t kBf16BlasDepthPerColumn = 4;
+// On AMD's AVX512-BF16 (AmdBf16), a weight gradient whose block on a thread has at least kAmdBlasGradOutputs outputs,
+// each a sum of at least kAmdBlasGradFromTerms terms, runs through the BLAS-style call, everything else through
+// primitives. Measured per product with benchmarks/bench_products.py on a Zen 5 EPYC (oneDNN 3.10.1, 2 threads,
+// 2026-11-27; benchmarks/results): ALBERT-base's feed-forward weight gradients (blocks of 1536 x 768 and 384 x 3072)
+// ran 1.04-1.85x as fast through dnnl_gemm_bf16bf16f32 at 256 to 4096 tokens, the masked-LM decoder's (15000 x 128)
+// 1.10-1.25x from 80 terms (0.84x at 40); the smaller weight gradients (384 x 768 and below) 0.70-1.11x, and every
+// forward and input gradient of k = 768 slower (0.72-0.97x).
+const int64_t kAmdBlasGradOutputs = 1 << 20;
+const int64_t kAmdBlasGradFromTerms = 64;
 
 // A product's operand: a row-major matrix (leading dimension ld) in float32, or in bfloat16 when the call's
 // products run in bfloat16.
@@ -177,14 +187,27 @@ bool AmdCpu() {
   return std::strcmp(vendor, "AuthenticAMD") == 0;
 }
 
-// Whether training in bfloat16 runs attention's products in batched bfloat16 primitives (decided once): where they
-// measured faster than float32 per pair, on AMX and on AMD's AVX512-BF16 (Zen 4 and later: bfloat16 products at about
-// twice sgemm's rate; an Intel CPU without AMX runs them at float32's rate or below).
-bool BatchedBf16AttentionInTraining() {
-  static const bool batched =
-      AmxBf16() || (AmdCpu() && PrimitiveImplementation(albert::dnnl::kBf16).find("avx512_core_bf16") !=
-                                    std::string::npos);
-  return batched;
+// Whether this is an AMD CPU whose bfloat16 primitive runs on AVX512-BF16 (Zen 4 and later: bfloat16 products at
+// about twice sgemm's rate; decided once). The choices measured faster there (kAmdBlasGradOutputs' rule, batched
+// attention in training) apply only there.
+bool AmdBf16() {
+  static const bool amd =
+      AmdCpu() && PrimitiveImplementation(albert::dnnl::kBf16).find("avx512_core_bf16") != std::string::npos;
+  return amd;
+}
+
+// Whether training in bfloat16 runs attention's products in batched bfloat16 primitives: where they measured faster
+// than float32 per pair, on AMX and on AMD's AVX512-BF16 (an Intel CPU without AMX runs bfloat16 products at
+// float32's rate or below).
+bool BatchedBf16AttentionInTraining() { return AmxBf16() || AmdBf16(); }
+
+// Whether GemmBlock's bfloat16 product of a block [rows, columns], each output a sum of k terms, runs through
+// dnnl_gemm_bf16bf16f32 rather than a primitive, where that measured faster (kBf16BlasFromTerms on AMX,
+// kAmdBlasGradOutputs on AMD); `ta` marks a weight gradient (dy^T x), `tb` a forward (x w^T).
+bool Bf16BlasFaster(bool ta, bool tb, int64_t rows, int64_t columns, int64_t k) {
+  if (ta) return rows * columns >= kAmdBlasGradOutputs && k >= kAmdBlasGradFromTerms && AmdBf16();
+  return k >= kBf16BlasFromTerms && k >= kBf16BlasDepthPerColumn * columns && !(tb && rows < kColumnSplitBelowRows) &&
+         AmxBf16();
 }
 
 int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const Matrix &a, const Matrix &b,
@@ -194,9 +217,7 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
-  const bool bf16_blas_faster = a.bf16 && !ta && k >= kBf16BlasFromTerms && k >= kBf16BlasDepthPerColumn * columns &&
-                                !(tb && rows < kColumnSplitBelowRows) && AmxBf16();
-  if (a.bf16 && !bf16_blas_faster) {
+  if (a.bf16 && !Bf16BlasFaster(ta, tb, rows, columns, k)) {
     ALBERT_PROFILE("thread: matmul primitive bf16");
     const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
     if (albert::dnnl::Run(shape, a.bf16 + a_start, b.bf16 + b_start, bias ? bias + block.c0 : nullptr, c_block)) {
@@ -1134,6 +1155,7 @@ int DnnlDescribe(char *out, int size) {
   const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
   text += bf16.empty() ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)" : "matmul primitive " + bf16;
   if (!bf16.empty() && AmxBf16()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
+  if (!bf16.empty() && AmdBf16()) text += ", dnnl_gemm_bf16bf16f32 for large weight gradients";
   if (!bf16.empty() && BatchedBf16AttentionInTraining()) {
     text += AmxBf16() ? ", batched attention: training and int8 serving" : ", batched attention: training";
   }

@@ -6,7 +6,7 @@
 // oneDNN picks). Measured on a Xeon with AMX, one thread, 512-row slices of ALBERT-base's dense layers: 1.2-1.4x the
 // rate of a primitive reading the float32 tensors in bfloat16 math (fpmath mode bf16, which converts both operands
 // on every call and keeps small shapes in float32), and mostly faster than dnnl_gemm_bf16bf16f32 (dnnl_matmul.cc
-// keeps that call for the long sums where it measured faster: kBf16BlasFromTerms).
+// keeps that call where it measured faster: kBf16BlasFromTerms, kAmdBlasGradOutputs).
 //
 // The library ships no headers: the few C API entry points used are declared here (oneDNN 3.x C API, stable across
 // 3.x) and looked up in the loaded library at run time, so that a libdnnl without them leaves the BLAS-style path
