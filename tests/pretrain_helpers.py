@@ -157,7 +157,6 @@ def pretraining_records(data) -> List[bytes]:
     import mindspore.dataset as ds
 
     import dataset
-    from src import create_pretraining_data as cpd
 
     files = dataset.resolve_mindrecord_files(data)
     rows = ds.MindDataset(files, shuffle=False).create_dict_iterator(output_numpy=True, num_epochs=1)

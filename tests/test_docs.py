@@ -247,7 +247,7 @@ def split_commands(line: str) -> List[List[str]]:
 def documented_commands(text: str) -> Iterator[Tuple[int, str]]:
     """(line number, command line) of every command a page shows."""
     lines = text.split("\n")
-    info, start = None, 0
+    info = None
     logical, first = "", 0
     for number, line in enumerate(lines, 1):
         stripped = line.strip()

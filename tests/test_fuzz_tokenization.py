@@ -5,7 +5,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from src import create_squad_data as csd
 from src.data import features as text_features
 from src.data.tokenization import BasicTokenizer, FullTokenizer, preprocess_text
 from tests.fuzz_helpers import TEXT, fuzz
