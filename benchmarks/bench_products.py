@@ -1,5 +1,6 @@
 """The dense layers' products alone, three ways through the libdnnl MindSpore ships: a matmul primitive reading the
-operands as stored (what src/model/kernels does in bfloat16), a matmul primitive on a right-hand operand reordered
+operands as stored (what src/model/kernels does in bfloat16 but where the BLAS-style call measured faster: see
+kBf16BlasFromTerms and kAmdBlasGradOutputs in dnnl_matmul.cc), a matmul primitive on a right-hand operand reordered
 into the layout oneDNN picks for it ("packed", the reorder timed apart), and the BLAS-style call
 (dnnl_gemm_bf16bf16f32; dnnl_sgemm, what the kernels do in float32), in one run, interleaved.
 
