@@ -83,7 +83,8 @@ const int64_t kColumnSplitBelowRows = 512;
 // input gradient (k = 3072, n = 768) 0.89-1.45x (above 1.1x in 10 of 13 runs), the masked-LM decoder's input gradient
 // (k = 30000, n = 128) 1.06-1.28x; every product with k = 768 0.50-1.02x; the weight gradients with k >= 2048 mixed
 // (0.84-1.63x), the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. Not measured without
-// AMX: there every bfloat16 product keeps the primitive (bench_products.py measures it on any CPU).
+// AMX: there every bfloat16 forward and input gradient keeps the primitive (bench_products.py measures it on any
+// CPU).
 const int64_t kBf16BlasFromTerms = 2048;
 const int64_t kBf16BlasDepthPerColumn = 4;
 // On AMD's AVX512-BF16 (AmdBf16), a weight gradient whose block on a thread has at least kAmdBlasGradOutputs outputs,
@@ -91,8 +92,8 @@ const int64_t kBf16BlasDepthPerColumn = 4;
 // primitives. Measured per product with benchmarks/bench_products.py on a Zen 5 EPYC (oneDNN 3.10.1, 2 threads,
 // 2026-11-27; benchmarks/results): ALBERT-base's feed-forward weight gradients (blocks of 1536 x 768 and 384 x 3072)
 // ran 1.04-1.85x as fast through dnnl_gemm_bf16bf16f32 at 256 to 4096 tokens, the masked-LM decoder's (15000 x 128)
-// 1.10-1.25x from 80 terms (0.84x at 40); the smaller weight gradients (384 x 768 and below) 0.70-1.11x, and every
-// forward and input gradient of k = 768 slower (0.72-0.97x).
+// 1.10-1.25x from 80 terms (0.84x at 40); the smaller weight gradients (384 x 768 and below) 0.70-1.11x; the forwards
+// and input gradients 0.50-1.55x, above 1.05x in only 8 of 60 rows and never for one product in every run.
 const int64_t kAmdBlasGradOutputs = 1 << 20;
 const int64_t kAmdBlasGradFromTerms = 64;
 
