@@ -198,9 +198,9 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, th
     """Under set_bf16(True) every dense product (x w^T forward, dy w and dy^T x backward, read in place or
     transposed), whatever its size and whether a primitive or the BLAS-style call runs it (on AMX, k >= 2048 and
     k >= 4 x the block's columns: the forward of (1100, 2048, 40) on one or two threads, the input gradient of
-    (600, 30, 2048); on AMD's AVX512-BF16 the weight gradient of (256, 1024, 3072)), is the float64 product of the operands rounded to bfloat16: with float32 weights (each call
-    rounds them) and with the weights' bfloat16 copy made in the graph (the network's way), whose weights still get
-    their gradient, in float32."""
+    (600, 30, 2048); on AMD's AVX512-BF16 the weight gradient of (256, 1024, 3072)), is the float64 product of the
+    operands rounded to bfloat16: with float32 weights (each call rounds them) and with the weights' bfloat16 copy
+    made in the graph (the network's way), whose weights still get their gradient, in float32."""
     rng = np.random.default_rng(m * k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
@@ -235,7 +235,7 @@ def test_bf16_products_where_the_blas_style_call_measured_faster_take_it(m, k, n
     assert ("dnnl_gemm_bf16bf16f32 for long sums" in cpu_kernels.onednn()) == amx
     assert ("dnnl_gemm_bf16bf16f32 for large weight gradients" in cpu_kernels.onednn()) == amd
     large_weight_grad = m >= 64 and n // threads * k >= 2 ** 20
-    blas_products = int(bool(on_amx and amx) or (large_weight_grad and amd))
+    blas_products = int((on_amx and amx) or (large_weight_grad and amd))
     rng = np.random.default_rng(k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     cell, tensors = Call(cpu_kernels.matmul_nt_bias()), [Tensor(x), Tensor(w), Tensor(b)]
