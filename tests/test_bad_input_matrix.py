@@ -74,7 +74,17 @@ def copy_of(name: str, truncate: int = 0, drop: str = "") -> Maker:
     return make
 
 
-_HOLDERS: List[subprocess.Popen] = []  # processes holding a lock for a row; they end with this test process
+_HOLDERS: List[subprocess.Popen] = []  # processes holding a lock for the current row (release_locks ends them)
+
+
+@pytest.fixture(autouse=True)
+def release_locks():
+    """Each row's lock holders end with its test, whatever the outcome: no process outlives the row that made it."""
+    yield
+    while _HOLDERS:
+        holder = _HOLDERS.pop()
+        holder.kill()
+        holder.communicate(timeout=30)
 
 
 def held_lock() -> Maker:
