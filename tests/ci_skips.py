@@ -2,8 +2,9 @@
 namespaces fails.
 
 Why: locally those skips are a convenience (no ../shared beside the clone, no C++ compiler), but in CI they would
-hide half of the suite behind an "s" (the assets alone gate ~260 tests). CI always has ../shared/assets, a compiler
-(.ci/run installs one) and requirements-dev.txt, so such a skip there means the suite did not prove what it claims.
+hide much of the suite behind an "s" (the assets alone gate over a third of it). CI always has ../shared/assets,
+a compiler (.ci/run installs one) and requirements-dev.txt, so such a skip there means the suite did not prove what
+it claims.
 
 CI mode is `CI=true` (or 1/yes, as CI services set it) or `pytest --ci`. Skips with other reasons (a GPU-only
 test on CPU, say) stay skips. tests/conftest.py imports these hooks; tests/test_ci_skips.py checks them.
