@@ -160,8 +160,10 @@ def check_request(args: Config, task: str) -> None:
     """Everything decidable from the flags alone, before MindSpore does any work."""
     check_checkpoint_given(args.export_ckpt_file)
     if args.quantize == "int8" and args.file_format != "ONNX":
-        raise UserError(f"--quantize int8 makes an ONNX model for ONNX Runtime (MindSpore has no int8 {args.file_format} "
-                        f"export on this path): add --file_format ONNX")
+        made = ("quantizes the ONNX export into OpenVINO IR" if args.engine == "openvino" else
+                "makes an ONNX model for ONNX Runtime")
+        raise UserError(f"--quantize int8 {made} (MindSpore has no int8 {args.file_format} export on this path): add "
+                        f"--file_format ONNX")
     check_openvino_request(args)
     if args.dynamic_batch and args.file_format != "MINDIR":
         raise UserError(f"dynamic_batch works with MINDIR only (MindSpore exports {args.file_format} with fixed "
@@ -212,16 +214,20 @@ def output_name(args: Config) -> str:
     return args.export_file_name or os.path.splitext(args.export_ckpt_file)[0]
 
 
-def split_suffix(file_name: str, file_format: str) -> Tuple[str, str]:
-    """(name without the format's suffix, the suffix): MindSpore appends the suffix itself."""
+def split_suffix(file_name: str, file_format: str, engine: str = "onnxruntime") -> Tuple[str, str]:
+    """(name without the format's suffix, the suffix): MindSpore appends the suffix itself. For OpenVINO the name
+    may also end in .xml, the suffix of the IR written in the ONNX file's place."""
     suffix = "." + file_format.lower()
-    return (file_name[:-len(suffix)] if file_name.lower().endswith(suffix) else file_name), suffix
+    for ending in (suffix, ".xml") if engine == "openvino" else (suffix,):
+        if file_name.lower().endswith(ending):
+            return file_name[:-len(ending)], suffix
+    return file_name, suffix
 
 
 def planned_outputs(file_name: str, file_format: str, engine: str = "onnxruntime") -> Tuple[List[str], List[str]]:
     """(files, folders): every path an export of `file_name` may write (a MINDIR over 1 GB is <name>_graph.mindir +
     <name>_variables/; int8 for OpenVINO is <name>.xml + <name>.bin)."""
-    base, suffix = split_suffix(file_name, file_format)
+    base, suffix = split_suffix(file_name, file_format, engine)
     if engine == "openvino":
         return [base + ".xml", base + ".bin"], []
     if file_format == "MINDIR":
@@ -279,7 +285,7 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
     over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved, for
     ONNX Runtime, or, given `calibration` (input batches), for OpenVINO: <name>.xml + <name>.bin in its place.
     `overwrite`: an earlier export of the name is replaced (check_request checked what it is), else never."""
-    base, suffix = split_suffix(file_name, file_format)
+    base, suffix = split_suffix(file_name, file_format, "openvino" if calibration is not None else "onnxruntime")
     if not os.path.basename(base) or os.path.isdir(base):
         raise UserError(f"export_file_name must name a file (MindSpore adds {suffix}), not a folder: {file_name}")
     with claimed_folder_of(base, "export_file_name"):

@@ -145,15 +145,20 @@ def check_args(args: argparse.Namespace) -> None:
         if missing:
             raise UserError(f"--engine {args.engine}: an ONNX model runs on {engine[0]} here: pip install "
                             f"{' '.join(missing)}")
-    elif args.engine == "openvino":
-        raise UserError(f"--engine {args.engine} serves an .onnx model (export.py --file_format ONNX): {args.model} "
-                        f"(an OpenVINO IR .xml runs on OpenVINO without it)")
+    elif args.engine:
+        raise UserError(f"--engine chooses the engine of an .onnx model (export.py --file_format ONNX): {args.model} "
+                        f"runs {'in this process' if args.model.endswith('.ckpt') else 'on MindSpore'} (an OpenVINO "
+                        f"IR .xml runs on OpenVINO without it)")
     if not args.model.endswith(".ckpt"):
         if args.precision == "int8":
             raise UserError(f"--precision int8 quantizes a .ckpt as it loads; an exported model is quantized by "
                             f"export.py --quantize int8: {args.model}")
+        if args.precision != "float32" and args.engine != "openvino":
+            fix = "add --engine openvino" if args.model.endswith(".onnx") else "serve the .ckpt, or an .onnx export " \
+                                                                              "with --engine openvino"
+            raise UserError(f"--precision {args.precision} is for a .ckpt or OpenVINO's precision hint (.onnx with "
+                            f"--engine openvino, .xml); {args.model} runs as it was exported: {fix}")
         used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]
-        used += ["precision"] if args.precision != "float32" and args.engine != "openvino" else []
         if used:
             raise UserError(f"--{used[0]} is for a .ckpt model; an exported model has its own")
     if args.precision == "bfloat16":
@@ -177,10 +182,32 @@ def check_args(args: argparse.Namespace) -> None:
         if args.output_file and os.path.isdir(args.output_file):
             raise UserError(f"--output_file must name a file, not a folder: {args.output_file}")
         if args.output_file:
-            check_outputs([args.output_file], args.overwrite, {"--input_file": args.input_file, "--model": args.model},
-                          flag="--overwrite")
+            check_outputs([args.output_file], args.overwrite, files_read(args), flag="--overwrite")
     elif args.output_file:
         raise UserError("--output_file goes with --input_file; one request is printed on stdout")
+
+
+def check_query_length(args: argparse.Namespace, seq: int) -> None:
+    """SQuAD: the question (at most --max_query_length pieces) must leave room for context in the model's sequence
+    length, known before the model is loaded."""
+    if args.task.startswith("squad") and args.max_query_length > seq - 4:
+        source = "--seq_length" if args.model.endswith(".ckpt") else "the length it was exported with"
+        raise UserError(f"--max_query_length {args.max_query_length} leaves no room for context in the model's "
+                        f"sequence length {seq} ({source}): give at most {max(seq - 4, 1)}")
+
+
+def files_read(args: argparse.Namespace) -> Dict[str, str]:
+    """Every file the run reads, by what names it: --output_file never replaces one of them (an IR's weights are
+    the .bin beside its .xml, a checkpoint's network the config saved beside it)."""
+    files = {"--input_file": args.input_file, "--model": args.model, "--spm_model_file": args.spm_model_file,
+             "--vocab_file": args.vocab_file, "--config_path": args.config_path}
+    if args.model.endswith(".xml"):
+        files["the weights of --model"] = str(Path(args.model).with_suffix(".bin"))
+    if args.model.endswith(".ckpt"):
+        from src.training.network_config import config_beside
+
+        files["the network config of --model"] = config_beside(args.model)
+    return files
 
 
 def check_openvino_ir(args: argparse.Namespace) -> None:
@@ -227,6 +254,7 @@ def main(argv: List[str]) -> int:
     args = parse_args(argv)
     check_args(args)
     shape = model_shape(args)
+    check_query_length(args, shape.seq)
     batch = rows_per_call(args, shape)
     if args.input_file:
         total, alone = survey_requests(args.input_file, args.task, shape.choices)

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -42,6 +42,17 @@ def text(content: str) -> Maker:
 
 def raw(content: bytes) -> Maker:
     return lambda bad, fx: bad.write_bytes(content)
+
+
+def beside(texts: Dict[str, str], copies: Sequence[Tuple[str, str]] = ()) -> Maker:
+    """{bad}'s folder holding text files (name: content) and copies of fixture files ((fixture file, where: "{bad}"
+    or "{bad}<ending>")), e.g. a requests file beside a model."""
+    def make(bad: Path, fx: Path) -> None:
+        for name, content in texts.items():
+            (bad.parent / name).write_text(content, encoding="utf-8")
+        for source, name in copies:
+            shutil.copy(fx / source, name.format(bad=bad))
+    return make
 
 
 def gzip_cut(content: str) -> Maker:
@@ -614,6 +625,9 @@ MATRIX: List[Row] = [
         ["export_seq_length 1000 exceeds the network's max_position_embeddings 512"]),
     row(EXPORT, "int8 without ONNX", "--quantize int8",
         ["--quantize int8 makes an ONNX model for ONNX Runtime", "add --file_format ONNX"]),
+    row(EXPORT, "int8 for OpenVINO without ONNX (was: named ONNX Runtime)", "--quantize int8 --engine openvino "
+        "--calibration_file {fx}/mrpc_train.mindrecord",
+        ["--quantize int8 quantizes the ONNX export into OpenVINO IR", "add --file_format ONNX"]),
     row(EXPORT, "export_batch_size 0", "--export_batch_size 0",
         ["key 'export_batch_size' must be in [1, 65536], got 0"]),
     row(EXPORT, "absurd export_seq_length", "--export_seq_length 100000",
@@ -757,7 +771,11 @@ MATRIX: List[Row] = [
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "OpenVINO for a checkpoint", "--engine openvino --text_a hi",
-        ["--engine openvino serves an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt"]),
+        ["--engine chooses the engine of an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt runs in this "
+         "process"]),
+    row(PREDICT, "ONNX Runtime for a checkpoint (was: ignored)", "--engine onnxruntime --text_a hi",
+        ["--engine chooses the engine of an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt runs in this "
+         "process"]),
     row(PREDICT, "model of another kind", "--model {bad} --text_a hi", ["--model must be a .mindir", "{bad}"],
         text("weights"), bad="model.pb"),
     row(PREDICT, "HF transformers folder as model (was: model not found)", "--model {bad} --text_a hi",
@@ -784,11 +802,19 @@ MATRIX: List[Row] = [
     row(PREDICT, "classifier checkpoint as SQuAD", "--task squad_v1 --question q --context c",
         ["{fx}/cls.ckpt holds a classifier/RACE head (classifier.*) but --task squad_v1 needs a squad_v1 head: use "
          "--task classifier"]),
+    row(PREDICT, "SQuAD question longer than the sequence (was: named max_seq_length, after loading)",
+        "--task squad_v1 --question q --context c --seq_length 64 --max_query_length 64",
+        ["--max_query_length 64 leaves no room for context in the model's sequence length 64 (--seq_length): give at "
+         "most 60"]),
     row(PREDICT, "seq_length > max_position_embeddings", "--seq_length 1000 --text_a hi",
         ["--seq_length 1000 exceeds the network's max_position_embeddings 512"]),
     row(PREDICT, "no text", "", ["--task classifier needs --text_a"]),
-    row(PREDICT, "bfloat16 for an exported model", "--model {bad} --precision bfloat16 --text_a hi",
-        ["--precision is for a .ckpt model; an exported model has its own"], text("not read"), bad="model.onnx"),
+    row(PREDICT, "bfloat16 for an ONNX model on ONNX Runtime", "--model {bad} --precision bfloat16 --text_a hi",
+        ["--precision bfloat16 is for a .ckpt or OpenVINO's precision hint (.onnx with --engine openvino, .xml); "
+         "{bad} runs as it was exported: add --engine openvino"], text("not read"), bad="model.onnx"),
+    row(PREDICT, "bfloat16 for a MINDIR", "--model {bad} --precision bfloat16 --text_a hi",
+        ["{bad} runs as it was exported: serve the .ckpt, or an .onnx export with --engine openvino"],
+        text("not read"), bad="model.mindir"),
     row(PREDICT, "negative batch size", "--batch_size -1 --text_a hi", ["--batch_size must be in [0, 65536], got -1"]),
     row(PREDICT, "output file without requests file", "--text_a hi --output_file {out}/answers.jsonl",
         ["--output_file goes with --input_file"]),
@@ -854,6 +880,19 @@ MATRIX: List[Row] = [
     row(PREDICT_FILE, "--overwrite true of the requests file (was: unrecognized argument)",
         "--output_file {bad} --overwrite true", ["{bad} is --input_file ({bad}): an output never replaces"],
         text('{"text_a": "a"}\n'), bad="requests.jsonl"),
+    row(PREDICT, "--overwrite of the checkpoint's network config (was: replaced)", "--model {bad} --input_file "
+        "{tmp}/m/requests.jsonl --output_file {bad}.json --overwrite",
+        ["{bad}.json is the network config of --model ({bad}.json): an output never replaces what the run reads"],
+        beside({"requests.jsonl": '{"text_a": "a"}\n'}, [("cls.ckpt", "{bad}"), ("cls.ckpt.json", "{bad}.json")]),
+        bad="m/cls.ckpt"),
+    row(PREDICT, "--overwrite of an OpenVINO IR's weights (was: replaced)", "--model {tmp}/ir/m.xml --input_file "
+        "{tmp}/ir/requests.jsonl --output_file {bad} --overwrite",
+        ["{bad} is the weights of --model ({bad}): an output never replaces what the run reads"],
+        beside({"m.xml": "<net/>", "m.bin": "weights", "requests.jsonl": '{"text_a": "a"}\n'}), bad="ir/m.bin"),
+    row(PREDICT, "--overwrite of the tokenizer (was: replaced)", "--spm_model_file {bad} --input_file "
+        "{tmp}/t/requests.jsonl --output_file {bad} --overwrite",
+        ["{bad} is --spm_model_file ({bad}): an output never replaces what the run reads"],
+        beside({"spiece.model": "not read", "requests.jsonl": '{"text_a": "a"}\n'}), bad="t/spiece.model"),
     row(PREDICT_FILE, "--overwrite of another word", "--overwrite maybe",
         ["argument --overwrite: expected true or false, got 'maybe'"], text('{"text_a": "a"}\n'), bad="requests.jsonl"),
     row(PREDICT_FILE, "output file is a folder", "--output_file {tmp}",

@@ -45,7 +45,8 @@ def exports(heads, mrpc, tmp_path_factory):  # noqa: F811
     folder = tmp_path_factory.mktemp("ov_int8")
     checkpoint = heads["classifier"][1]
     ok(export("classifier", checkpoint, folder / "float", "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
-    done = ok(export("classifier", checkpoint, folder / "int8", "--file_format", "ONNX", "--quantize", "int8",
+    # named as the IR it becomes: the .xml is not doubled (int8.xml.xml)
+    done = ok(export("classifier", checkpoint, folder / "int8.xml", "--file_format", "ONNX", "--quantize", "int8",
                      "--engine", "openvino", "--calibration_file", str(mrpc["train"]), "--calibration_rows",
                      str(CALIBRATION_ROWS), "--export_batch_size", str(BATCH)))
     assert f"as OpenVINO IR int8: {folder / 'int8.bin'}, {folder / 'int8.xml'}" in done.stdout
@@ -140,6 +141,16 @@ def test_predict_refuses_an_ir_without_its_weights_or_on_onnxruntime(exports, sp
     one_line_error(run(base + ["--model", str(lone)]), f"its weights {tmp_path / 'lone.bin'} are missing")
     one_line_error(run(base + ["--model", str(exports["int8"]), "--engine", "onnxruntime"]),
                    "is an OpenVINO IR: it runs on OpenVINO only")
+    # a damaged IR: OpenVINO's reason, not the source location its message starts with
+    xml, weights = exports["int8"].read_bytes(), exports["int8"].with_suffix(".bin").read_bytes()
+    (tmp_path / "cut.xml").write_bytes(xml[:len(xml) // 2])
+    (tmp_path / "cut.bin").write_bytes(weights)
+    (tmp_path / "short.xml").write_bytes(xml)
+    (tmp_path / "short.bin").write_bytes(weights[:len(weights) // 2])
+    for name in ("cut", "short"):
+        line = one_line_error(run(base + ["--model", str(tmp_path / f"{name}.xml")]),
+                              f"{tmp_path / name}.xml is not a readable OpenVINO IR model (")
+        assert "Exception from" not in line and ".cpp:" not in line, line
 
 
 # calibration and flag errors: (task, extra flags, what the one line says); "{train}" is the MRPC MindRecord
@@ -147,7 +158,7 @@ ERRORS = {
     "no_calibration_file": ("classifier", ["--quantize", "int8", "--engine", "openvino"],
                             ["--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file"]),
     "missing_file": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{missing}"],
-                     ["data not found: {missing}"]),
+                     ["calibration_file: data not found: {missing}"]),
     "not_mindrecord": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{tsv}"],
                        ["{tsv}: not MindRecord data"]),
     "other_task": ("squad_v1", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{train}"],
@@ -158,7 +169,12 @@ ERRORS = {
     "less_than_a_batch": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file", "{train}",
                                          "--calibration_rows", "1"],
                           ["calibration_file {train}: 1 row(s) read, fewer than one batch of the export "
-                           "(export_batch_size 2)"]),
+                           "(export_batch_size 2): raise calibration_rows (1)"]),
+    "file_less_than_a_batch": ("classifier", ["--quantize", "int8", "--engine", "openvino", "--calibration_file",
+                                              "{train}", "--export_batch_size", "64"],
+                               ["calibration_file {train}: 40 row(s) read, fewer than one batch of the export "
+                                "(export_batch_size 64): calibrate on a file with more rows, or export a smaller "
+                                "export_batch_size"]),
     "engine_without_int8": ("classifier", ["--engine", "openvino"], ["--engine openvino makes the int8 model"]),
     "calibration_for_onnxruntime": ("classifier", ["--quantize", "int8", "--calibration_file", "{train}"],
                                     ["--calibration_file goes with --quantize int8 --engine openvino"]),

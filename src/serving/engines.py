@@ -75,8 +75,8 @@ def _openvino_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Op
 
     try:
         model = openvino.Core().read_model(path)
-    except RuntimeError as err:
-        reason = next((line.strip() for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    except RuntimeError as err:  # "Exception from <file:line>:", "Check ... failed at <file:line>:", then the reason
+        reason = next((line.strip() for line in reversed(str(err).splitlines()) if line.strip()), type(err).__name__)
         raise UserError(f"{path} is not a readable OpenVINO IR model ({reason[:200]})") from err
     inputs = [(port.get_any_name(), [dim.get_length() if dim.is_static else -1 for dim in port.get_partial_shape()])
               for port in model.inputs]

@@ -21,7 +21,8 @@ inputs (calibration: the first rows of a MindRecord of the task's features), rec
 that enter each product and inserts int8 quantization there (static: the scales are fixed, nothing is measured per
 call); `model_type=TRANSFORMER` is NNCF's setting for BERT-family models (it keeps softmax, LayerNorm and the
 residual additions out of int8 and quantizes activations asymmetrically, as GELU's outputs need). The result is saved
-as OpenVINO IR (<name>.xml + <name>.bin, float weights that stay float stored as float16, OpenVINO's default), which
+as OpenVINO IR (<name>.xml + <name>.bin; the weights left float stay float32: save_model does not compress a model
+NNCF quantized), which
 the CPU plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has them).
 """
 import logging
@@ -140,16 +141,22 @@ def calibration_batches(path: str, columns: Sequence[str], row_shape: Sequence[i
     rows than one batch are refused, naming the file."""
     from src.data.pipelines import read_rows
 
-    found = read_rows(path, columns, rows)
+    try:
+        found = read_rows(path, columns, rows)
+    except UserError as err:
+        raise UserError(f"calibration_file: {err}") from None
     for column, values in found.items():
         if list(values.shape[1:]) != list(row_shape):
             raise UserError(f"calibration_file {path}: its {column} rows are {list(values.shape[1:])}, the export "
                             f"takes {list(row_shape)} (the last is export_seq_length): make the data with that "
                             f"--max_seq_length, or export at the data's")
-    count = len(found[columns[0]]) // batch * batch
+    read = len(found[columns[0]])
+    count = read // batch * batch
     if not count:
-        raise UserError(f"calibration_file {path}: {len(found[columns[0]])} row(s) read, fewer than one batch of the "
-                        f"export (export_batch_size {batch}): give more rows (calibration_rows)")
+        fix = (f"raise calibration_rows ({rows})" if read == rows else
+               "calibrate on a file with more rows, or export a smaller export_batch_size")
+        raise UserError(f"calibration_file {path}: {read} row(s) read, fewer than one batch of the export "
+                        f"(export_batch_size {batch}): {fix}")
     return [[found[column][start:start + batch].astype(np.int32) for column in columns]
             for start in range(0, count, batch)]
 
@@ -165,8 +172,8 @@ def quantize_openvino(source: str, target: str, batches: Sequence[List[np.ndarra
         raise UserError(f"int8 for OpenVINO needs nncf and openvino ({err}): pip install nncf openvino") from None
     model = openvino.Core().read_model(source)
     vocab = _vocab_size(model)
-    # each batch is one of NNCF's samples: it warns that statistics taken row by row within a batch
-    # (batchwise_statistics) can be inaccurate for this graph, whose fixed shapes cannot be reshaped to one row
+    # each batch is one of NNCF's samples (its Dataset is not told the batch size, so it collects no statistics row by
+    # row inside a batch: batchwise_statistics stays off)
     quantized = nncf.quantize(model, nncf.Dataset(list(batches)), model_type=nncf.ModelType.TRANSFORMER,
                               subset_size=len(batches))
     if vocab is not None:
