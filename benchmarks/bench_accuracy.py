@@ -125,6 +125,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def check_args(args: argparse.Namespace) -> None:
     """Everything decidable from the flags, before any work."""
+    common.check_output(args.output)
     args.tasks = list(dict.fromkeys(part.strip() for part in args.tasks.split(",") if part.strip()))
     if not args.tasks or any(task not in TASK_NAMES for task in args.tasks):
         raise UserError(f"--tasks takes a comma-separated list of {', '.join(TASK_NAMES)}, got {','.join(args.tasks)}")

@@ -127,7 +127,22 @@ def make_parser(doc: str, batch_default: str, steps_default: int, rounds_default
     return parser
 
 
+def check_output(path: str, flag: str = "--output") -> None:
+    """Where the JSON goes, checked before anything is measured (a run is not lost at its end): a file name whose
+    folder exists or can be made."""
+    if not path:
+        return
+    if os.path.isdir(path):
+        raise UserError(f"{flag} {path} is a folder: name the JSON file to write")
+    folder = Path(os.path.abspath(path)).parent
+    while not folder.exists():
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"{flag} {path}: {folder} is a file, not a folder")
+
+
 def check_common(args: argparse.Namespace) -> None:
+    check_output(args.output)
     if args.sweep:
         args.seq_length = list(SWEEP_SEQ_LENGTHS)
     for name, low in (("steps", 1), ("rounds", 1), ("threads", 0), ("peak_size", 16), ("profile", 0)):
@@ -301,9 +316,10 @@ class Side:
     def final(self) -> Dict[str, Any]:
         return {}
 
-    def profile(self, steps: int) -> List[Dict[str, Any]]:
-        """Time per operation type over `steps` more steps, most expensive first."""
-        raise NotImplementedError
+    def profile(self, steps: int) -> Optional[List[Dict[str, Any]]]:
+        """Time per operation type over `steps` more steps, most expensive first; None where the engine has no
+        profiler this benchmark reads (OpenVINO's sides: timed, not profiled)."""
+        return None
 
 
 class MindSporeSide(Side):
@@ -634,7 +650,7 @@ def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds:
         profiles = {side: workers[side].ask({"cmd": "profile", "steps": profile_steps})["profile"]
                     for side in order if profile_steps}
         return {side: {"ready": workers[side].ready, "rounds": rounds_times[side], "quit": workers[side].quit(),
-                       **({"profile": profiles[side]} if side in profiles else {})} for side in order}
+                       **({"profile": profiles[side]} if profiles.get(side) is not None else {})} for side in order}
     finally:
         for worker in workers.values():
             worker.kill()
@@ -737,7 +753,7 @@ def environment(raw_results: List[Dict[str, Any]]) -> Dict[str, Any]:
         for name, side in result["sides"].items():
             frameworks[name] = side["framework"]
     return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-            "usable_cpus": len(os.sched_getaffinity(0)), "processor": platform.processor(), "frameworks": frameworks,
+            "usable_cpus": len(os.sched_getaffinity(0)), "frameworks": frameworks,
             **provenance()}
 
 
@@ -812,12 +828,10 @@ def print_profiles(results: List[Dict[str, Any]], top: int = 12) -> None:
 def write_json(path: str, report: Dict[str, Any]) -> None:
     if not path:
         return
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
+    from src.common.atomic_files import atomic_path
+
+    with atomic_path(path, ".json") as tmp, open(tmp, "w", encoding="utf-8") as out:  # whole or not at all
         json.dump(report, out, indent=1)
-    os.replace(tmp, path)
 
 
 def run_cli_with_workers(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[str]] = None) -> int:

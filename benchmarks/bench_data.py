@@ -36,6 +36,10 @@ from typing import Dict, List, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_common as common  # noqa: E402
+from model_utils.errors import UserError, run_cli  # noqa: E402
 
 ASSETS = ROOT.parent / "shared" / "assets"
 SPM = ASSETS / "tokenizer" / "albert_30k-clean.model"
@@ -181,6 +185,7 @@ def plot_scale(rows: List[Dict[str, object]], path: str, title: str) -> None:
         axes.legend(fontsize=8)
     figure.suptitle(title, fontsize=9)
     figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     figure.savefig(path, dpi=110)
 
 
@@ -338,7 +343,7 @@ def bench_readers(args: argparse.Namespace, workdir: Path, batch_size: int = 32)
 # ------------------------------------------------------------------------------------------------ main
 def print_table(title: str, rows: List[Dict[str, object]]) -> None:
     print(f"\n{title}")
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(key for row in rows for key in row))  # a column only some rows have is kept
     cells = [[str(row.get(key, "")) for key in keys] for row in rows]
     widths = [max(len(key), *(len(cell[i]) for cell in cells)) for i, key in enumerate(keys)]
     print(" | ".join(key.rjust(width) for key, width in zip(keys, widths)))
@@ -367,18 +372,36 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not (args.scale or args.stages or args.finetune_scale or args.readers):
         parser.error("choose at least one of --scale, --stages, --finetune_scale, --readers")
+    check_args(args)
     return args
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Everything decidable from the flags, before anything is measured."""
+    try:
+        args.sizes = [float(size) for size in args.scale.split(",")] if args.scale else []
+    except ValueError:
+        raise UserError(f"--scale takes comma-separated corpus sizes in MB, got {args.scale!r}") from None
+    if any(not size > 0 for size in args.sizes):
+        raise UserError(f"--scale sizes must be > 0 MB, got {args.scale!r}")
+    for flag, path in (("--baseline_tree", args.baseline_tree), ("--corpus", args.corpus),
+                       ("--spm_model_file", args.spm_model_file)):
+        if path and not os.path.exists(path):
+            raise UserError(f"{flag} not found: {path}")
+    common.check_output(args.json_out, "--json_out")
+    common.check_output(args.plot, "--plot")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse_args(argv)
     settings = (f"seq {args.max_seq_length}, max_predictions_per_seq {args.max_predictions_per_seq}, dupe_factor "
                 f"{args.dupe_factor}, {args.num_workers} worker(s), {os.cpu_count()} cores")
-    report: Dict[str, object] = {"settings": settings, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    report: Dict[str, object] = {"settings": settings, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                 "environment": common.environment([])}  # the commit and the CPU measured
     with tempfile.TemporaryDirectory(prefix="bench_data-") as tmp:
         workdir = Path(tmp)
         if args.scale:
-            rows = bench_scale(args, [float(size) for size in args.scale.split(",")], workdir)
+            rows = bench_scale(args, args.sizes, workdir)
             print_table(f"pretraining data creation at scale ({settings})", rows)
             report["scale"] = rows
             if args.plot:
@@ -393,10 +416,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.readers:
             report["readers"] = bench_readers(args, workdir)
             print_table("MindRecord readers", report["readers"])
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+    common.write_json(args.json_out, report)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_cli(main))

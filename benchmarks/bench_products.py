@@ -334,6 +334,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
     if not args.dtypes:
         raise UserError("--dtypes needs at least one of bf16, f32")
+    common.check_output(args.output)
     return args
 
 

@@ -182,6 +182,20 @@ def test_bad_flag_is_one_line(script, args, message):
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("script, extra", [
+    ("bench_train.py", []), ("bench_infer.py", []), ("bench_products.py", []),
+    ("bench_accuracy.py", ["--tasks", "mrpc"]),  # each would measure for minutes before writing
+])
+def test_an_output_that_cannot_be_written_stops_the_run_before_it_measures(script, extra, tmp_path):
+    (tmp_path / "afile").write_text("")
+    for output, message in ((tmp_path, f"--output {tmp_path} is a folder: name the JSON file to write"),
+                            (tmp_path / "afile" / "x.json", f"{tmp_path / 'afile'} is a file, not a folder")):
+        workdir = ["--workdir", str(tmp_path / "work")] if script == "bench_accuracy.py" else []
+        done = bench(script, *workdir, *extra, "--output", str(output))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["afile"]  # nothing made, no temporary file left
+
+
 def test_bad_config_key_is_one_line():
     done = bench("bench_train.py", "--set", "hidden_sise=8")
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "hidden_sise" in done.stderr, done.stderr
@@ -221,6 +235,7 @@ def test_bench_data_every_mode_on_tiny_settings(tmp_path, assets):
                  "--max_predictions_per_seq", "10", "--dupe_factor", "2", "--json_out", str(report))
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(report.read_text())
+    assert data["environment"]["commit"] and data["environment"]["cpu_model"]  # what was measured, where
     assert [row["corpus_mb"] for row in data["scale"]] == [0.2, 0.4]
     for row in data["scale"]:
         assert row["instances"] > 0 and row["peak_rss_mb"] > 50 and row["output_mb_on_disk"] >= 0
@@ -234,6 +249,19 @@ def test_bench_data_every_mode_on_tiny_settings(tmp_path, assets):
     assert mnli["pairs"] == 392 == mnli["records"]
     assert race["questions"] >= 87 and race["records"] == race["questions"]
     assert [row["rows"] > 0 for row in data["readers"]] == [True] * 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scale", "16,x"], "--scale takes comma-separated corpus sizes in MB, got '16,x'"),
+    (["--scale", "-1"], "--scale sizes must be > 0 MB"),
+    (["--stages", "--corpus", "/nonexistent.txt"], "--corpus not found: /nonexistent.txt"),
+    (["--readers", "--spm_model_file", "/nonexistent.model"], "--spm_model_file not found: /nonexistent.model"),
+    (["--scale", "1", "--json_out", "/proc/version/d.json"], "/proc/version is a file, not a folder"),
+])
+def test_bench_data_bad_flag_is_one_line(args, message):
+    done = bench("bench_data.py", *args)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
 
 
 # bench_accuracy.py on a slice: a tiny network, one epoch, the first rows of the real dev sets. The report is held to

@@ -229,7 +229,7 @@ def test_bench_infer_openvino_sides(tmp_path):
     for module in ("transformers", "onnx", "onnxscript", "onnxruntime"):
         pytest.importorskip(module)
     out = tmp_path / "infer.json"
-    done = bench("bench_infer.py", *TINY, "--compare", "openvino", "--output", str(out))
+    done = bench("bench_infer.py", *TINY, "--compare", "openvino", "--profile", "1", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     sides = ("ov_hf", "ov_hf_f32", "ov_ours", "ov_ours_int8")
     result = check_report(out, "infer", "batch", sides)
@@ -240,6 +240,8 @@ def test_bench_infer_openvino_sides(tmp_path):
     assert result["sides"]["ov_ours_int8"]["framework"].startswith("openvino ")
     assert result["sides"]["ov_ours_int8"]["export_s"] > 0
     assert "ov_ours_int8 logits max abs diff from ours" in done.stdout
+    # --profile: the sides with a profiler profiled, OpenVINO's timed only (was: every side's timings lost)
+    assert "op_profile" in result["sides"]["ours"] and not any("op_profile" in result["sides"][side] for side in sides)
 
 
 @pytest.mark.slow
