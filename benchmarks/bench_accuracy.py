@@ -535,7 +535,10 @@ def main(argv: List[str]) -> int:
         return probe_main(argv[1])
     args = parse_args(argv)
     started = time.perf_counter()
-    machine = {**common.environment([]), "frameworks": frameworks()}  # with the commit and CPU measured
+    from src.model import cpu_kernels
+
+    # with the commit and CPU measured, and the oneDNN version and ISA the kernels' paths ran on
+    machine = {**common.environment([]), "frameworks": frameworks(), "kernels": cpu_kernels.status()}
     skipped = skip_reasons(args.paths)
     paths = [path for path in args.paths if path not in skipped]
     for path, reason in skipped.items():

@@ -709,33 +709,35 @@ def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]],
     failures: List[Dict[str, Any]] = []
     others = [side for choice in args.compare for side in (compared_sides or {"torch": ("torch",)})[choice]]
     tmp = Path(tempfile.mkdtemp(prefix="albert-bench-"))
-    for label, config in configs:
-        hf_kwargs, same_weights = hf_config(config) if args.compare else (None, False)
-        for seq in args.seq_length:
-            for batch in args.batch_size:
-                run_dir = tmp / f"run{len(results) + len(failures)}"
-                run_dir.mkdir()
-                base = {"config": config, "hf_config": hf_kwargs, "batch_size": batch, "seq_length": seq,
-                        "threads": args.threads, "peak_size": args.peak_size, "seed": args.seed,
-                        "workdir": str(run_dir),
-                        "weights": str(run_dir / "hf_weights.npz") if same_weights else "", **extra_spec}
-                specs = {side: {**base, "side": side} for side in ["ours", *others]}
-                print(f"[{label}] batch {batch}, seq {seq}: {args.rounds} round(s) of {args.steps} {unit}(s) "
-                      f"per side, {args.threads} thread(s)", flush=True)
-                try:
-                    raw = run_pair(script, specs, args.steps, args.rounds, run_dir, prepare,
-                                   progress=lambda line: print(line, flush=True), profile_steps=args.profile)
-                except WorkerError as err:
-                    print(f"  failed: {err}", flush=True)
-                    failures.append({"variant": label, "batch_size": batch, "seq_length": seq, "error": str(err)})
-                    continue
-                flops, executed = flops_for(config, batch, seq)
-                results.append({"variant": label, "batch_size": batch, "seq_length": seq, "config": config,
-                                "hf_config": hf_kwargs, "same_weights": same_weights, f"flops_per_{unit}": flops,
-                                **summarize(raw, batch, seq, flops, executed, unit), **check_for(raw)})
-                shutil.rmtree(run_dir, ignore_errors=True)
-    if not failures:
-        shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        for label, config in configs:
+            hf_kwargs, same_weights = hf_config(config) if args.compare else (None, False)
+            for seq in args.seq_length:
+                for batch in args.batch_size:
+                    run_dir = tmp / f"run{len(results) + len(failures)}"
+                    run_dir.mkdir()
+                    base = {"config": config, "hf_config": hf_kwargs, "batch_size": batch, "seq_length": seq,
+                            "threads": args.threads, "peak_size": args.peak_size, "seed": args.seed,
+                            "workdir": str(run_dir),
+                            "weights": str(run_dir / "hf_weights.npz") if same_weights else "", **extra_spec}
+                    specs = {side: {**base, "side": side} for side in ["ours", *others]}
+                    print(f"[{label}] batch {batch}, seq {seq}: {args.rounds} round(s) of {args.steps} {unit}(s) "
+                          f"per side, {args.threads} thread(s)", flush=True)
+                    try:
+                        raw = run_pair(script, specs, args.steps, args.rounds, run_dir, prepare,
+                                       progress=lambda line: print(line, flush=True), profile_steps=args.profile)
+                    except WorkerError as err:
+                        print(f"  failed: {err}", flush=True)
+                        failures.append({"variant": label, "batch_size": batch, "seq_length": seq, "error": str(err)})
+                        continue
+                    flops, executed = flops_for(config, batch, seq)
+                    results.append({"variant": label, "batch_size": batch, "seq_length": seq, "config": config,
+                                    "hf_config": hf_kwargs, "same_weights": same_weights, f"flops_per_{unit}": flops,
+                                    **summarize(raw, batch, seq, flops, executed, unit), **check_for(raw)})
+                    shutil.rmtree(run_dir, ignore_errors=True)
+    finally:  # kept only when a failure names a worker log in it
+        if not failures:
+            shutil.rmtree(tmp, ignore_errors=True)
     return results, failures
 
 

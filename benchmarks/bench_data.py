@@ -412,7 +412,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         f"dupe_factor {args.dupe_factor})", report["stages"])
         if args.finetune_scale:
             report["finetune_scale"] = bench_finetune_scale(args, workdir)
-            print_table("fine-tuning data creators at full data-set size", report["finetune_scale"])
+            size = "full" if args.finetune_fraction == 1 else f"{args.finetune_fraction:g} of the full"
+            print_table(f"fine-tuning data creators at {size} data-set size", report["finetune_scale"])
         if args.readers:
             report["readers"] = bench_readers(args, workdir)
             print_table("MindRecord readers", report["readers"])

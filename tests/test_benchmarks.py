@@ -284,6 +284,7 @@ def run_accuracy_bench(tmp_path, assets, *args: str) -> Tuple[dict, Path]:
     assert "max |logit diff|" in done.stdout
     report = json.loads(out.read_text())
     assert report["environment"]["commit"] and report["environment"]["cpu_model"]
+    assert "oneDNN " in report["environment"]["kernels"]  # the version and the ISA its products ran on
     assert [p for p in ("fp32", "bf16", "int8", "ckpt_int8") if p in next(iter(report["tasks"].values()))["paths"]] == \
         list(ACCURACY_PATHS)
     assert bool(report["bf16_skipped"]) == ("bf16" not in ACCURACY_PATHS)
