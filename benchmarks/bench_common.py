@@ -84,15 +84,16 @@ def int_list(text: str) -> List[int]:
     return values
 
 
-def compare_list(choices: Sequence[str]) -> Callable[[str], List[str]]:
-    """--compare parser: 'none' -> [], 'torch,onnxruntime' -> ['torch', 'onnxruntime'] (each one of `choices`)."""
+def compare_list(choices: Sequence[str], none: bool = True) -> Callable[[str], List[str]]:
+    """--compare parser: 'none' -> [] (with `none`), 'torch,onnxruntime' -> ['torch', 'onnxruntime'] (each one of
+    `choices`)."""
     def parse(text: str) -> List[str]:
         names = list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-        if names == ["none"]:
+        if none and names == ["none"]:
             return []
         if not names or any(name not in choices for name in names):
-            raise argparse.ArgumentTypeError(f"expected none or a comma-separated list of {', '.join(choices)}, "
-                                             f"got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {'none or ' if none else ''}a comma-separated list of "
+                                             f"{', '.join(choices)}, got {text!r}")
         return names
     return parse
 

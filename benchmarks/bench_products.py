@@ -320,7 +320,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     parser.add_argument("--embedding_size", type=int, default=128)
     parser.add_argument("--vocab_size", type=int, default=30000)
     parser.add_argument("--max_predictions_per_seq", type=int, default=20, help="masked positions per sequence")
-    parser.add_argument("--dtypes", type=common.compare_list(("bf16", "f32")), default=["bf16", "f32"],
+    parser.add_argument("--dtypes", type=common.compare_list(("bf16", "f32"), none=False), default=["bf16", "f32"],
                         help="bf16 (bfloat16 operands, float32 results) and/or f32")
     parser.add_argument("--threads", type=int, default=2, help="threads, each on its slice (the kernels' split)")
     parser.add_argument("--steps", type=int, default=10, help="calls per round")
@@ -332,8 +332,6 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                  "embedding_size", "vocab_size", "max_predictions_per_seq", "threads", "steps", "rounds"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if not args.dtypes:
-        raise UserError("--dtypes needs at least one of bf16, f32")
     common.check_output(args.output)
     return args
 

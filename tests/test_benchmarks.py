@@ -500,6 +500,7 @@ def test_bench_products_checks_each_product_against_numpy(dtype):
 
 @pytest.mark.parametrize("args, message", [
     (["--dtypes", "int4"], "--dtypes"),
+    (["--dtypes", "none"], "--dtypes: expected a comma-separated list of bf16, f32, got 'none'"),
     (["--threads", "0"], "--threads must be >= 1"),
     (["--bogus"], "unrecognized arguments: --bogus"),
 ])
