@@ -6,6 +6,7 @@ threads; the feed-forward network in one call under bfloat16 as the three kernel
 (int8 serving's, and training's in bfloat16 but where the status line says it runs batched) as the float32
 attention, bit for bit. The last line printed is the kernels' oneDNN description."""
 import ctypes
+import json
 import sys
 from pathlib import Path
 
@@ -87,6 +88,7 @@ def main() -> None:
         if cpu_kernels.int8_support()[0]:  # int8 needs VNNI or AMX-INT8 (without, it is refused)
             y = Call(cpu_kernels.matmul_int8(True))(Tensor(x), *int8_operands(w), Tensor(b)).asnumpy()
             assert_close(y, int8_reference(x, w, b), 1e-6)
+    print(json.dumps(cpu_kernels.bf16_support()))  # bfloat16 runs allowed here, or why not
     library = cpu_kernels._library(cpu_kernels._build()[0])
     text = ctypes.create_string_buffer(400)
     library.DnnlDescribe(text, 400)

@@ -133,7 +133,8 @@ def test_a_cpu_without_native_bfloat16_is_refused_in_one_line(data, tmp_path, mo
     argv = pretrain(data, tmp_path / "out", "--train_steps", "1", "--net_cfg.compute_type", "bfloat16")[1:]
     assert run_cli(run_pretrain.main, argv) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"error: compute_type bfloat16 on CPU needs native bfloat16 dot products: {why}; use float32")
+        f"error: compute_type bfloat16 on CPU needs native bfloat16 dot products: {why}; use float32 "
+        f"(--net_cfg.compute_type float32: a bfloat16 run's checkpoints are float32)")
     assert not (tmp_path / "out").exists()
 
 

@@ -3,6 +3,7 @@ LayerNorm, GELU, cross entropy, column sums), each forward and gradient checked 
 (numpy in float64, PyTorch autograd in float64, MindSpore's own cells), and their cache and fallbacks (the cache key,
 an untrusted cache, switched off, no compiler, a failing build or load, white list)."""
 import errno
+import json
 import os
 import shutil
 import stat
@@ -156,6 +157,10 @@ def bf16_products():
 
 def _bf16_status() -> str:
     return cpu_kernels.onednn().partition("bfloat16: ")[2].partition(";")[0]
+
+
+def _bf16_part(described: str) -> str:
+    return described.partition("bfloat16: ")[2].partition("; int8")[0]
 
 
 def amx_bf16() -> bool:
@@ -438,8 +443,15 @@ def test_products_on_a_lower_isa_forced(isa):
     result = subprocess.run([sys.executable, str(Path(__file__).with_name("kernel_products.py"))], env=env,
                             capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    described = result.stdout.strip().splitlines()[-1]
+    *_, allowed, described = result.stdout.strip().splitlines()
     assert described.startswith("oneDNN 3.") and "; bfloat16: " in described and "; int8: " in described, described
+    # bfloat16 runs only on native bfloat16 dot products: below AVX512_CORE_BF16 oneDNN emulates them, refused
+    native = isa == "AVX512_CORE_BF16" and "avx512_core_bf16" in described
+    why = (f"oneDNN would emulate bfloat16 here ({_bf16_part(described)}; ONEDNN_MAX_CPU_ISA={isa})"
+           if cpu_kernels.bf16_features() else cpu_kernels.bf16_support()[1])
+    assert json.loads(allowed) == ([True, ""] if native else [False, why]), allowed
+    assert native or any(says in _bf16_part(described) for says in ("(emulated: no native bfloat16 dot products)",
+                                                                    "(oneDNN has no bfloat16 matmul primitive)"))
     assert "amx" not in described and (isa != "AVX2" or "avx512" not in described), described
     assert "for long sums" not in described  # the BLAS-style rule was measured on AMX only
     amd = isa == "AVX512_CORE_BF16" and amd_cpu() and "avx512_core_bf16" in described  # AMD's rules apply
@@ -933,6 +945,35 @@ def test_a_white_list_without_the_cache_falls_back(fresh_build, monkeypatch):
     assert not cpu_kernels.available() and "MS_CUSTOM_AOT_WHITE_LIST" in cpu_kernels.status()
 
 
+@pytest.mark.parametrize("listed, allowed", [
+    ("{tmp}/cache", True), ("{tmp}", True), ("{tmp}/link", True),  # the cache, a folder above it, a link to it
+    ("{tmp}/cach", False),  # a name the cache's path starts with, not a folder above it
+    ("/opt/other:{tmp}/cache", False),  # one path to MindSpore, not a list
+])
+def test_the_white_list_is_read_as_mindspore_reads_it(fresh_build, monkeypatch, listed, allowed):
+    """MindSpore's Custom op refuses a library outside MS_CUSTOM_AOT_WHITE_LIST with a traceback: the kernels must
+    agree with it beforehand, or fall back where it would refuse."""
+    (fresh_build / "cache").mkdir()
+    (fresh_build / "link").symlink_to(fresh_build / "cache")
+    monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", listed.format(tmp=fresh_build))
+    assert cpu_kernels._allowed_by_white_list(fresh_build / "cache" / "albert_kernels-0.so") == allowed
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_a_folder_others_can_write_is_neither_changed_nor_trusted(fake_compiler, monkeypatch, mode):
+    """ALBERT_CACHE_DIR naming a shared folder (here 0777, /tmp's 1777, or 0775 holding other files): its mode is
+    left alone (it was set to 0755 under its owner's feet) and the library is built in a private folder."""
+    shared = fake_compiler.parent / "shared"
+    shared.mkdir()
+    (shared / "notes.txt").write_text("someone else's file")
+    shared.chmod(mode)
+    monkeypatch.setenv("ALBERT_CACHE_DIR", str(shared))
+    path, why = cpu_kernels._build()
+    assert stat.S_IMODE(shared.stat().st_mode) == mode
+    assert why == f"{shared} is writable by group or others (mode {mode:o}): built in a private folder"
+    assert Path(path).parent != shared
+
+
 FAKE_CXX = """#!/bin/sh
 # g++ as a test wants it: its identity read from the files beside it; a build copies output.so to the -o path.
 here=$(dirname "$0")
@@ -1087,13 +1128,18 @@ def test_a_library_that_does_not_load_falls_back_with_the_reason(fake_compiler):
     assert cpu_kernels.status().startswith(f"MindSpore operations (cannot load {fake_compiler.parent / 'cache'}/")
 
 
-def test_a_cached_library_that_does_not_load_is_built_again_once(fake_compiler):
+@pytest.mark.parametrize("kept", [200, 0.5, -1])
+def test_a_cached_library_that_does_not_load_is_built_again_once(fake_compiler, kept):
     """A library cut short in the cache (a crash or a full disk while it was copied in) failed to load on every
-    run, and the kernels were off for good: it is built again, in the cache, and loads."""
+    run, and the kernels were off for good; cut inside its loaded segments it got past the loader and the first
+    touch of a missing page killed the process (SIGBUS): it is refused before it is mapped, built again, in the
+    cache, and loads."""
     target = fake_compiler.parent / "cache" / f"albert_kernels-{_key(fake_compiler)}.so"
     target.parent.mkdir(mode=0o700)
-    target.write_bytes((fake_compiler / "output.so").read_bytes()[:200])
+    whole = (fake_compiler / "output.so").read_bytes()
+    target.write_bytes(whole[:kept if isinstance(kept, int) else int(len(whole) * kept)])
     target.chmod(0o700)
+    assert "cut short: its ELF headers reach byte" in cpu_kernels._load(target)
     assert cpu_kernels._build() == (str(target), "")
     assert target.read_bytes() == (fake_compiler / "output.so").read_bytes()
     assert stat.S_IMODE(target.stat().st_mode) & 0o077 == 0

@@ -77,7 +77,8 @@ def test_compute_types_each_device_refuses(monkeypatch):
     # CPU: bfloat16 only as the compiled kernels' products, on a CPU with native bfloat16 dot products.
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, "no AVX512_BF16"))
     assert cpu_compute_type_problem("bfloat16") == ("compute_type bfloat16 on CPU needs native bfloat16 dot "
-                                                    "products: no AVX512_BF16; use float32")
+                                                    "products: no AVX512_BF16; use float32 (--net_cfg.compute_type "
+                                                    "float32: a bfloat16 run's checkpoints are float32)")
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (True, ""))
     assert "the compiled CPU kernels, which this path does not use" in cpu_compute_type_problem("bfloat16", False)
     monkeypatch.setattr(cpu_kernels, "available", lambda: False)
@@ -113,7 +114,8 @@ def test_model_runtime_refuses_what_the_device_cannot_run(monkeypatch):
 
     monkeypatch.setattr(cpu_kernels, "bf16_support", lambda: (False, "no AVX512_BF16"))
     with pytest.raises(UserError, match=r"^compute_type bfloat16 on CPU needs native bfloat16 dot products: no "
-                                        r"AVX512_BF16; use float32$"):
+                                        r"AVX512_BF16; use float32 \(--net_cfg.compute_type float32: "
+                                        r"a bfloat16 run's checkpoints are float32\)$"):
         model_runtime("CPU", "bfloat16")
     with pytest.raises(UserError, match="compute_type bfloat16 is not available on GPU"):
         model_runtime("GPU", "bfloat16")

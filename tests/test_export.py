@@ -7,13 +7,15 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import ok, run, tool
+from tests.pretrain_helpers import ENV, ROOT, ok, run, tool
 
 SEQ = 64
 BATCH = 2
@@ -572,12 +574,19 @@ def test_predict_a_checkpoint_in_process_gives_hf_transformers_logits(assets, to
     pairs = [(f[3], f[4]) for _, f in read_tsv(assets / "glue" / "MRPC" / "dev.tsv")][1:5] + [("The cat sat.", None)]
     requests = requests_file(tmp_path / "pairs.jsonl", [{"text_a": a, "text_b": b} if b else {"text_a": a}
                                                         for a, b in pairs])
-    done = ok(run(["-m", "src.predict", "--model", str(tmp_path / "albert_classifier-1.ckpt"), "--task", "classifier",
-                   "--spm_model_file", spm_path, "--seq_length", str(SEQ), "--input_file", str(requests),
-                   "--output_file", str(tmp_path / "answers.jsonl"), "--batch_size", "2", "--labels", "a,b,c",
-                   "--device_target", "CPU"]))
+    argv = ["-m", "src.predict", "--model", str(tmp_path / "albert_classifier-1.ckpt"), "--task", "classifier",
+            "--spm_model_file", spm_path, "--seq_length", str(SEQ), "--input_file", str(requests), "--batch_size", "2",
+            "--labels", "a,b,c", "--device_target", "CPU"]
+    done = ok(run(argv + ["--output_file", str(tmp_path / "answers.jsonl")]))
     assert ("in this process (compiled CPU kernels" in done.stderr) == cpu_kernels.available(), done.stderr[-2000:]
+    # with the kernels switched off: MindSpore's operations, the start-up line saying why, the same answers
+    off = subprocess.run([sys.executable, *argv], cwd=ROOT, env={**ENV, "ALBERT_CPU_KERNELS": "0"},
+                         capture_output=True, text=True, timeout=300)
+    assert off.returncode == 0 and "in this process (MindSpore operations (ALBERT_CPU_KERNELS=0))" in off.stderr, \
+        off.stderr[-2000:]
+    unfused = [json.loads(line)["logits"] for line in off.stdout.splitlines()]
     printed = [json.loads(line) for line in (tmp_path / "answers.jsonl").read_text(encoding="utf-8").splitlines()]
+    np.testing.assert_allclose(unfused, [line["logits"] for line in printed], rtol=0, atol=1e-5)
     assert [line["id"] for line in printed] == [1, 2, 3, 4, 5]
     features = [classifier_feature(InputExample("x", a, b, None, ""), tokenizer, {}, SEQ) for a, b in pairs]
     with torch.no_grad():

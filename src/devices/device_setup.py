@@ -147,6 +147,11 @@ def serving_runtime(target: str, compute_type: str, precision: str) -> Runtime:
     return replace(runtime, serving_weights="bfloat16") if runtime.bf16_weights else runtime
 
 
+# How to run where bfloat16 cannot: evaluating or fine-tuning a bfloat16 run's checkpoint takes its compute_type from
+# the albert_config.json beside it.
+USE_FLOAT32 = "; use float32 (--net_cfg.compute_type float32: a bfloat16 run's checkpoints are float32)"
+
+
 def cpu_compute_type_problem(compute_type: str, kernels: bool = True) -> str:
     """Why `compute_type` cannot run on this CPU ('' when it can). bfloat16 runs only as the compiled kernels'
     products (MindSpore's CPU operations have no bfloat16), and only on a CPU with native bfloat16 dot products:
@@ -154,14 +159,14 @@ def cpu_compute_type_problem(compute_type: str, kernels: bool = True) -> str:
     float32 or slow."""
     if compute_type != "bfloat16":
         return ""
+    if not kernels:  # decided without building the kernels (export never needs them)
+        return "compute_type bfloat16 on CPU runs only in the compiled CPU kernels, which this path does not use"
     supported, why = cpu_kernels.bf16_support()
     if not supported:
-        return f"compute_type bfloat16 on CPU needs native bfloat16 dot products: {why}; use float32"
-    if not kernels:
-        return "compute_type bfloat16 on CPU runs only in the compiled CPU kernels, which this path does not use"
+        return f"compute_type bfloat16 on CPU needs native bfloat16 dot products: {why}{USE_FLOAT32}"
     if not cpu_kernels.available():
         return (f"compute_type bfloat16 on CPU runs only in the compiled CPU kernels, and this process has "
-                f"{cpu_kernels.status()}; use float32")
+                f"{cpu_kernels.status()}{USE_FLOAT32}")
     return ""
 
 

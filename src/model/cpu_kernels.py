@@ -133,12 +133,14 @@ def _untrusted(path: Path) -> str:
 
 
 def _close_own_folder(folder: Path) -> None:
-    """Take group and others' write bits off this user's own cache folder (one made by an earlier version under a
-    umask of 002 is 0775): nobody else can then place a file in it, and a library already there is still checked
-    for its own owner and mode before it is loaded."""
+    """Take the group's write bit off this user's cache folder as an earlier version made it under a umask of 002:
+    mode 0775, holding nothing but its libraries. Nobody else can then place a file in it, and a library already
+    there is still checked for its own owner and mode before it is loaded. Any other folder that others can write
+    (a shared temporary folder, a project folder) is left as it is, and not trusted."""
     info = os.lstat(folder)
-    if not stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o022:
-        os.chmod(folder, stat.S_IMODE(info.st_mode) & ~0o022)
+    ours = all(name.startswith(("albert_kernels-", ".tmp-")) for name in os.listdir(folder))
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) == 0o775 and ours:
+        os.chmod(folder, 0o755)
 
 
 def _library_folder(name: str) -> Tuple[Optional[Path], str]:
@@ -163,9 +165,13 @@ def _library_folder(name: str) -> Tuple[Optional[Path], str]:
 
 
 def _allowed_by_white_list(path: Path) -> bool:
-    """MindSpore loads AOT libraries only from the folders in MS_CUSTOM_AOT_WHITE_LIST when it is set."""
-    allowed = [entry for entry in os.environ.get("MS_CUSTOM_AOT_WHITE_LIST", "").split(":") if entry]
-    return not allowed or any(str(path).startswith(str(Path(entry).resolve())) for entry in allowed)
+    """MindSpore loads AOT libraries only from inside the folder MS_CUSTOM_AOT_WHITE_LIST names, when it is set:
+    decided as MindSpore decides it (ops.Custom: one path, both resolved, compared by whole path components)."""
+    allowed = os.environ.get("MS_CUSTOM_AOT_WHITE_LIST")
+    if allowed is None:
+        return True
+    legal = os.path.realpath(allowed)
+    return os.path.commonpath([os.path.realpath(path), legal]) == legal
 
 
 @lru_cache(maxsize=None)
@@ -199,12 +205,39 @@ def _build() -> Tuple[Optional[str], str]:
 
 
 def _load(path: Path) -> str:
-    """"" when the library at `path` loads in this process, else why not."""
+    """"" when the library at `path` loads in this process, else why not. A file cut short is refused before it is
+    mapped: the loader would map pages the file does not have, and the first touch of one kills the process
+    (SIGBUS), which no exception catches."""
     try:
+        cut = _cut_short(path)
+        if cut:
+            return f"cannot load {path} ({cut})"
         _library(str(path))
     except OSError as err:
         return f"cannot load {path} ({err})"
     return ""
+
+
+def _cut_short(path: Path) -> str:
+    """Why a 64-bit little-endian ELF file at `path` is not whole ("" when it is, or is no such file: the loader
+    then gives its own reason): its program headers, loaded segments or section headers reach past its end."""
+    import struct
+
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        header = handle.read(64)
+        if len(header) < 64 or header[:4] != b"\x7fELF" or header[4:6] != b"\x02\x01":
+            return ""
+        phoff, shoff = struct.unpack_from("<QQ", header, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", header, 0x36)
+        ends = [phoff + phentsize * phnum, shoff + shentsize * shnum]
+        if ends[0] <= size:
+            handle.seek(phoff)
+            table = handle.read(phentsize * phnum)
+            for index in range(phnum):
+                kind, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", table, index * phentsize)
+                ends += [offset + filesz] if kind == 1 else []  # PT_LOAD
+    return f"{size} bytes, cut short: its ELF headers reach byte {max(ends)}" if max(ends) > size else ""
 
 
 def _compile(compiler: str, dnnl: Path, target: Path) -> str:
@@ -286,14 +319,27 @@ def bf16_features() -> List[str]:
     return [flag for flag in BF16_FLAGS if flag in flags]
 
 
+def bf16_implementation() -> str:
+    """The implementation oneDNN picks here for bfloat16 products when it runs on native bfloat16 dot products
+    (AVX512-BF16, AVX10 or AMX: its name says the ISA; with a libdnnl lacking the primitive API, the BLAS-style
+    call's name), "" when the kernels are not available or oneDNN would emulate bfloat16 (e.g. capped below
+    AVX512_CORE_BF16 by ONEDNN_MAX_CPU_ISA)."""
+    return _library_text("Bf16Implementation")
+
+
 def bf16_support() -> Tuple[bool, str]:
-    """(True, "") when this CPU has native bfloat16 dot products (AVX512_BF16 or AMX-BF16), else (False, why):
-    elsewhere oneDNN would emulate them, slower than float32."""
+    """(True, "") when this CPU has native bfloat16 dot products (AVX512_BF16 or AMX-BF16) and, where the kernels
+    are available, oneDNN uses them, else (False, why): elsewhere oneDNN would emulate them, slower than float32."""
     if not CPUINFO.is_file():
         return False, f"cannot read the CPU's features ({CPUINFO} not found)"
-    if bf16_features():
-        return True, ""
-    return False, "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
+    if not bf16_features():
+        return False, "this CPU has no native bfloat16 dot products (neither AVX512_BF16 nor AMX-BF16 in /proc/cpuinfo)"
+    if available() and not bf16_implementation():
+        cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+        products = onednn().partition("bfloat16: ")[2].partition("; int8")[0]
+        return False, (f"oneDNN would emulate bfloat16 here ({products}"
+                       f"{'; ONEDNN_MAX_CPU_ISA=' + cap if cap else ''})")
+    return True, ""
 
 
 def int8_implementation() -> str:

@@ -213,6 +213,7 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     (--precision)."""
     from src.common.checkpoint_io import read_checkpoint
     from src.devices.device_setup import kernels_status, serving_runtime, setup_device
+    from src.model import cpu_kernels
     from src.serving.finetuned_heads import build_head, head_network
 
     device = setup_device(args.device_target, cpu_threads=args.threads)
@@ -232,7 +233,9 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
         net = replace(net, compute_type="bfloat16" if args.precision == "bfloat16" else "float32")
     runtime = serving_runtime(device.target, net.compute_type, args.precision)
     model = build_head(values, args.task, config, net, runtime, args.model)
-    engine = kernels_status(device.target) if runtime.kernels else "MindSpore operations"
+    # the kernels' status line, which says why when they are off here; "MindSpore operations" when not asked for
+    kernels_off = device.target != "CPU" or not cpu_kernels.available()
+    engine = kernels_status(device.target) if runtime.kernels or kernels_off else "MindSpore operations"
     engine += f", {args.precision} products" if args.precision != "float32" else ""
     print(f"{args.model}: {args.task} head, {net.num_hidden_layers} layers, hidden {net.hidden_size}, seq {shape.seq}, "
           f"on {device.target} in this process ({engine})", file=sys.stderr)

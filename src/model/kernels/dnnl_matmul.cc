@@ -1122,6 +1122,13 @@ bool ExactInt8(const std::string &implementation) {
   return implementation.find("vnni") != std::string::npos || implementation.find("amx") != std::string::npos;
 }
 
+// True for a bfloat16 implementation on native bfloat16 dot products: AVX512-BF16, AVX10 or AMX. Below them (an ISA
+// capped by ONEDNN_MAX_CPU_ISA) oneDNN emulates bfloat16, slower than float32.
+bool NativeBf16(const std::string &implementation) {
+  return implementation.find("avx512_core_bf16") != std::string::npos ||
+         implementation.find("avx10") != std::string::npos || implementation.find("amx") != std::string::npos;
+}
+
 int CopyOut(const std::string &text, char *out, int size) {
   if (out && size > 0) {
     std::strncpy(out, text.c_str(), size - 1);
@@ -1154,7 +1161,9 @@ int DnnlDescribe(char *out, int size) {
   }
   const std::string bf16 = PrimitiveImplementation(albert::dnnl::kBf16);
   const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
-  text += bf16.empty() ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)" : "matmul primitive " + bf16;
+  text += bf16.empty()         ? "dnnl_gemm_bf16bf16f32 (oneDNN has no bfloat16 matmul primitive)"
+          : NativeBf16(bf16) ? "matmul primitive " + bf16
+                             : "matmul primitive " + bf16 + " (emulated: no native bfloat16 dot products)";
   if (!bf16.empty() && AmxBf16()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
   if (!bf16.empty() && AmdBf16()) text += ", dnnl_gemm_bf16bf16f32 for large weight gradients";
   if (!bf16.empty() && BatchedBf16AttentionInTraining()) {
@@ -1171,6 +1180,13 @@ int DnnlDescribe(char *out, int size) {
 int Int8Implementation(char *out, int size) {
   const std::string int8 = PrimitiveImplementation(albert::dnnl::kS8);
   return CopyOut(ExactInt8(int8) ? int8 : "", out, size);
+}
+// The bfloat16 matmul primitive's implementation into out; "" when there is none on native bfloat16 (NativeBf16).
+// Without the primitive API (an older libdnnl) the products are the BLAS-style call's, which names no ISA: said so.
+int Bf16Implementation(char *out, int size) {
+  if (!albert::dnnl::GetApi().missing.empty()) return CopyOut("dnnl_gemm_bf16bf16f32", out, size);
+  const std::string bf16 = PrimitiveImplementation(albert::dnnl::kBf16);
+  return CopyOut(NativeBf16(bf16) ? bf16 : "", out, size);
 }
 // Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
 int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
