@@ -154,8 +154,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise UserError(f"--precision int8 quantizes a .ckpt as it loads; an exported model is quantized by "
                             f"export.py --quantize int8: {args.model}")
         if args.precision != "float32" and args.engine != "openvino":
-            fix = "add --engine openvino" if args.model.endswith(".onnx") else "serve the .ckpt, or an .onnx export " \
-                                                                              "with --engine openvino"
+            onnx = args.model.endswith(".onnx")
+            fix = "add --engine openvino" if onnx else "serve the .ckpt, or an .onnx export with --engine openvino"
             raise UserError(f"--precision {args.precision} is for a .ckpt or OpenVINO's precision hint (.onnx with "
                             f"--engine openvino, .xml); {args.model} runs as it was exported: {fix}")
         used = [flag for flag in ("config_path", "seq_length") if getattr(args, flag)]

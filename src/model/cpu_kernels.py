@@ -234,9 +234,12 @@ def _cut_short(path: Path) -> str:
         if ends[0] <= size:
             handle.seek(phoff)
             table = handle.read(phentsize * phnum)
-            for index in range(phnum):
-                kind, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", table, index * phentsize)
-                ends += [offset + filesz] if kind == 1 else []  # PT_LOAD
+            try:
+                for index in range(phnum):
+                    kind, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", table, index * phentsize)
+                    ends += [offset + filesz] if kind == 1 else []  # PT_LOAD
+            except struct.error:
+                return f"damaged ELF program headers ({phentsize} bytes each)"
     return f"{size} bytes, cut short: its ELF headers reach byte {max(ends)}" if max(ends) > size else ""
 
 

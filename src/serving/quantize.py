@@ -22,8 +22,7 @@ that enter each product and inserts int8 quantization there (static: the scales 
 call); `model_type=TRANSFORMER` is NNCF's setting for BERT-family models (it keeps softmax, LayerNorm and the
 residual additions out of int8 and quantizes activations asymmetrically, as GELU's outputs need). The result is saved
 as OpenVINO IR (<name>.xml + <name>.bin; the weights left float stay float32: save_model does not compress a model
-NNCF quantized), which
-the CPU plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has them).
+NNCF quantized), which the CPU plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has them).
 """
 import logging
 import os
