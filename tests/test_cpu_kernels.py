@@ -926,8 +926,27 @@ def test_switched_off_they_fall_back_and_say_why(fresh_build, monkeypatch):
 
 
 def test_without_a_compiler_they_fall_back(fresh_build, monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
     assert not cpu_kernels.available() and "no C++ compiler" in cpu_kernels.status()
+
+
+def test_a_cxx_that_is_not_found_is_named_not_replaced(fresh_build, monkeypatch):
+    """CXX is the user's choice of compiler, as for build tools: one that is missing was silently replaced by c++."""
+    monkeypatch.setenv("CXX", str(fresh_build / "missing-g++"))
+    assert not cpu_kernels.available()
+    missing = fresh_build / "missing-g++"
+    assert cpu_kernels.status() == f"MindSpore operations (CXX={missing} is not a compiler found on PATH)"
+
+
+def test_an_untrusted_cache_and_a_white_list_without_the_private_folder_say_both(fake_compiler, monkeypatch):
+    cache = fake_compiler.parent / "cache"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)
+    monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", str(cache))
+    assert not cpu_kernels.available()
+    assert cpu_kernels.status().startswith(f"MindSpore operations ({cache} is writable by group or others (mode 777): "
+                                           f"built in a private folder; MS_CUSTOM_AOT_WHITE_LIST does not include ")
 
 
 def test_a_failing_build_falls_back_and_leaves_no_partial_library(fresh_build, monkeypatch):

@@ -184,16 +184,16 @@ def _build() -> Tuple[Optional[str], str]:
     dnnl = dnnl_library()
     if dnnl is None:
         return None, f"no libdnnl.so in {Path(ms.__file__).resolve().parent / 'lib'}"
-    compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
+    compiler, why = _compiler()
     if compiler is None:
-        return None, "no C++ compiler (g++ or c++) on PATH"
+        return None, why
     name = f"albert_kernels-{_cache_key(compiler, dnnl)}.so"
     folder, note = _library_folder(name)
     if folder is None:
         return None, note
     target = folder / name
     if not _allowed_by_white_list(target):
-        return None, f"MS_CUSTOM_AOT_WHITE_LIST does not include {target.parent}"
+        return None, f"{note + '; ' if note else ''}MS_CUSTOM_AOT_WHITE_LIST does not include {target.parent}"
     # Not built yet, or a cached library that does not load (cut short by a crash or a full disk, say): built
     # (again) for this user, once; it replaces the broken file atomically.
     failure = _load(target) if target.is_file() else "not built"
@@ -202,6 +202,17 @@ def _build() -> Tuple[Optional[str], str]:
         if failure:
             return None, failure
     return str(target), note
+
+
+def _compiler() -> Tuple[Optional[str], str]:
+    """(the C++ compiler to build with, "") or (None, why not): $CXX when set, as build tools take it (one it does
+    not find is named, not replaced by another), else g++, else c++ on PATH."""
+    chosen = os.environ.get("CXX")
+    if chosen:
+        found = shutil.which(chosen)
+        return (found, "") if found else (None, f"CXX={chosen} is not a compiler found on PATH")
+    found = shutil.which("g++") or shutil.which("c++")
+    return (found, "") if found else (None, "no C++ compiler (g++ or c++) on PATH")
 
 
 def _load(path: Path) -> str:
