@@ -119,8 +119,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help=".onnx: ONNX Runtime (the default), or OpenVINO's CPU plugin (pip install openvino); an "
                              "OpenVINO IR .xml runs on openvino")
     parser.add_argument("--threads", type=integer, default=0,
-                        help="ONNX: intra-op threads (0: the engine's default); .ckpt on CPU: kernel threads "
-                             "(0: all usable CPUs)")
+                        help="ONNX Runtime's intra-op or OpenVINO's inference threads (0: the engine's default); "
+                             ".ckpt on CPU: kernel threads (0: all usable CPUs)")
     return parser.parse_args(list(argv))
 
 
