@@ -22,8 +22,8 @@ def pytest_runtest_setup(item) -> None:
     """At each module's first test, collect and then freeze what is alive (gc.freeze): MindSpore runs gc.collect()
     before compiling every graph (mindspore/graph/api.py), and in a process holding torch, transformers, OpenVINO and
     the earlier modules' imports each such collection walked every one of those objects again (0.2-0.3 s per graph:
-    three quarters of the kernels' tests' time in the full suite). Frozen objects are still freed by reference counting; only cycles among
-    them outlive the module that dropped them."""
+    three quarters of the kernels' tests' time in the full suite). Frozen objects are still freed by reference
+    counting; only cycles among them outlive the module that dropped them."""
     global _last_module
     if item.path != _last_module:
         _last_module = item.path

@@ -971,11 +971,19 @@ def test_a_white_list_without_the_cache_falls_back(fresh_build, monkeypatch):
 ])
 def test_the_white_list_is_read_as_mindspore_reads_it(fresh_build, monkeypatch, listed, allowed):
     """MindSpore's Custom op refuses a library outside MS_CUSTOM_AOT_WHITE_LIST with a traceback: the kernels must
-    agree with it beforehand, or fall back where it would refuse."""
+    agree with it beforehand (the reference: whether MindSpore's own ops.Custom accepts the library's path), or fall
+    back where it would refuse."""
     (fresh_build / "cache").mkdir()
     (fresh_build / "link").symlink_to(fresh_build / "cache")
     monkeypatch.setenv("MS_CUSTOM_AOT_WHITE_LIST", listed.format(tmp=fresh_build))
-    assert cpu_kernels._allowed_by_white_list(fresh_build / "cache" / "albert_kernels-0.so") == allowed
+    library = fresh_build / "cache" / "albert_kernels-0.so"
+    try:
+        ops.Custom(f"{library}:MatMulNT", out_shape=lambda x: x, out_dtype=lambda x: x, func_type="aot")
+        mindspore_accepts = True
+    except TypeError as err:
+        assert "the legal path for the file is" in str(err)
+        mindspore_accepts = False
+    assert cpu_kernels._allowed_by_white_list(library) == mindspore_accepts == allowed
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])

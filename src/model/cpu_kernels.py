@@ -138,8 +138,8 @@ def _close_own_folder(folder: Path) -> None:
     there is still checked for its own owner and mode before it is loaded. Any other folder that others can write
     (a shared temporary folder, a project folder) is left as it is, and not trusted."""
     info = os.lstat(folder)
-    ours = all(name.startswith(("albert_kernels-", ".tmp-")) for name in os.listdir(folder))
-    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) == 0o775 and ours:
+    earlier = stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) == 0o775
+    if earlier and all(name.startswith(("albert_kernels-", ".tmp-")) for name in os.listdir(folder)):
         os.chmod(folder, 0o755)
 
 
