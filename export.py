@@ -194,9 +194,12 @@ def check_openvino_request(args: Config) -> None:
         raise UserError("--engine openvino makes the int8 model for OpenVINO (NNCF): add --quantize int8 (a float32 "
                         ".onnx export is served by OpenVINO as it is: src.predict --engine openvino)")
     if args.engine != "openvino":
-        if args.calibration_file:
-            raise UserError("--calibration_file goes with --quantize int8 --engine openvino (ONNX Runtime's int8 "
-                            "quantizes activations per call and needs no calibration)")
+        given = "--calibration_file" if args.calibration_file else \
+            "--calibration_rows" if args.calibration_rows != load_yaml_documents(EXPORT_CONFIG)[0]["calibration_rows"] \
+            else ""
+        if given:
+            raise UserError(f"{given} goes with --quantize int8 --engine openvino (ONNX Runtime's int8 quantizes "
+                            f"activations per call and needs no calibration)")
         return
     if not args.calibration_file:
         raise UserError("--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file (a "

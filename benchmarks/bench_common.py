@@ -780,7 +780,25 @@ def provenance() -> Dict[str, Any]:
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
     return {"commit": git("rev-parse", "--short", "HEAD") or "unknown",
             "uncommitted_changes": bool(git("status", "--porcelain", "--untracked-files=no")),
-            "cpu_model": model or platform.processor(), "cpu_flags": [flag for flag in wanted if flag in flags]}
+            "cpu_model": model or platform.processor(), "cpu_flags": [flag for flag in wanted if flag in flags],
+            "onednn": onednn_record()}
+
+
+def onednn_record() -> Dict[str, str]:
+    """oneDNN's version and the implementations it picks here for the kernels' bfloat16 and int8 products, whose
+    names say the ISA (brg_matmul:avx512_core_bf16, brg_matmul:avx10_1_512_amx, ...), as fields of their own; only
+    "kernels" (why they are off) without the compiled kernels. ONEDNN_MAX_CPU_ISA applies as in the measured runs."""
+    import re
+
+    from src.model import cpu_kernels
+
+    described = cpu_kernels.onednn()
+    if not described:
+        return {"kernels": cpu_kernels.status()}
+    version = re.match(r"oneDNN (\d+\.\d+\.\d+)", described)
+    return {"version": version.group(1) if version else "unknown",
+            "bfloat16": cpu_kernels.bf16_implementation() or "emulated (no native bfloat16 dot products)",
+            "int8": cpu_kernels.int8_implementation() or "none with exact int32 sums"}
 
 
 def print_table(results: List[Dict[str, Any]], unit: str) -> None:

@@ -332,6 +332,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                  "embedding_size", "vocab_size", "max_predictions_per_seq", "threads", "steps", "rounds"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.max_predictions_per_seq > args.seq_length:
+        raise UserError(f"--max_predictions_per_seq {args.max_predictions_per_seq} is above --seq_length "
+                        f"{args.seq_length}: a row has no more positions to mask")
     common.check_output(args.output)
     return args
 

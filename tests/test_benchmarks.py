@@ -449,6 +449,9 @@ def test_bench_products_measures_every_dense_product_three_ways(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(out.read_text())
     assert report["onednn"].count(".") == 2 and report["environment"]["cpu_model"]
+    # The version the kernels report, in fields of its own, is the one libdnnl itself gives (dnnl_version).
+    recorded = report["environment"]["onednn"]
+    assert recorded.get("version", report["onednn"]) == report["onednn"], recorded
     results = report["results"]
     tokens, masked = 2 * 64, 2 * 5
     expected = []
@@ -502,6 +505,8 @@ def test_bench_products_checks_each_product_against_numpy(dtype):
     (["--dtypes", "int4"], "--dtypes"),
     (["--dtypes", "none"], "--dtypes: expected a comma-separated list of bf16, f32, got 'none'"),
     (["--threads", "0"], "--threads must be >= 1"),
+    (["--seq_length", "16", "--max_predictions_per_seq", "17"],
+     "--max_predictions_per_seq 17 is above --seq_length 16: a row has no more positions to mask"),
     (["--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_bench_products_bad_flag_is_one_line(args, message):

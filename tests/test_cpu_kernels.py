@@ -925,6 +925,27 @@ def test_switched_off_they_fall_back_and_say_why(fresh_build, monkeypatch):
     assert _kernel_flags(model) and not any(_kernel_flags(model))
 
 
+@pytest.mark.parametrize("value", ["false", " Off", "no"])
+def test_the_switch_takes_the_usual_spellings_of_off(fresh_build, monkeypatch, value):
+    """`ALBERT_CPU_KERNELS=false` kept the kernels on: only "0" was read as off."""
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", value)
+    assert not cpu_kernels.available()
+    assert cpu_kernels.status() == f"MindSpore operations (ALBERT_CPU_KERNELS={value})"
+
+
+def test_a_switch_value_read_as_neither_is_refused(fresh_build, monkeypatch):
+    from model_utils.errors import UserError
+    from src.devices.device_setup import setup_device
+
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "yes please")
+    with pytest.raises(UserError, match=r"^ALBERT_CPU_KERNELS='yes please' is neither 0 \(MindSpore's operations\) "
+                                        r"nor 1 \(the compiled kernels\)$"):
+        setup_device("CPU")
+    assert not cpu_kernels.available() and "neither 0" in cpu_kernels.status()
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "TRUE")
+    assert cpu_kernels.switch_problem() == ""
+
+
 def test_without_a_compiler_they_fall_back(fresh_build, monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
@@ -1132,6 +1153,26 @@ def test_an_untrusted_cache_is_not_loaded_the_library_is_built_privately(fake_co
     assert Path(path).parent != cache and Path(path).name == planted.name
     assert stat.S_IMODE(Path(path).parent.stat().st_mode) == 0o700
     assert cpu_kernels.status() == f"compiled CPU kernels, {cpu_kernels.onednn()} ({path}; {why})"
+
+
+def test_private_folders_of_killed_runs_are_removed_by_the_next(fake_compiler, monkeypatch):
+    """A private build folder is removed at exit, but a run killed by SIGTERM or SIGKILL leaves it behind: the next
+    run that builds privately removes those whose process is gone, and no other folder."""
+    temp = fake_compiler.parent / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(cpu_kernels.tempfile, "tempdir", str(temp))
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    orphan, alive, other = (temp / f"albert_kernels-pid{ended.pid}-x1", temp / f"albert_kernels-pid{os.getpid()}-x2",
+                            temp / "albert_kernels-pidless")
+    for folder in (orphan, alive, other):
+        folder.mkdir()
+        (folder / "albert_kernels-0.so").write_bytes(b"a library")
+    Path(cpu_kernels._build()[0]).chmod(0o760)  # the cache's library is no longer trusted: a private build
+    cpu_kernels._build.cache_clear()
+    path, why = cpu_kernels._build()
+    assert why.endswith("built in a private folder") and Path(path).parent.parent == temp
+    assert not orphan.exists() and alive.exists() and other.exists()
 
 
 def test_without_a_trusted_or_private_folder_they_fall_back(fake_compiler, monkeypatch):

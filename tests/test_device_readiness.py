@@ -125,6 +125,17 @@ def test_model_runtime_refuses_what_the_device_cannot_run(monkeypatch):
     assert kernels_status("GPU") == "MindSpore operations (not on CPU)"
 
 
+def test_a_float16_run_on_cpu_is_not_said_to_use_the_kernels():
+    """float16 networks are built from MindSpore's operations on every device (model_runtime); the log said
+    "compiled CPU kernels" for them on CPU."""
+    from src.devices.device_setup import precision_note
+
+    assert not model_runtime("CPU", "float16").kernels
+    assert kernels_status("CPU", "float16").startswith("MindSpore operations (float16")
+    assert "MindSpore operations" in precision_note("CPU", "float16", True)
+    assert precision_note("GPU", "float16", True) == ""
+
+
 def test_the_float_status_overflow_path_compiles_and_skips_an_overflowing_step():
     """On 910A the train cell adds mindspore.amp.all_finite (the float-status register there; IsFinite on CPU):
     the same graph, run here, must skip an update whose gradients overflow and apply a finite one."""

@@ -194,6 +194,18 @@ def test_calibration_errors_are_one_line_and_leave_no_file(case, heads, mrpc, tm
     assert not out.exists() or not any(out.iterdir())
 
 
+def test_calibration_rows_without_openvino_is_refused_not_ignored():
+    """`--calibration_rows` alone (ONNX Runtime's int8, which calibrates nothing) was silently ignored."""
+    from export import EXPORT_CONFIG, check_openvino_request
+    from model_utils.config import parse_cli
+    from model_utils.errors import UserError
+
+    common = ["--file_format", "ONNX", "--quantize", "int8"]
+    with pytest.raises(UserError, match=r"^--calibration_rows goes with --quantize int8 --engine openvino "):
+        check_openvino_request(parse_cli(EXPORT_CONFIG, common + ["--calibration_rows", "64"]))
+    check_openvino_request(parse_cli(EXPORT_CONFIG, common))  # the default: nothing given
+
+
 def test_a_failed_save_leaves_no_half_written_ir(heads, mrpc, tmp_path, monkeypatch, capsys):  # noqa: F811
     """The disk fills while the IR is written: one line, and neither the .xml, the .bin nor a staging folder
     remains."""

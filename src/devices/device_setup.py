@@ -75,6 +75,8 @@ def setup_device(device_target: str, device_id: int = 0, distribute: bool = Fals
     """GRAPH mode on the chosen target; with `distribute`, join the launcher's group (msrun or mpirun) and set
     data-parallel gradient averaging. `device_num` > 0 must equal the launcher's worker count."""
     target = pick_device_target(device_target)
+    if target == "CPU" and cpu_kernels.switch_problem():
+        raise UserError(cpu_kernels.switch_problem())
     ms.set_context(mode=ms.GRAPH_MODE)
     if cpu_threads > 0:
         ms.device_context.cpu.op_tuning.threads_num(cpu_threads)
@@ -170,13 +172,22 @@ def cpu_compute_type_problem(compute_type: str, kernels: bool = True) -> str:
     return ""
 
 
-def kernels_status(target: str) -> str:
-    """One line for logs: whether float32 networks on `target` run the compiled CPU kernels, and if not, why."""
-    return cpu_kernels.status() if target == "CPU" else "MindSpore operations (not on CPU)"
+def kernels_status(target: str, compute_type: str = "float32") -> str:
+    """One line for logs: whether networks of `compute_type` on `target` run the compiled CPU kernels, and if not,
+    why."""
+    if target != "CPU":
+        return "MindSpore operations (not on CPU)"
+    return CPU_FLOAT16 if compute_type == "float16" else cpu_kernels.status()
+
+
+CPU_FLOAT16 = "MindSpore operations (float16: the compiled CPU kernels run float32 and bfloat16)"
 
 
 def precision_note(target: str, compute_type: str, loss_scaling: bool) -> str:
-    """One line for a training log on what a bfloat16 run on CPU computes in which precision ('' otherwise)."""
+    """One line for a training log on what a bfloat16 run on CPU computes in which precision, and that a float16 run
+    there uses none of the compiled kernels ('' otherwise)."""
+    if target == "CPU" and compute_type == "float16":
+        return f"precision: float16 in {CPU_FLOAT16}"
     if target != "CPU" or compute_type != "bfloat16":
         return ""
     features = "/".join(flag.upper() for flag in cpu_kernels.bf16_features())

@@ -143,6 +143,26 @@ def _close_own_folder(folder: Path) -> None:
         os.chmod(folder, 0o755)
 
 
+PRIVATE_PREFIX = "albert_kernels-pid"  # + the pid of the process whose private folder it is
+
+
+def _remove_orphaned_private_folders() -> None:
+    """Remove this user's private build folders whose process is gone: one removes its own at exit, but not when
+    killed (SIGTERM, SIGKILL), which would leave a library (~1 MB) in the temporary folder per killed run."""
+    temp = Path(tempfile.gettempdir())
+    for folder in temp.glob(f"{PRIVATE_PREFIX}*-*"):
+        pid = folder.name[len(PRIVATE_PREFIX):].split("-", 1)[0]
+        try:
+            info = os.lstat(folder)
+            if not (pid.isdigit() and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()):
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # gone meanwhile, or a live process of another user (a reused pid)
+            continue
+
+
 def _library_folder(name: str) -> Tuple[Optional[Path], str]:
     """The folder to load (or build) the library `name` in, and why not the cache ("" when the cache): the cache,
     created 0700, when this user owns it and its `name` and nobody else can write either; else a private folder of
@@ -156,8 +176,9 @@ def _library_folder(name: str) -> Tuple[Optional[Path], str]:
         why = f"cannot create {cache} ({err.strerror})"
     if not why:
         return cache, ""
+    _remove_orphaned_private_folders()
     try:
-        private = Path(tempfile.mkdtemp(prefix="albert_kernels-"))
+        private = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-"))
     except OSError as err:
         return None, f"{why}, and no private folder ({err.strerror})"
     atexit.register(shutil.rmtree, private, True)
@@ -174,13 +195,30 @@ def _allowed_by_white_list(path: Path) -> bool:
     return os.path.commonpath([os.path.realpath(path), legal]) == legal
 
 
+SWITCH_OFF, SWITCH_ON = ("0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
+def _switched_off() -> bool:
+    return os.environ.get("ALBERT_CPU_KERNELS", "1").strip().lower() in SWITCH_OFF
+
+
+def switch_problem() -> str:
+    """Why the value of ALBERT_CPU_KERNELS is not understood ("" when it is, or is unset): a setting read as neither
+    on nor off is refused (setup_device) rather than taken as on."""
+    value = os.environ.get("ALBERT_CPU_KERNELS", "1")
+    if value.strip().lower() in SWITCH_OFF + SWITCH_ON:
+        return ""
+    return f"ALBERT_CPU_KERNELS={value!r} is neither 0 (MindSpore's operations) nor 1 (the compiled kernels)"
+
+
 @lru_cache(maxsize=None)
 def _build() -> Tuple[Optional[str], str]:
     """(path of the loaded kernel library, "" or why it is not the cache's) or (None, why not). Compiled once per
     source/library/MindSpore version/compiler/libc/CPU; concurrent processes (data-parallel workers) each write a
     temporary file and rename it into place."""
-    if os.environ.get("ALBERT_CPU_KERNELS", "1") == "0":
-        return None, "ALBERT_CPU_KERNELS=0"
+    problem = switch_problem()
+    if problem or _switched_off():
+        return None, problem or f"ALBERT_CPU_KERNELS={os.environ['ALBERT_CPU_KERNELS']}"
     dnnl = dnnl_library()
     if dnnl is None:
         return None, f"no libdnnl.so in {Path(ms.__file__).resolve().parent / 'lib'}"

@@ -36,7 +36,7 @@ def run(argv: Sequence[str], description: str) -> int:
     device, log = start_device(config)
     log(f"device: {device.target} ({device.group_size} worker(s)); "
         f"network: {network_source(config, config.load_checkpoint_path)}; "
-        f"kernels: {kernels_status(device.target)}")
+        f"kernels: {kernels_status(device.target, net.compute_type)}")
 
     def make_dataset(rows):
         return create_pretraining_dataset(config.data_dir, config.batch_size, indices=rows)
