@@ -39,7 +39,7 @@ from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
                                      replace_folder)
 from src.data.schema import column_dtype
-from src.tasks.registry import TASKS, Signature
+from src.tasks.registry import TASKS, Signature, tasks_accepting
 
 ROOT = Path(__file__).resolve().parent
 EXPORT_CONFIG = ROOT / "export_config.yaml"
@@ -55,10 +55,7 @@ def infer_task(path: str) -> str:
     named = [task for task in TASK_CONFIGS if re.search(rf"(^|[^a-z0-9]){task}([^a-z0-9]|$)", name)]
     if len(named) == 1:
         return named[0]
-    values, _, _ = load_yaml_documents(path)
-    keys = {key for key, value in flatten(values).items() if value != {}}
-    fitting = [task for task, config_file in TASK_CONFIGS.items()
-               if keys <= set(flatten(load_yaml_documents(config_file)[0]))]
+    fitting = tasks_accepting(path, TASK_CONFIGS)
     if len(fitting) == 1:
         return fitting[0]
     why = f"its keys fit the {' and '.join(fitting)} yamls" if fitting else "its keys fit no task yaml"

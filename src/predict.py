@@ -49,6 +49,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -61,14 +62,18 @@ from src.common.atomic_files import atomic_path, check_outputs, claimed_folder_o
 from src.serving.answers import ANSWERS, MAX_WINDOWS, Accuracy, write_answers
 from src.serving.engines import (DEFAULT_BATCH, DEFAULT_SEQ, SUFFIXES, load_runner, model_shape, rows_per_call,
                                  run_rows)
-from src.serving.requests import flag_request, load_tokenizer, read_requests, survey_requests, warn_single_sentences
+from src.serving.requests import (check_task_flags, flag_request, load_tokenizer, read_requests, survey_requests,
+                                  warn_single_sentences)
 from src.tasks.registry import TASKS
 
 # The integer flags' ranges: the upper bounds stop an absurd value before a model, a thread pool or a batch is
 # allocated (8192 positions: 16 times the position table of every published ALBERT).
-FLAG_RANGES = {"batch_size": (0, 65536), "threads": (0, 1024), "seq_length": (0, 8192), "max_qa_length": (1, 8192),
+FLAG_RANGES = {"batch_size": (0, 65536), "threads": (0, 1024), "seq_length": (8, 8192), "max_qa_length": (1, 8192),
                "doc_stride": (1, 8192), "max_query_length": (1, 8192), "max_windows": (1, 65536),
                "n_best_size": (1, 512), "max_answer_length": (1, 8192)}
+ZERO_IS_DEFAULT = ("seq_length",)  # the others take 0 in their range
+# SQuAD's answer settings: the flag when given, else the task yaml's (--config_path's, else the shipped one).
+ANSWER_SETTINGS = ("n_best_size", "max_answer_length", "null_score_diff_threshold")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -103,9 +108,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--max_windows", type=integer, default=MAX_WINDOWS,
                         help="SQuAD: most windows one request may make (a longer context is refused)")
     parser.add_argument("--max_query_length", type=integer, default=64, help="SQuAD: as create_squad_data")
-    parser.add_argument("--n_best_size", type=integer, default=20)
-    parser.add_argument("--max_answer_length", type=integer, default=30)
-    parser.add_argument("--null_score_diff_threshold", type=real, default=0.0, help="squad_v2: answer '' above it")
+    parser.add_argument("--n_best_size", type=integer, default=None,
+                        help="SQuAD: candidate answers kept (default: the task yaml's, 20)")
+    parser.add_argument("--max_answer_length", type=integer, default=None,
+                        help="SQuAD: longest answer in tokens (default: the task yaml's, 30)")
+    parser.add_argument("--null_score_diff_threshold", type=real, default=None,
+                        help="squad_v2: answer '' above it (default: the task yaml's, 0.0)")
     parser.add_argument("--device_target", default="auto", choices=("auto", "CPU", "GPU", "Ascend"),
                         help="MINDIR and .ckpt: where MindSpore runs it (ONNX runs on ONNX Runtime's CPU provider)")
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "int8"),
@@ -134,8 +142,13 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--model must be a .mindir (MindSpore), .onnx (ONNX Runtime) or .xml (OpenVINO IR) file "
                         f"written by export.py, or a fine-tuned .ckpt: {args.model}")
     for flag, (low, high) in FLAG_RANGES.items():
-        if not low <= getattr(args, flag) <= high:
-            raise UserError(f"--{flag} must be in [{low}, {high}], got {getattr(args, flag)}")
+        value = getattr(args, flag)
+        if value is not None and not low <= value <= high and not (value == 0 and flag in ZERO_IS_DEFAULT):
+            zero = " (or 0: the default)" if flag in ZERO_IS_DEFAULT else ""
+            raise UserError(f"--{flag} must be in [{low}, {high}]{zero}, got {value}")
+    labels = args.labels.split(",") if args.labels else []
+    if labels and (len(set(labels)) != len(labels) or not all(label.strip() for label in labels)):
+        raise UserError(f"--labels must name each class once, by a non-empty name: {args.labels!r}")
     if args.model.endswith(".xml"):
         check_openvino_ir(args)
     elif args.model.endswith(".onnx"):
@@ -173,6 +186,7 @@ def check_args(args: argparse.Namespace) -> None:
         supported, why = int8_support()
         if not supported:
             raise UserError(f"--precision int8: {why}; use --precision float32")
+    check_task_flags(args)
     text_flags = [flag for flag in ("text_a", "text_b", "article", "question", "context") if getattr(args, flag)]
     if args.input_file:
         if text_flags or args.option:
@@ -185,6 +199,19 @@ def check_args(args: argparse.Namespace) -> None:
             check_outputs([args.output_file], args.overwrite, files_read(args), flag="--overwrite")
     elif args.output_file:
         raise UserError("--output_file goes with --input_file; one request is printed on stdout")
+
+
+def fill_answer_settings(args: argparse.Namespace) -> None:
+    """SQuAD's answer settings not given as flags come from the task yaml (--config_path for a .ckpt, else the
+    shipped one), so that the answers are those the fine-tuning run's evaluation gave with the same yaml."""
+    if not args.task.startswith("squad"):
+        return
+    from src.serving.engines import task_config
+
+    config = task_config(args)
+    for key in ANSWER_SETTINGS:
+        if getattr(args, key) is None and key in config:
+            setattr(args, key, config[key])
 
 
 def check_query_length(args: argparse.Namespace, seq: int) -> None:
@@ -250,9 +277,15 @@ def folder_refusal(path: str, task: str) -> str:
 # Each takes (args, tokenizer, run, shape, requests) and returns one answer per request.
 
 
+def _stop(signum: int, frame) -> None:
+    """SIGTERM as an exit (the shells' code for it) that runs the cleanup on its way out."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
     check_args(args)
+    fill_answer_settings(args)
     shape = model_shape(args)
     check_query_length(args, shape.seq)
     batch = rows_per_call(args, shape)
@@ -282,11 +315,15 @@ def main(argv: List[str]) -> int:
             write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
                           sys.stdout, accuracy)
     else:
-        with claimed_folder_of(args.output_file, "--output_file"), \
-                atomic_path(args.output_file, ".jsonl", replace=args.overwrite) as tmp, \
-                open(tmp, "w", encoding="utf-8") as out, progress("requests", total, " requests") as bar:
-            write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
-                          out, accuracy)
+        previous = signal.signal(signal.SIGTERM, _stop)  # stopped, it leaves no partial answers or lock behind
+        try:
+            with claimed_folder_of(args.output_file, "--output_file"), \
+                    atomic_path(args.output_file, ".jsonl", replace=args.overwrite) as tmp, \
+                    open(tmp, "w", encoding="utf-8") as out, progress("requests", total, " requests") as bar:
+                write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
+                              out, accuracy)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
         log_to(os.path.dirname(os.path.abspath(args.output_file)))
         print(f"answered {total} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
     for line in accuracy.lines(args.input_file):

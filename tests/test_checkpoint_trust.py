@@ -14,7 +14,8 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import flip_tensor_bytes, ok, one_line_error, pretrain, run
+from src.training.checkpoints import IDENTITY_KEYS
+from tests.pretrain_helpers import flip_tensor_bytes, ok, one_line_error, pretrain, run, tool
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +112,7 @@ def test_checkpoints_of_an_older_version_resume_and_are_adopted_once(data, four_
         values = ms.load_checkpoint(str(path))
         path.unlink()
         ms.save_checkpoint([{"name": name, "data": value} for name, value in values.items()
-                            if name not in ("run_id", "checkpoint_sha256")], str(path))
+                            if name not in ("run_id", "checkpoint_sha256", *IDENTITY_KEYS)], str(path))
     (folder / "run_lineage.json").unlink()
 
     result = ok(run(args + ["--train_steps", "6", "--save_checkpoint_num", "1"]))
@@ -121,6 +122,59 @@ def test_checkpoints_of_an_older_version_resume_and_are_adopted_once(data, four_
     assert sorted(lineage["adopted"]) == ["albert_pretrain-2.ckpt", "albert_pretrain-4.ckpt"]
     assert f"resumed from {folder / 'albert_pretrain-4.ckpt'}: optimizer step 4 of 6" in result.stdout
     assert steps_in(folder) == [6], "adopted checkpoints are the run's own: retention prunes them"
+
+
+def test_a_run_resumed_as_another_network_or_on_other_data_is_refused(data, four_steps, tmp_path):
+    """The data plan's numbers let a network whose parameters keep their shapes (3 layers sharing one set instead
+    of 2) or other data of the same size (another masking of the same text) continue a run silently, and the run's
+    albert_config.json was rewritten to the new network."""
+
+    folder = copy_of(four_steps, tmp_path / "run")
+    written = (folder / "albert_config.json").read_text()
+    recorded = ms.load_checkpoint(str(folder / "checkpoints" / "albert_pretrain-4.ckpt"))
+    assert recorded["run_kind"] == "albert_pretrain" and json.loads(recorded["run_settings"])["train_steps"] == 4
+    assert json.loads(recorded["run_network"])["num_hidden_layers"] == 2
+    args = pretrain(data, folder, "--save_checkpoint_num", "2", *SAVE_EVERY_2, "--train_steps", "6")
+    newest = folder / "checkpoints" / "albert_pretrain-4.ckpt"
+    one_line_error(run(args + ["--net_cfg.num_hidden_layers", "3"]), f"{newest} was written by a run that trained "
+                   "something else (net_cfg.num_hidden_layers: checkpoint 2, now 3); resume with the same settings")
+    other = tmp_path / "masked.mindrecord"
+    tool("create_pretraining_data", ["--input_file", data["folder"] / "corpus.txt", "--output_file", other,
+                                     "--spm_model_file", data["folder"] / "spm.model", "--max_seq_length", "32",
+                                     "--max_predictions_per_seq", "5", "--dupe_factor", "1", "--random_seed", "1",
+                                     "--masked_lm_prob", "0.2", "--progress", "false"])
+    args[args.index("--data_dir") + 1] = str(other)
+    one_line_error(run(args), f"(data_dir: {other} holds other rows than the data the checkpoint was trained on)")
+    assert (folder / "albert_config.json").read_text() == written and steps_in(folder / "checkpoints") == [2, 4]
+
+
+def test_what_a_resumed_run_may_change_and_what_it_is_told():
+    """Precision and dropout may change on resume (a float32 machine continuing a bfloat16 run), said in a warning;
+    the initializer does not matter (the weights come from the checkpoint); another optimizer is refused by name
+    (its state was reported as missing network parameters); checkpoints of older versions carry no identity."""
+    from model_utils.errors import UserError
+    from src.model.albert import AlbertConfig
+    from src.training.checkpoints import RunIdentity
+    from src.training.settings import PRETRAIN_FLAGS, TrainSettings
+
+    settings = TrainSettings(config=None, data="train.mindrecord", batch_size=8, epochs=1, shuffle=True,
+                             output_dir="out", save_dir="out/checkpoints", checkpoint_prefix="albert_pretrain",
+                             init_checkpoint="", flags=PRETRAIN_FLAGS)
+    written = RunIdentity(AlbertConfig(compute_type="bfloat16").to_dict(), "Lamb", "0123", "albert_pretrain").entries()
+    lines = []
+    now = AlbertConfig(compute_type="float32", hidden_dropout_prob=0.1, initializer_range=0.05)
+    RunIdentity(now.to_dict(), "Lamb", "0123", "albert_pretrain").check(written, "c.ckpt", settings, lines.append)
+    assert lines == ["warning: resuming c.ckpt with other settings (net_cfg.compute_type: checkpoint bfloat16, now "
+                     "float32; net_cfg.hidden_dropout_prob: checkpoint 0.0, now 0.1): the steps up to it ran with the "
+                     "checkpoint's, the rest run with these"]
+    with pytest.raises(UserError, match=r"^c.ckpt was written by a run that trained something else \(optimizer: "
+                                        r"checkpoint Lamb, now AdamWeightDecay\); resume with the same settings, or "
+                                        r"start a new run in another save_checkpoint_path$"):
+        RunIdentity(AlbertConfig(compute_type="bfloat16").to_dict(), "AdamWeightDecay", "0123",
+                    "albert_pretrain").check(written, "c.ckpt", settings, lines.append)
+    RunIdentity(AlbertConfig(num_hidden_layers=3).to_dict(), "AdamWeightDecay", "4567", "albert_pretrain").check(
+        {}, "old.ckpt", settings, lines.append)
+    assert len(lines) == 1
 
 
 def test_weights_turning_nan_with_loss_scaling_are_never_saved(data, tmp_path):

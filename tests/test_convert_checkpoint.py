@@ -263,3 +263,76 @@ def test_an_hf_masked_lm_converts_with_the_pooler_and_sop_head_transformers_woul
     mlm = our_outputs(net, *batch)[2]
     expected = np.take_along_axis(theirs, batch[3][:, :, None].astype(np.int64), axis=1)
     assert np.abs(expected).max() > 1e-2 and np.abs(mlm - expected).max() <= 1e-5
+
+
+def test_keys_an_hf_config_leaves_out_take_transformers_defaults():
+    """An HF config.json leaves out what equals transformers' defaults: hidden_act then means its gelu_new, not the
+    exact GELU of Google's default (the converted logits were off by ~1e-3); every default is transformers' own."""
+    from transformers import AlbertConfig as HfConfig
+
+    from src.model.albert import HF_ACTIVATIONS
+
+    reference = HfConfig()
+    ours = AlbertConfig.from_dict({"model_type": "albert"})
+    for key, value in ours.to_dict().items():
+        if hasattr(reference, key):
+            theirs = getattr(reference, key)
+            assert value == (HF_ACTIVATIONS[theirs] if key == "hidden_act" else theirs), key
+
+
+@pytest.mark.parametrize("config", [{"model_type": "bert", "architectures": ["BertForPreTraining"]},
+                                    {"model_type": "albert", "architectures": ["BertForPreTraining"]}])
+def test_an_hf_config_of_another_model_is_refused(config):
+    with pytest.raises(ValueError, match=r"^config: model_type .* not an ALBERT model"):
+        AlbertConfig.from_dict(config)
+
+
+def test_an_hf_classifier_converts_its_backbone_and_names_the_head_it_skips(tmp_path, capsys):
+    """A fine-tuned HF AlbertForSequenceClassification was refused with a name it does not hold
+    ("albert.classifier.bias has no place in the network (e.g. more layer groups ...)")."""
+    from transformers import AlbertConfig as HfConfig, AlbertForSequenceClassification
+
+    from model_utils.errors import run_cli
+    from src.conversion.convert_checkpoint import main
+
+    torch.manual_seed(3)
+    hf = AlbertForSequenceClassification(HfConfig(num_labels=3, **TINY_CONFIGS["groups2_inner2_gelu_new"])).eval()
+    save_hf(hf, tmp_path / "cls", safetensors=True)
+    assert run_cli(main, ["--src", "hf", "--input", str(tmp_path / "cls"), "--output", str(tmp_path / "o.ckpt")]) == 0
+    printed = capsys.readouterr().out
+    assert "note: skipped 2 tensors that are not part of ALBERT pretraining: classifier." in printed
+    from src.common.checkpoint_io import read_checkpoint
+    ours = read_checkpoint(str(tmp_path / "o.ckpt"))
+    for name, value in hf.state_dict().items():
+        mine = hf_name(name)
+        if mine is not None and mine.startswith("albert."):
+            assert np.array_equal(ours[mine].asnumpy(), value.numpy()), name
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"drop": "bert/pooler/dense/kernel"}, "the checkpoint has part of albert.pooler but not albert.pooler.weight"),
+    ({"add": "bert/encoder/transformer/group_0/inner_group_0/attention_1/self/query/extra_kernel"},
+     "bert/encoder/transformer/group_0/inner_group_0/attention_1/self/query/extra_kernel lies in ALBERT's own scopes"),
+])
+def test_a_tf_checkpoint_with_part_of_a_layer_or_a_stray_weight_is_refused(tmp_path, monkeypatch, edit, message):
+    """Google's checkpoints hold every layer whole: a layer missing one tensor (a misspelt name, a damaged file) was
+    converted with the rest initialised at random, and an unknown tensor inside ALBERT's scopes skipped."""
+    import src.conversion.tf_checkpoint as tf_checkpoint
+
+    tensors = dict(np.load(TF_FIXTURE / "reference.npz"))
+    tensors.pop(edit.get("drop", ""), None)
+    if "add" in edit:
+        tensors[edit["add"]] = np.zeros((4, 4), np.float32)
+    monkeypatch.setattr(tf_checkpoint, "read_tf_checkpoint", lambda *args, **kwargs: tensors)
+    with pytest.raises(UserError, match=re.escape(message)):
+        convert("tf", "unused", str(tmp_path / "x.ckpt"), str(TF_FIXTURE / "albert_config.json"))
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_a_folder_as_output_is_named_as_the_problem(tmp_path, capsys):
+    from model_utils.errors import run_cli
+    from src.conversion.convert_checkpoint import main
+
+    assert run_cli(main, ["--src", "hf", "--input", "unused", "--output", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: --output names the checkpoint file to write (.ckpt), not a "
+                                               f"folder: {tmp_path}")

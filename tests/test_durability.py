@@ -239,6 +239,24 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
                                                                  ["albert_config.json", "run_lineage.json"])
 
 
+def test_a_folder_in_use_is_refused_before_anything_in_it_is_read(tmp_path):
+    """A second run on a folder in use printed "resumed from" the first run's newest checkpoint before the lock
+    stopped it: check_not_in_use probes the lock first, creating and changing nothing, and passes once it is free."""
+    folder = tmp_path / "out"
+    atomic_files.check_not_in_use(str(folder), "output_dir out")  # no folder: nothing to refuse, nothing made
+    assert not folder.exists()
+    folder.mkdir()
+    holder = hold_lock(folder / atomic_files.RUN_LOCK)
+    try:
+        with pytest.raises(UserError, match=rf"^output_dir out is in use by another run \(pid {holder.pid}, "):
+            atomic_files.check_not_in_use(str(folder), "output_dir out")
+        assert (folder / atomic_files.RUN_LOCK).read_text() == f"{holder.pid}\n"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    atomic_files.check_not_in_use(str(folder), "output_dir out")  # the killed holder's lock went with it
+
+
 def test_leftovers_go_only_under_the_lock_of_their_folder(tmp_path):
     """A second run must not remove the temporaries a live first run is writing: it is stopped by the lock before
     removing anything, and removing without holding the lock is a bug, refused."""

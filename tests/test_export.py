@@ -714,6 +714,54 @@ def test_predict_keeps_an_output_file_that_appears_while_it_runs(spm_path, tmp_p
     assert json.loads(output.read_text())["label"] in ("0", "1", "2")
 
 
+def test_predict_stopped_by_sigterm_leaves_no_partial_answers_or_lock(spm_path, tmp_path, monkeypatch):
+    """SIGTERM (a service manager, `timeout`) killed the run mid-file, leaving its hidden partial answers and lock in
+    the output folder until the next run there."""
+    import signal
+
+    import src.devices.device_setup
+    import src.predict
+    from model_utils.errors import run_cli
+
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
+    monkeypatch.setattr(src.devices.device_setup, "setup_device",
+                        lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
+    saved_classifier(tmp_path)
+    requests = requests_file(tmp_path / "requests.jsonl", [{"text_a": "A short request."}] * 3)
+    real_write = src.predict.write_answers
+
+    def stopped_midway(answers, requests, out, accuracy):
+        out.write("half an answer")
+        os.kill(os.getpid(), signal.SIGTERM)
+        real_write(answers, requests, out, accuracy)
+
+    monkeypatch.setattr(src.predict, "write_answers", stopped_midway)
+    handler = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        run_cli(src.predict.main, ["--model", str(tmp_path / "albert_classifier-1.ckpt"), "--task", "classifier",
+                                   "--spm_model_file", spm_path, "--seq_length", str(SEQ), "--input_file",
+                                   str(requests), "--output_file", str(tmp_path / "out" / "answers.jsonl"),
+                                   "--device_target", "CPU"])
+    assert stopped.value.code == 128 + signal.SIGTERM and signal.getsignal(signal.SIGTERM) == handler
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_predict_takes_squads_answer_settings_from_the_task_yaml(tmp_path):
+    """--config_path's n_best_size, max_answer_length and null_score_diff_threshold were ignored (the flags' own
+    defaults won), so answers differed from the evaluation run with the same yaml; a flag still wins."""
+    from src.predict import fill_answer_settings, parse_args
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("n_best_size: 7\nmax_answer_length: 12\nnull_score_diff_threshold: 5.0\n")
+    base = ["--model", "m.ckpt", "--task", "squad_v2", "--config_path", str(mine)]
+    args = parse_args(base + ["--n_best_size", "3"])
+    fill_answer_settings(args)
+    assert (args.n_best_size, args.max_answer_length, args.null_score_diff_threshold) == (3, 12, 5.0)
+    shipped = parse_args(["--model", "m.onnx", "--task", "squad_v1"])
+    fill_answer_settings(shipped)
+    assert (shipped.n_best_size, shipped.max_answer_length) == (20, 30)  # task_squad_v1_config.yaml's
+
+
 def test_predict_scores_requests_that_carry_their_gold_label(spm_path, tmp_path, monkeypatch, capsys):
     """Requests with a `label` or `gold` (a label name or index) were refused as unknown keys: they are answered as
     without it (the same logits), the gold label is echoed, and the accuracy over them is printed at the end; a gold

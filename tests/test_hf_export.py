@@ -464,9 +464,12 @@ def run_folder(root: Path, steps: Sequence[int]) -> Path:
     (root / "checkpoints").mkdir(parents=True)
     (root / "eval").mkdir()
     head = AlbertForSequenceClassification(config, 2)
-    for step in steps:
+    # the run's settings as runs record them (the first checkpoint: as a version that did not is left without)
+    recorded = {"run_settings": json.dumps({"optimizer": "AdamWeightDecay", "train_steps": 500,
+                                            "optimizer_cfg": {"AdamWeightDecay": {"learning_rate": 2e-05}}})}
+    for index, step in enumerate(steps):
         progress = {"micro_step": 2 * step, "rows": 3668, "batch_size": 16, "group_size": 2, "accumulation_steps": 2,
-                    "seed": 12345, "shuffle": 1, "overflow_count": 0}
+                    "seed": 12345, "shuffle": 1, "overflow_count": 0, **(recorded if index == 0 else {})}
         save_checkpoint_atomic(head, str(root / "checkpoints" / f"albert_classifier-{step}.ckpt"), append_dict=progress)
     config.to_json_file(str(root / "checkpoints" / "albert_config.json"))
     results = {"task": "mrpc", "assessment_method": "f1", "score": 0.8912, "accuracy": 0.8480392156862745,
@@ -521,9 +524,28 @@ def test_the_folder_carries_a_model_card_the_hub_reads(spm_path, tmp_path):
     assert card.license is None and card.eval_results is None and card.metrics is None
     assert "No evaluation results: the run's eval_results.json is of albert_classifier-500.ckpt, not of " \
            "albert_classifier-300.ckpt" in text
-    assert "Settings of `task_classifier_config.yaml`" in text and "| `optimizer_cfg.AdamWeightDecay.learning_rate` |" \
-        in text
+    # the run's own settings, recorded in its checkpoint, not the yaml's defaults (train_steps -1 there)
+    assert "Settings of the run that wrote the checkpoint (recorded in it):" in text
+    assert "| `train_steps` | 500 |" in text and "| `optimizer_cfg.AdamWeightDecay.learning_rate` | 2e-05 |" in text
     assert "no tokenizer files" in text  # this time exported without a vocabulary
     export_in_process(*earlier, "--eval_results", str(run / "eval" / "eval_results.json"))
     card = ModelCard.load(folder / "README.md").data
     assert {result.metric_name: result.metric_value for result in card.eval_results} == metrics
+
+
+def test_a_card_never_publishes_the_evaluation_of_another_task():
+    """--task_name cola on an MRPC run's checkpoint published its MRPC metrics as CoLA's, and a classifier's
+    eval_results.json given to a pretraining export was published as the fill-mask model's."""
+    from model_utils.errors import UserError
+    from src.export.model_card import check_evaluation
+
+    mrpc = {"task": "mrpc", "assessment_method": "f1", "f1": 0.89, "accuracy": 0.85}
+    with pytest.raises(UserError, match=r"^--task_name cola but R is the evaluation of mrpc: drop --task_name"):
+        check_evaluation(mrpc, "classifier", "cola", "R")
+    with pytest.raises(UserError, match=r"^R holds a classifier evaluation, not one of the pretrain model exported"):
+        check_evaluation(mrpc, "pretrain", "", "R")
+    with pytest.raises(UserError, match=r"^R holds a pretrain evaluation, not one of the squad_v1 model exported"):
+        check_evaluation({"masked_lm_accuracy": 0.3, "sentence_order_accuracy": 0.6}, "squad_v1", "", "R")
+    check_evaluation(mrpc, "classifier", "mrpc", "R")
+    check_evaluation({"exact": 70.0, "f1": 73.0, "HasAns_exact": 60.0}, "squad_v2", "", "R")
+    check_evaluation(None, "race", "", "R")

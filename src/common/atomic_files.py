@@ -308,10 +308,7 @@ def lock_output(lock_file: str, what: str) -> None:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            owner = os.pread(handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
-            os.close(handle)
-            raise UserError(f"{what} is in use by another run (pid {owner}, lock {path}): wait for it to end, or "
-                            f"write to another output") from None
+            _refuse_in_use(handle, path, what)
         if _is_file_at(handle, path):
             _check_lock_file(handle, path)
             os.ftruncate(handle, 0)
@@ -319,6 +316,30 @@ def lock_output(lock_file: str, what: str) -> None:
             _HELD[path] = handle
         else:  # the holder released (and removed) it between our open and our lock: take the new file
             os.close(handle)
+
+
+def check_not_in_use(folder: str, what: str) -> None:
+    """Stop now when another run holds `folder`'s RUN_LOCK, before this one reads anything there (a checkpoint the
+    other is replacing, say): claim_folder takes the lock only once the run can start. Creates nothing."""
+    path = os.path.abspath(os.path.join(folder, RUN_LOCK))
+    if path in _HELD:
+        return
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:  # no lock file (or a link, which lock_output refuses by name later)
+        return
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _refuse_in_use(handle, path, what)
+    os.close(handle)  # releases the probe's shared lock
+
+
+def _refuse_in_use(handle: int, path: str, what: str) -> None:
+    owner = os.pread(handle, 32, 0).decode("ascii", "replace").strip() or "unknown"
+    os.close(handle)
+    raise UserError(f"{what} is in use by another run (pid {owner}, lock {path}): wait for it to end, or write to "
+                    f"another output") from None
 
 
 def _check_lock_file(handle: int, path: str) -> None:

@@ -33,6 +33,7 @@ Tensors = Dict[str, np.ndarray]
 # ---------------------------------------------------------------------------------------------------------------
 HF_SKIPPED = ("albert.embeddings.position_ids", "predictions.decoder.weight", "predictions.decoder.bias")
 HF_HEADS = ("predictions.", "sop_classifier.")
+BARE_BACKBONE = ("embeddings.", "encoder.", "pooler.")  # the backbone's modules, named as a bare AlbertModel names them
 POOLER = "albert.pooler."
 INIT_SEED = 0  # of the weights initialised here: a conversion writes the same file every time
 HF_LEAVES: Tuple[Tuple[str, str], ...] = (  # (HF's leaf, ours)
@@ -55,7 +56,7 @@ def _rename_leaf(name: str, side: int) -> str:
 
 def hf_name(name: str) -> Optional[str]:
     """Our parameter name for an HF `AlbertForPreTraining` state-dict name, or None for tied/buffer entries."""
-    if not name.startswith(("albert.",) + HF_HEADS):
+    if name.startswith(BARE_BACKBONE):
         name = "albert." + name  # a bare AlbertModel state dict has no "albert." prefix
     if name in HF_SKIPPED:
         return None
@@ -246,6 +247,11 @@ def convert_tf(tensors: Tensors) -> Tuple[Tensors, List[str]]:
         raise UserError("this is a checkpoint of brightmart's early albert_zh layout (bert/encoder/layer_shared, "
                         "word_embeddings_2), which places the embedding projection differently from Google's "
                         "ALBERT; use brightmart's *_google releases, which convert with --src tf")
+    inside = [name for name in skipped if name.removeprefix("module/").startswith(("bert/", "cls/predictions/",
+                                                                                      "cls/seq_relationship/"))]
+    if inside:
+        raise UserError(f"{inside[0]} lies in ALBERT's own scopes but is no weight of the network (a damaged "
+                        f"checkpoint, or another model's layout)")
     return converted, skipped
 
 
@@ -268,6 +274,16 @@ def network_shapes(config: AlbertConfig) -> Dict[str, Tuple[int, ...]]:
     from src.model.albert import parameter_shapes
     from src.model.pretraining_heads import AlbertPreTraining
     return parameter_shapes(AlbertPreTraining(config, is_training=False))
+
+
+def check_whole_groups(converted: Tensors, expected: Dict[str, Tuple[int, ...]]) -> None:
+    """A Google checkpoint holds each layer whole: one that has some weights of a layer (the pooler, a head's dense
+    layer) but not all is damaged or misnamed, not a model without that layer."""
+    for name in sorted(expected):
+        layer = name.rsplit(".", 1)[0]
+        if name not in converted and any(other.rsplit(".", 1)[0] == layer for other in converted):
+            raise UserError(f"the checkpoint has part of {layer} but not {name}: a damaged checkpoint, or a "
+                            f"misnamed tensor")
 
 
 def initialise_like_transformers(converted: Tensors, expected: Dict[str, Tuple[int, ...]],
@@ -316,6 +332,8 @@ def convert(src: str, input_path: str, output: str, config_path: Optional[str] =
         tensors, config = read_tf(input_path, config_path)
         converted, skipped = convert_tf(tensors)
     expected = network_shapes(config)
+    if src == "tf":
+        check_whole_groups(converted, expected)
     initialised = initialise_like_transformers(converted, expected, config.initializer_range)
     missing_heads = check_against_network(converted, expected)
     items = [{"name": name, "data": Tensor(np.asarray(value, dtype=np.float32))}
@@ -337,15 +355,17 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--overwrite", type=boolean, nargs="?", const=True, default=False,
                         help="replace an existing output (.ckpt or its .json) (true or false; alone: true)")
     args = parser.parse_args(argv)
+    if os.path.isdir(args.output):
+        raise UserError(f"--output names the checkpoint file to write (.ckpt), not a folder: {args.output}")
     check_outputs([args.output, args.output + ".json"], args.overwrite, {"--input": args.input, "--config": args.config},
                   flag="--overwrite")
     summary = convert(args.src, args.input, args.output, args.config, args.overwrite)
     log_to(os.path.dirname(os.path.abspath(args.output)))
     print(f"wrote {summary['written']} ({summary['parameters']} parameters) and {summary['config']}")
     if summary["initialised"]:
-        print(f"note: {', '.join(summary['initialised'])} not in the input (an HF AlbertForMaskedLM has neither pooler "
-              f"nor sentence-order head): initialised as transformers does (weights normal(0, "
-              f"{summary['initializer_range']}), biases 0), to be trained")
+        why = " (an HF AlbertForMaskedLM has neither pooler nor sentence-order head)" if args.src == "hf" else ""
+        print(f"note: {', '.join(summary['initialised'])} not in the input{why}: initialised as transformers does "
+              f"(weights normal(0, {summary['initializer_range']}), biases 0), to be trained")
     if summary["missing_heads"]:
         print(f"note: the input has no pretraining head weights for: {', '.join(summary['missing_heads'])}")
     if summary["skipped"]:

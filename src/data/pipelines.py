@@ -381,6 +381,28 @@ def read_column(data: DataSource, column: str) -> np.ndarray:
     return np.stack([row[0] for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1)])
 
 
+def rows_fingerprint(data: DataSource, samples: int = 32) -> str:
+    """A short digest of `samples` rows spread evenly over the data (every column, in file order): another data set
+    of the same size differs in them (other text, masking, tokenizer or task), while the same rows copied or moved
+    elsewhere do not. What a resumed run checks its data by, in a fraction of a second at any size."""
+    import hashlib
+
+    import mindspore.dataset as ds
+
+    files = resolve_mindrecord_files(data)
+    total = _num_rows(files)
+    picked = sorted({int(index) for index in np.linspace(0, total - 1, min(samples, total))})
+    digest = hashlib.sha256(str(total).encode("ascii"))
+    with _reading(files):
+        dataset = _mind_dataset(files, sampler=ds.SubsetSampler(picked))
+        names = dataset.get_col_names()
+        for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1):
+            for name, value in sorted(zip(names, row)):
+                digest.update(f"{name}{value.dtype.str}{value.shape}".encode("ascii"))
+                digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()[:16]
+
+
 def read_rows(data: DataSource, columns: Sequence[str], limit: int) -> Dict[str, np.ndarray]:
     """The first `limit` rows of `columns`, in file order, each column stacked: a sample of real inputs read
     without building a pipeline (the calibration of an int8 export). Data without a row is refused."""

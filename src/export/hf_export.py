@@ -23,7 +23,8 @@ from src.common.atomic_files import check_folder_output, claimed_folder_of, publ
 from src.conversion.convert_checkpoint import HF_HEADS, name_in_hf
 from src.data.tokenization import FullTokenizer
 from src.export.hf_tokenizer import TOKENIZER_FILES, tokenizer_files
-from src.export.model_card import CardFacts, EvalResults, checkpoint_progress, find_eval_results, model_card
+from src.export.model_card import (CardFacts, EvalResults, check_evaluation, checkpoint_progress, find_eval_results,
+                                   model_card)
 from src.serving.finetuned_heads import HEAD_OWNERS, check_head, fitting_task
 from src.tasks.registry import TASKS
 
@@ -100,6 +101,7 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
     # a fine-tuning run's evaluation (pretraining runs write pretrain_eval.json: --eval_results takes it)
     prefix = TASKS[task].checkpoint_prefix if task in TASKS else ""
     evaluation = find_eval_results(args.eval_results, checkpoint, prefix)
+    check_evaluation(evaluation.values, task, args.task_name, args.eval_results or "the run's eval/eval_results.json")
     values = read_checkpoint(checkpoint)
     check_task(values, task, task_config, checkpoint, source, by_flag=bool(args.task))
     net = network_config(task_config, None, config_beside(checkpoint))
@@ -110,7 +112,7 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
     labels = task_labels(tensors, args.task_name, task)
     config = hf_config(net, hf_class, task_config, tokenizer, labels)
     card = card_facts(args, task, hf_class, net, values, tensors, labels, tokenizer is not None, evaluation, folder,
-                      (os.path.basename(settings_file), task_config) if settings_file else None)
+                      training_settings(values, settings_file, task_config))
     files = {"config.json": (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
              "README.md": model_card(card).encode("utf-8")}
     if tokenizer is not None:
@@ -137,6 +139,19 @@ def card_facts(args: Config, task: str, hf_class: HfClass, net, values: Dict[str
                      sum(int(value.size) for value in tensors.values()), labels, task_name, checkpoint,
                      checkpoint_progress(values, ("micro_step", *PLAN_KEYS)), tokenizer, evaluation, settings,
                      args.license, args.base_model)
+
+
+def training_settings(values: Dict[str, object], settings_file: str,
+                      task_config: Config) -> Optional[Tuple[str, Config]]:
+    """(where they come from, the settings) a model card tells of the training: those the run recorded in its
+    checkpoint, else the yaml given to the export as the run's (its defaults, not the flags the run was given)."""
+    recorded = values.get("run_settings")
+    if recorded is not None:
+        return ("the run that wrote the checkpoint (recorded in it)", Config(json.loads(str(recorded))))
+    if settings_file:
+        return (f"`{os.path.basename(settings_file)}`, the yaml the export was given as the run's (the checkpoint "
+                f"records no settings, so flags given to the run are not shown)", task_config)
+    return None
 
 
 def read_tokenizer(args: Config) -> Optional[FullTokenizer]:

@@ -59,7 +59,7 @@ class CardFacts:
     progress: Dict[str, int]  # the training progress the checkpoint carries (empty for weights only)
     tokenizer: bool
     evaluation: EvalResults
-    settings: Optional[Tuple[str, Config]]  # (file name, values) of the task yaml given with --config_path
+    settings: Optional[Tuple[str, Config]]  # (where they come from, values): recorded by the run, or its yaml
     license: str
     base_model: str
 
@@ -125,7 +125,8 @@ def summary(facts: CardFacts) -> str:
 
 
 def training_lines(facts: CardFacts) -> List[str]:
-    """The checkpoint's progress, and the yaml settings when the export was given the run's yaml."""
+    """The checkpoint's progress, and the run's settings: recorded in the checkpoint, else the yaml the export was
+    given as the run's."""
     progress = facts.progress
     name = os.path.basename(facts.checkpoint)
     if progress:
@@ -140,12 +141,11 @@ def training_lines(facts: CardFacts) -> List[str]:
     if facts.settings is None:
         return lines + ["", "The training settings (optimizer, learning rate, schedule) were not given to the export "
                             "(its --config_path takes the yaml of the run)."]
-    file_name, config = facts.settings
+    source, config = facts.settings
     flat = flatten(config.to_dict())
     chosen = [key for key in TRAINING_KEYS if key in flat]
     chosen += [key for key in flat if key.startswith(f"optimizer_cfg.{flat.get('optimizer')}.")]
-    return lines + ["", f"Settings of `{file_name}`, the yaml the export was given as the run's (flags of the training "
-                        f"command are not recorded):", "", "| setting | value |", "|---|---|",
+    return lines + ["", f"Settings of {source}:", "", "| setting | value |", "|---|---|",
                     *[f"| `{key}` | {flat[key]} |" for key in chosen]]
 
 
@@ -211,6 +211,31 @@ def read_eval_results(path: str) -> Dict[str, object]:
     if not isinstance(values, dict):
         raise UserError(f"{path}: not an eval_results.json (a JSON object of metrics), got {type(values).__name__}")
     return values
+
+
+def evaluation_kind(values: Dict[str, object]) -> str:
+    """Which evaluation an eval_results.json is, by the metrics only it holds: "pretrain" (pretrain_eval.py),
+    "squad", "race" or "classifier" (the fine-tuning runs); "" when none fits."""
+    if "masked_lm_accuracy" in values:
+        return "pretrain"
+    if "exact_match" in values or "exact" in values:
+        return "squad"
+    if "assessment_method" in values:
+        return "race" if values.get("task") == "race" else "classifier"
+    return ""
+
+
+def check_evaluation(values: Optional[Dict[str, object]], task: str, task_name: str, source: str) -> None:
+    """The evaluation a card publishes must be of the exported model's task (and GLUE task, when --task_name names
+    one): another run's metrics would be published under this model's name."""
+    kind = evaluation_kind(values or {})
+    if kind and kind != ("squad" if task.startswith("squad") else task):
+        raise UserError(f"{source} holds a {kind} evaluation, not one of the {task} model exported: pass the "
+                        f"eval_results.json of this model's run")
+    recorded = str((values or {}).get("task") or "")
+    if task_name and kind == "classifier" and recorded and recorded != task_name:
+        raise UserError(f"--task_name {task_name} but {source} is the evaluation of {recorded}: drop --task_name, or "
+                        f"pass the evaluation of the {task_name} run")
 
 
 def find_eval_results(given: str, checkpoint: str, prefix: str) -> EvalResults:

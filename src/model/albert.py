@@ -32,6 +32,12 @@ COMPUTE_TYPES = {"float32": ms.float32, "float16": ms.float16, "bfloat16": ms.bf
 # Google's "gelu" is the tanh approximation (HF "gelu_new").
 HF_ACTIVATIONS = {"gelu": "gelu_exact", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
                   "gelu_fast": "gelu_new", "relu": "relu"}
+# transformers' AlbertConfig defaults (those of ALBERT-xxlarge), which an HF config.json leaves out when equal to them.
+HF_DEFAULTS = {"vocab_size": 30000, "embedding_size": 128, "hidden_size": 4096, "num_hidden_layers": 12,
+               "num_hidden_groups": 1, "num_attention_heads": 64, "intermediate_size": 16384, "inner_group_num": 1,
+               "hidden_act": "gelu_new", "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+               "max_position_embeddings": 512, "type_vocab_size": 2, "initializer_range": 0.02,
+               "layer_norm_eps": 1e-12}
 
 
 @dataclass
@@ -93,6 +99,12 @@ class AlbertConfig:
         """Build from Google's, HF's or brightmart's json keys; keys that do not shape the network are ignored."""
         values = dict(values)
         is_hf = "model_type" in values or "architectures" in values or "transformers_version" in values
+        if is_hf:
+            values = {**HF_DEFAULTS, **values}  # a key left out means transformers' default, not Google's
+            foreign = [name for name in values.get("architectures") or [] if not str(name).startswith("Albert")]
+            if values.get("model_type", "albert") != "albert" or foreign:
+                raise ValueError(f"{source}: model_type {values.get('model_type')!r}, architectures "
+                                 f"{values.get('architectures')}: not an ALBERT model (only ALBERT converts)")
         act = values.get("hidden_act", "gelu")
         if is_hf:
             if act not in HF_ACTIVATIONS:

@@ -142,10 +142,20 @@ def fitting_tasks(inputs: List[Tuple[str, List[int]]], outputs: int) -> List[str
 
 def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Config:
     """.ckpt: the task yaml it was fine-tuned with (--config_path, else the shipped one)."""
-    from model_utils.config import parse_cli
+    from model_utils.config import ConfigError, parse_cli
+    from src.tasks.registry import tasks_accepting
 
     argv = ["--config_path", args.config_path] if args.config_path else []
-    return parse_cli(TASKS[args.task].config_file, argv + (["--num_class", str(num_class)] if num_class else []))
+    try:
+        return parse_cli(TASKS[args.task].config_file, argv + (["--num_class", str(num_class)] if num_class else []))
+    except ConfigError as err:
+        fitting = tasks_accepting(args.config_path, {name: task.config_file for name, task in TASKS.items()}) \
+            if args.config_path and "unknown key" in str(err) else []
+        if fitting:
+            raise UserError(f"{args.config_path} is a {' or '.join(fitting)} task yaml, not a {args.task} one: pass "
+                            f"the task yaml the checkpoint was fine-tuned with, or the --task it fits "
+                            f"({', '.join(fitting)})") from None
+        raise
 
 
 def model_shape(args: argparse.Namespace) -> ModelShape:

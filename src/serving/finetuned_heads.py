@@ -4,7 +4,7 @@ from typing import Dict, Tuple
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
-from src.tasks.registry import TASKS
+from src.tasks.registry import TASKS, trained_task
 
 # Which head a checkpoint holds, by the parameter prefix only that head has (classifier and RACE share theirs and
 # are told apart by its width).
@@ -39,6 +39,11 @@ def check_head(values: Dict[str, object], task: str, config: Config, checkpoint:
         hint = " (or it is a RACE checkpoint: --task race)" if outputs == 1 else ""
         raise UserError(f"{checkpoint}: the checkpoint's classifier has {outputs} class(es) but num_class is "
                         f"{config.num_class}: pass --num_class {outputs}{hint}")
+    trained = trained_task(values, checkpoint)
+    if trained and trained != task:  # a RACE head's one output looks like a regression's
+        why = f"--task {task} needs a {task} head: use --task {trained}" if by_flag else \
+            f"{source} is a {task} config: use the task yaml the checkpoint was trained with"
+        raise UserError(f"{checkpoint} was fine-tuned by run_{trained}.py but {why}")
 
 
 def fitting_task(values: Dict[str, object], prefix: str) -> str:
@@ -52,7 +57,8 @@ def fitting_task(values: Dict[str, object], prefix: str) -> str:
 
 def detected_task(values: Dict[str, object], checkpoint: str) -> Tuple[str, str]:
     """(task, the weights that tell it) of a checkpoint given without a task yaml or --task: its head's prefix
-    (HEAD_OWNERS), or the pretraining heads. A one-output classifier (RACE's, or a regression's) cannot be told."""
+    (HEAD_OWNERS), or the pretraining heads. A one-output classifier (RACE's, or a regression's) is told only by
+    the task its run recorded (trained_task)."""
     from src.conversion.convert_checkpoint import HF_HEADS
 
     found = [prefix for prefix in HEAD_OWNERS if any(name.startswith(prefix) for name in values)]
@@ -65,6 +71,9 @@ def detected_task(values: Dict[str, object], checkpoint: str) -> Tuple[str, str]
         task = next(name for name, task in TASKS.items() if task.head_prefix == found[0])
         return task, f"{found[0]}* weights"
     outputs = int(values["classifier.weight"].shape[0])
+    trained = trained_task(values, checkpoint)
+    if outputs == 1 and trained:
+        return trained, f"a one-output classifier.* head fine-tuned by run_{trained}.py"
     if outputs == 1:
         raise UserError(f"{checkpoint} holds a one-output classifier head (classifier.*), which is RACE's or a "
                         f"regression's: pass {fitting_task(values, found[0])}")

@@ -27,6 +27,20 @@ def load_tokenizer(args: argparse.Namespace, model_vocab: Optional[int]):
     return tokenizer
 
 
+def check_task_flags(args: argparse.Namespace) -> None:
+    """A request flag of another task is refused (as a request's unknown key is), not ignored."""
+    foreign = [flag for flag, tasks in TEXT_FLAGS.items() if getattr(args, flag) and args.task not in tasks]
+    if foreign:
+        raise UserError(f"--{foreign[0]} is not a {args.task} input (a {' or '.join(TEXT_FLAGS[foreign[0]])} one): "
+                        f"drop it")
+
+
+# The request flags and the tasks that read them.
+TEXT_FLAGS = {"text_a": ("classifier",), "text_b": ("classifier",), "labels": ("classifier",),
+              "article": ("race",), "option": ("race",), "question": ("race", "squad_v1", "squad_v2"),
+              "context": ("squad_v1", "squad_v2")}
+
+
 def flag_request(args: argparse.Namespace, choices: int) -> Dict[str, object]:
     """The one request of the text flags."""
     if args.task == "classifier":

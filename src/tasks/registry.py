@@ -320,3 +320,22 @@ TASKS: Dict[str, Task] = {task.name: task for task in (
          build_loss=squad_v2_loss, report=squad_report, head_prefix="start_logits.",
          head_title="SQuAD v2.0 (squad_v2)", outputs=squad_v2_outputs, check_eval_inputs=check_squad_eval_inputs),
 )}
+
+
+def tasks_accepting(path: os.PathLike, candidates: Dict[str, Path]) -> List[str]:
+    """The tasks of `candidates` (task -> shipped yaml) whose yaml has every key of the yaml at `path`: what a
+    user's yaml is, when its name does not say."""
+    from model_utils.config import flatten, load_yaml_documents
+
+    values, _, _ = load_yaml_documents(path)
+    keys = {key for key, value in flatten(values).items() if value != {}}
+    return [task for task, config_file in candidates.items()
+            if keys <= set(flatten(load_yaml_documents(config_file)[0]))]
+
+
+def trained_task(values: Dict[str, object], checkpoint: str) -> str:
+    """The task a fine-tuning run wrote the checkpoint `values` for ("" when unknown), by the checkpoint prefix of
+    that run: recorded in it (run_kind), else the start of a train checkpoint's name (albert_<task>-<step>.ckpt).
+    Tells a RACE head from a one-output classifier (a regression's), whose weights look alike."""
+    prefix = str(values.get("run_kind") or os.path.basename(checkpoint).rsplit("-", 1)[0])
+    return next((name for name, task in TASKS.items() if task.checkpoint_prefix == prefix), "")

@@ -34,6 +34,12 @@ from src.training.step_plan import PLAN_KEYS, Progress, StepPlan
 PROGRESS_KEYS = ("micro_step", "overflow_count")
 RUN_ID_KEY = "run_id"  # the lineage a train checkpoint belongs to (see Lineage)
 LINEAGE_FILE = "run_lineage.json"  # in the save folder
+# What a train checkpoint records of the run that wrote it (RunIdentity), beside its progress: strings.
+IDENTITY_KEYS = ("run_network", "run_optimizer", "run_data", "run_kind", "run_settings")
+# Network settings a resumed run may change: the weights come from the checkpoint (initializer_range), or the change
+# is one of how to train, said in a warning (precision, dropout).
+NETWORK_MAY_CHANGE = ("initializer_range",)
+NETWORK_CHANGE_WARNED = ("compute_type", "hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
 CHECKPOINT_NAME = re.compile(r"^(?P<prefix>[\w.]+)-(?P<step>\d+)\.ckpt$")
@@ -131,14 +137,59 @@ def _scalar(value) -> float:
     return float(value.asnumpy()) if hasattr(value, "asnumpy") else float(value)
 
 
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a run trains: its network (AlbertConfig's fields), optimizer and data (`rows_fingerprint`), recorded in
+    each of its train checkpoints with the kind of run (its checkpoint prefix: albert_pretrain, albert_race, ...,
+    which tells serving a RACE head from a regression's) and every setting of the run (what an HF export's model
+    card tells of its training). A resumed run must train the same: the data plan's numbers
+    alone let another network whose parameters have the same shapes (more layers sharing one set, pre-LN), another
+    optimizer or other data of the same size continue silently."""
+
+    network: Dict[str, object]
+    optimizer: str
+    data: str
+    kind: str
+    settings: Dict[str, object] = field(default_factory=dict)  # every setting of the run, for its model card
+
+    def entries(self) -> Dict[str, str]:
+        return dict(zip(IDENTITY_KEYS, (json.dumps(self.network, sort_keys=True), self.optimizer, self.data,
+                                        self.kind, json.dumps(self.settings, sort_keys=True))))
+
+    def check(self, values: Dict, path: str, settings: TrainSettings, log: Callable[[str], None]) -> None:
+        """Refuse to resume from `values` (read from `path`) when they were trained as another run, naming each
+        difference; warn of a changed precision or dropout. Checkpoints written before runs recorded this pass."""
+        network, optimizer, data = IDENTITY_KEYS[:3]
+        refused, warned = [], []
+        if network in values:
+            stored = json.loads(str(values[network]))
+            for key in sorted(set(stored) | set(self.network)):
+                before, now = stored.get(key), self.network.get(key)
+                if before != now and key not in NETWORK_MAY_CHANGE:
+                    (warned if key in NETWORK_CHANGE_WARNED else refused).append(
+                        f"net_cfg.{key}: checkpoint {before}, now {now}")
+        if optimizer in values and str(values[optimizer]) != self.optimizer:
+            refused.append(f"optimizer: checkpoint {values[optimizer]}, now {self.optimizer}")
+        if data in values and str(values[data]) != self.data:
+            refused.append(f"{settings.flag('data')}: {settings.data} holds other rows than the data the checkpoint "
+                           f"was trained on")
+        if refused:
+            raise UserError(f"{path} was written by a run that trained something else ({'; '.join(refused)}); "
+                            f"resume with the same settings, or start a new run in another "
+                            f"{settings.flag('save_dir')}")
+        if warned:
+            log(f"warning: resuming {path} with other settings ({'; '.join(warned)}): the steps up to it ran with "
+                f"the checkpoint's, the rest run with these")
+
+
 def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settings: TrainSettings,
-                   log: Callable[[str], None] = print) -> Tuple[Progress, Lineage]:
+                   identity: RunIdentity, log: Callable[[str], None] = print) -> Tuple[Progress, Lineage]:
     """Restore the run's state, or start fresh; returns the progress and the lineage the run's checkpoints carry.
 
     - the newest intact train checkpoint of the save folder's lineage in `settings.save_dir` (see
       newest_train_checkpoint): weights, optimizer state, loss scale and progress are restored, whatever
-      `settings.init_checkpoint` says, so a restarted run continues instead of starting over; its data plan must
-      match.
+      `settings.init_checkpoint` says, so a restarted run continues instead of starting over; its data plan and
+      `identity` (network, optimizer, data) must match.
     - else a train checkpoint in `init_checkpoint` (not when `init_only`) is resumed the same way, and the run
       continues its lineage unless the save folder has one;
     - else `init_checkpoint` holding weights only (a converted public checkpoint or a network checkpoint), or any
@@ -150,7 +201,7 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     if own:
         if start:
             log(f"{save_dir} already holds this run's checkpoints: continuing from them, not from {start}")
-        return _resume(train_cell, own.values, plan, own.path, settings, log), own.lineage
+        return _resume(train_cell, own.values, plan, own.path, settings, identity, log), own.lineage
     lineage = (Lineage.read(save_dir) if save_dir else None) or Lineage.new()
     if not start:
         if settings.init_only:  # fine-tuning without pretrained weights: rarely meant
@@ -160,7 +211,7 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     if not settings.init_only and all(key in values for key in PROGRESS_KEYS):
         if save_dir and not Lineage.read(save_dir) and RUN_ID_KEY in values:
             lineage = Lineage(values[RUN_ID_KEY])
-        return _resume(train_cell, values, plan, start, settings, log), lineage
+        return _resume(train_cell, values, plan, start, settings, identity, log), lineage
     report = load_weights(network, values, allow_missing=settings.allow_missing, name=start)
     new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
     log(f"initialised the network from {start} (weights only: training starts at step 0{new})")
@@ -248,9 +299,10 @@ def _adopt(directory: str, prefix: str, path: str, values: Dict, log: Callable[[
 
 
 def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, settings: TrainSettings,
-            log: Callable[[str], None]) -> Progress:
-    """Weights, optimizer state, loss scale and progress from a train checkpoint written for this plan."""
+            identity: RunIdentity, log: Callable[[str], None]) -> Progress:
+    """Weights, optimizer state, loss scale and progress from a train checkpoint written for this plan and run."""
     _check_plan(values, plan, path, settings)
+    identity.check(values, path, settings, log)
     load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS}, name=path)
     progress = Progress(micro_step=int(_scalar(values["micro_step"])),
                         overflow_count=int(_scalar(values["overflow_count"])))

@@ -18,15 +18,15 @@ from mindspore.train import Callback, Model
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
-from src.common.atomic_files import claim_folder, move_aside, open_regular, save_text_atomic
+from src.common.atomic_files import check_not_in_use, claim_folder, move_aside, open_regular, save_text_atomic
 from src.common.checkpoint_io import save_checkpoint_atomic
 from src.common.run_log import log_to
-from src.data.pipelines import count_rows
+from src.data.pipelines import count_rows, rows_fingerprint
 from src.devices.device_checks import overflow_needs_float_status
 from src.devices.device_setup import Device, model_runtime, precision_note
 from src.model.albert import AlbertConfig, Runtime
-from src.training.checkpoints import (RUN_ID_KEY, Lineage, check_checkpoint_space, check_same_start, list_checkpoints,
-                                      resume_or_init, weights_digest)
+from src.training.checkpoints import (RUN_ID_KEY, Lineage, RunIdentity, check_checkpoint_space, check_same_start,
+                                      list_checkpoints, resume_or_init, weights_digest)
 from src.training.optimization import build_optimizer, schedule_warnings
 from src.training.settings import TrainSettings
 from src.training.step_plan import Progress, StepPlan
@@ -196,8 +196,10 @@ class CheckpointSaver(Callback):
     is moved aside to `<name>.replaced`."""
 
     def __init__(self, train_cell: nn.Cell, plan: StepPlan, progress: Progress, directory: str, prefix: str,
-                 every: int, keep: int, lineage: Lineage, log: Callable[[str], None] = print):
+                 every: int, keep: int, lineage: Lineage, log: Callable[[str], None] = print,
+                 identity: Optional[RunIdentity] = None):
         super().__init__()
+        self.identity = identity.entries() if identity else {}
         if every < 1 or keep < 1:
             raise UserError(f"save_checkpoint_steps and save_checkpoint_num must be >= 1, got {every} and {keep}")
         self.train_cell, self.plan, self.progress, self.lineage = train_cell, plan, progress, lineage
@@ -220,7 +222,7 @@ class CheckpointSaver(Callback):
     def save(self, step: int) -> str:
         path = os.path.join(self.directory, f"{self.prefix}-{step}.ckpt")
         extra = {"micro_step": self.progress.micro_step, "overflow_count": self.progress.overflow_count,
-                 **self.plan.signature(), RUN_ID_KEY: self.lineage.run_id}
+                 **self.plan.signature(), RUN_ID_KEY: self.lineage.run_id, **self.identity}
         self._check_finite(step)
         if os.path.lexists(path):
             self._move_aside(path)
@@ -402,11 +404,11 @@ def build_train_cell(config: Config, network: nn.Cell, total_steps: int, target:
 
 def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progress: Progress, device: Device,
                    seq_length: int, settings: TrainSettings, lineage: Lineage, log: Callable[[str], None],
-                   summaries: Optional[Summaries] = None) -> List[Callback]:
+                   summaries: Optional[Summaries] = None, identity: Optional[RunIdentity] = None) -> List[Callback]:
     """The step totals, progress lines and metrics.jsonl (a fresh run starts a new file, a resumed one appends;
     each row also to `summaries` under train/, and to a FlatLoss check in a fresh run), a stop on an inf/nan loss,
-    and checkpoints of `lineage` when the run saves them (checked to fit in the save folder first); files are
-    written by rank 0 only."""
+    and checkpoints of `lineage` (recording `identity`) when the run saves them (checked to fit in the save folder
+    first); files are written by rank 0 only."""
     config = settings.config
     metrics = os.path.join(settings.output_dir, "metrics.jsonl")
     if device.is_main and progress.micro_step == 0 and os.path.lexists(metrics):
@@ -430,7 +432,7 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
     if settings.save_dir and device.is_main:
         check_checkpoint_space(settings.save_dir, cell, settings.flag("save_dir"))
         saver = CheckpointSaver(cell, plan, progress, settings.save_dir, settings.checkpoint_prefix,
-                                config.save_checkpoint_steps, config.save_checkpoint_num, lineage, log)
+                                config.save_checkpoint_steps, config.save_checkpoint_num, lineage, log, identity)
     # before the saver: a diverged step is never saved
     callbacks.append(NonFiniteGuard(plan, progress, config.nonfinite_stop_steps, cell.use_loss_scale, saver,
                                     settings.save_dir))
@@ -461,7 +463,12 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
         optimizer, cell = build_train_cell(config, network, plan.total_steps, device.target, runtime.kernels)
     for warning in schedule_warnings(optimizer.learning_rate, plan.total_steps, f"optimizer_cfg.{config.optimizer}"):
         log(f"warning: {warning}")
-    progress, lineage = resume_or_init(cell, network, plan, settings, log)
+    identity = RunIdentity(net.to_dict(), config.optimizer, rows_fingerprint(settings.data), settings.checkpoint_prefix,
+                           config.to_dict())
+    for folder, key in ((settings.output_dir, "output_dir"), (settings.save_dir, "save_dir")):
+        if folder:  # before reading a checkpoint a running run may be replacing
+            check_not_in_use(folder, f"{settings.flag(key)} {folder}")
+    progress, lineage = resume_or_init(cell, network, plan, settings, identity, log)
     check_same_start(progress, device, settings)
     if device.is_main:
         _create_outputs(settings, net, lineage)
@@ -472,7 +479,7 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
         summaries = _start_summaries(settings, device, progress, plan, log)
         try:
             callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_length, settings, lineage, log,
-                                       summaries)
+                                       summaries, identity)
             train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps,
                   log)
         finally:
