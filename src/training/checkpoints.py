@@ -150,7 +150,7 @@ class RunIdentity:
     optimizer: str
     data: str
     kind: str
-    settings: Dict[str, object] = field(default_factory=dict)  # every setting of the run, for its model card
+    settings: Dict[str, object] = field(default_factory=dict)  # the run's settings (run_settings), for its model card
 
     def entries(self) -> Dict[str, str]:
         return dict(zip(IDENTITY_KEYS, (json.dumps(self.network, sort_keys=True), self.optimizer, self.data,
@@ -180,6 +180,15 @@ class RunIdentity:
         if warned:
             log(f"warning: resuming {path} with other settings ({'; '.join(warned)}): the steps up to it ran with "
                 f"the checkpoint's, the rest run with these")
+
+
+def run_settings(values: Dict[str, object]) -> Dict[str, object]:
+    """A run's settings as a checkpoint records them: every dotted key but the paths (files and folders of this
+    machine have no place in a file that is shared)."""
+    from model_utils.config import flatten
+
+    return {key: value for key, value in flatten(values).items()
+            if not re.search(r"(path|dir|file)$", key.rsplit(".", 1)[-1])}
 
 
 def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settings: TrainSettings,
