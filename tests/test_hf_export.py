@@ -369,6 +369,7 @@ def test_a_failed_export_leaves_nothing_and_overwrite_replaces_an_earlier_export
     (tmp_path / "out" / "model").mkdir()
     for name in ("config.json", "model.safetensors", "tokenizer.json", "spiece.model"):
         (tmp_path / "out" / "model" / name).write_bytes(b"an earlier export")
+    (tmp_path / "out" / "model" / "README.md").write_text(EXPORT_CARD)  # its card says so
     export_in_process(*args, "--export_file_name", str(tmp_path / "out" / "model"), "--overwrite", "true")
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["model"]
     assert sorted(p.name for p in (tmp_path / "out" / "model").iterdir()) == ["README.md", "config.json",
@@ -412,6 +413,32 @@ def test_overwrite_refuses_a_folder_holding_anything_but_an_export(planted, tmp_
     assert tree(folder) == before and [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+EXPORT_CARD = "---\nlibrary_name: transformers\ntags:\n- albert\n- mindspore\n---\n# an earlier export\n"
+
+
+@pytest.mark.parametrize("card", [None, "---\nlibrary_name: transformers\ntags:\n- albert\n---\n# albert-base-v2\n"])
+def test_overwrite_keeps_a_model_folder_it_did_not_write(card, tmp_path):
+    """A model downloaded from the Hub holds the very file names an export writes (config.json, model.safetensors,
+    spiece.model, README.md): --overwrite replaced it whole, its tokenizer included. Only a folder whose README.md is
+    an export's card is an earlier export."""
+    checkpoint = random_classifier(tmp_path, 100)
+    folder = tmp_path / "albert-base-v2"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "spiece.model"):
+        (folder / name).write_bytes(b"the Hub's")
+    if card is not None:
+        (folder / "README.md").write_text(card)
+    before = tree(folder)
+    with pytest.raises(UserError, match=f"^{folder} holds an HF model this command did not write"):
+        export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint),
+                          "--export_file_name", str(folder), "--overwrite", "true")
+    assert tree(folder) == before
+    (folder / "README.md").write_text(EXPORT_CARD)
+    export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint),
+                      "--export_file_name", str(folder), "--overwrite", "true")
+    assert "mindspore" in (folder / "README.md").read_text() and not (folder / "spiece.model").exists()
+
+
 def test_a_file_planted_during_the_export_keeps_the_folder(tmp_path, monkeypatch):
     """The folder is checked again once renamed aside: a file that appeared after the first check puts it back and
     stops the export; nothing is lost."""
@@ -421,6 +448,7 @@ def test_a_file_planted_during_the_export_keeps_the_folder(tmp_path, monkeypatch
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
+    (folder / "README.md").write_text(EXPORT_CARD)  # an earlier export
     real_fsync = src.common.atomic_files.fsync_path
 
     def plant(path):
@@ -432,7 +460,8 @@ def test_a_file_planted_during_the_export_keeps_the_folder(tmp_path, monkeypatch
     with pytest.raises(UserError, match=f"{folder} holds notes.txt, which this command does not write"):
         export_in_process("--file_format", "HF", "--task", "classifier", "--export_ckpt_file", str(checkpoint),
                           "--export_file_name", str(folder), "--overwrite", "true")
-    assert tree(folder) == {"config.json": b"{}", "notes.txt": b"written while the export ran"}
+    assert tree(folder) == {"config.json": b"{}", "README.md": EXPORT_CARD.encode(),
+                            "notes.txt": b"written while the export ran"}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 

@@ -87,6 +87,23 @@ def check_hf_request(args: Config, task: str, folder: str) -> None:
     check_folder_output(folder, args.overwrite, OUTPUT_FILES.__contains__,
                         {"--export_ckpt_file": args.export_ckpt_file, "--spm_model_file": args.spm_model_file,
                          "--vocab_file": args.vocab_file, "--eval_results": args.eval_results})
+    if os.path.isdir(folder) and os.listdir(folder) and not written_by_an_export(folder):
+        raise UserError(f"{folder} holds an HF model this command did not write (its README.md is no model card of an "
+                        f"export): --overwrite replaces only an earlier export; name another folder")
+
+
+def written_by_an_export(folder: str) -> bool:
+    """Whether the model folder `folder` is an earlier export: its README.md is a card export_hf wrote (tagged
+    mindspore). A model downloaded from the Hub holds the same file names, and is not replaced."""
+    import yaml
+
+    try:
+        with open(os.path.join(folder, "README.md"), encoding="utf-8") as handle:
+            text = handle.read(1 << 16)
+        front = yaml.safe_load(text.split("---\n")[1]) if text.startswith("---\n") else None
+    except (OSError, UnicodeDecodeError, IndexError, yaml.YAMLError):
+        return False
+    return isinstance(front, dict) and "mindspore" in (front.get("tags") or [])
 
 
 def export_hf(args: Config, task: str, task_config: Config, source: str, folder: str,
