@@ -27,6 +27,7 @@ RACE record schema (4 choices; each row of the [4, S] arrays is [CLS] article [S
 Beside the data: `<output>.meta.json` (task, label_list, counts, tokenizer) and `<output>.examples.jsonl`
 (guid and source file:line of each record, in write order).
 """
+import math
 import os
 import sys
 from pathlib import Path
@@ -88,9 +89,11 @@ def read_tsv_examples(task_name: str, path: Path, split: str) -> Iterator[InputE
 def _check_label(task: TsvTask, label: str, path: Path, line_no: int) -> str:
     if task.labels is None:
         try:
-            float(label)
+            finite = math.isfinite(float(label))
         except ValueError:
-            raise UserError(f"{path} line {line_no}: score {label!r} is not a number") from None
+            finite = False
+        if not finite:
+            raise UserError(f"{path} line {line_no}: score {label!r} is not a finite number")
     elif label not in task.labels:
         raise UserError(f"{path} line {line_no}: unknown label {label!r} for {task.name} "
                         f"(expected one of {', '.join(task.labels)})")
@@ -98,9 +101,15 @@ def _check_label(task: TsvTask, label: str, path: Path, line_no: int) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- RACE
+RACE_SPLITS = ("train", "dev", "test")
+
+
 def race_files(data_dir: Path, split: str) -> List[Path]:
     """RACE's official layout: <data_dir>/<split>/{high,middle}/*.txt (data_dir may also be the split folder)."""
     root = data_dir / split if (data_dir / split).is_dir() else data_dir
+    if root == data_dir and data_dir.name in RACE_SPLITS and data_dir.name != split:
+        raise UserError(f"{data_dir} is RACE's {data_dir.name} split but --split is {split}: pass the folder holding "
+                        f"{split}/ (or {split}/ itself), or --split {data_dir.name}")
     files = sorted(p for level in ("high", "middle") for p in (root / level).glob("*.txt"))
     if not files:
         raise UserError(f"no RACE files of split {split} in {root}/high or {root}/middle (expected "

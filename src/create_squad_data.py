@@ -56,6 +56,7 @@ def read_squad_examples(path: Path, is_training: bool, version_2_with_negative: 
     skipped because their text is not at their answer_start (as Google does; real SQuAD train has a handful)."""
     data = require(load_json(path), "data", list, str(path))
     found = 0
+    seen: Dict[str, str] = {}  # question id -> where it was first read: predictions are keyed by it
     for a in range(len(data)):
         article, data[a] = data[a], None
         for p, paragraph in enumerate(require(article, "paragraphs", list, f"{path}: data[{a}]")):
@@ -63,6 +64,10 @@ def read_squad_examples(path: Path, is_training: bool, version_2_with_negative: 
             context = require(paragraph, "context", str, where)
             for q, qa in enumerate(require(paragraph, "qas", list, where)):
                 example = _read_question(qa, context, f"{where}.qas[{q}]", is_training, version_2_with_negative)
+                first = seen.setdefault(str(qa.get("id")) if isinstance(qa, dict) else "", f"{where}.qas[{q}]")
+                if first != f"{where}.qas[{q}]":
+                    raise UserError(f"{where}.qas[{q}]: question id {qa['id']} is also the id of {first}: ids must "
+                                    f"be unique (answers are matched to questions by id)")
                 if example is None:
                     stats["skipped_examples"] += 1
                 else:
@@ -78,7 +83,7 @@ def _read_question(qa: Any, context: str, where: str, is_training: bool,
                    version_2: bool) -> Optional[SquadExample]:
     qas_id = str(require(qa, "id", (str, int), where))
     question = require(qa, "question", str, where)
-    impossible = bool(qa.get("is_impossible", False))
+    impossible = require(qa, "is_impossible", bool, where) if "is_impossible" in qa else False
     if impossible and not version_2:
         raise UserError(f"{where}: question {qas_id} is_impossible but version_2_with_negative is false")
     # Prediction-only files may leave out the answers; training needs them.

@@ -66,7 +66,8 @@ def train_sentencepiece(input_files: Sequence[Path], model_prefix: str, vocab_si
             bos_id=-1, eos_id=-1, control_symbols=_symbols(control_symbols),
             user_defined_symbols=_symbols(user_defined_symbols), num_threads=num_threads, minloglevel=2)
     except RuntimeError as err:
-        hint = " (lower --vocab_size for a corpus this small)" if "vocab_size" in str(err) else ""
+        hint = " (raise --vocab_size: it must hold every character of the corpus)" if "required_chars" in str(err) \
+            else " (lower --vocab_size for a corpus this small)" if "vocab_size" in str(err) else ""
         raise UserError(f"SentencePiece training failed: {err}{hint}") from err
     _write_atomically(outputs[0], model.getvalue(), overwrite)
     _write_atomically(outputs[1], _vocab_text(model.getvalue()).encode("utf-8"), overwrite)

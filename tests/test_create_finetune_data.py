@@ -185,10 +185,16 @@ def test_bad_tsv_input(tmp_path, spm_path):
     _bad(tmp_path, spm_path, "rte", header + "0\ta\tb\tmaybe\n", r"train\.tsv line 2: unknown label 'maybe'")
     _bad(tmp_path, spm_path, "mnli", header + "0\ta\tb\tentailment\n", r"line 1: header column 9")
     _bad(tmp_path, spm_path, "sts-b", "i\tg\tf\ty\to\ts1\ts2\tsentence1\tsentence2\tscore\n"
-         "0\tg\tf\ty\to\ts\ts\ta\tb\thigh\n", r"line 2: score 'high' is not a number")
+         "0\tg\tf\ty\to\ts\ts\ta\tb\thigh\n", r"line 2: score 'high' is not a finite number")
+    for score in ("nan", "inf"):  # float() takes them; MindRecord's writer then aborted the process (exit 134)
+        _bad(tmp_path, spm_path, "sts-b", "i\tg\tf\ty\to\ts1\ts2\tsentence1\tsentence2\tscore\n"
+             f"0\tg\tf\ty\to\ts\ts\ta\tb\t{score}\n", rf"line 2: score '{score}' is not a finite number")
     _bad(tmp_path, spm_path, "rte", header, r"no examples")
-    (tmp_path / "latin1.tsv").write_bytes(header.encode() + "0\tcaf\xe9\tb\tentailment\n".encode("latin-1"))
-    with pytest.raises(UserError, match="not UTF-8"):
+    # past the decoder's first chunk: its offset (byte 515 of some chunk) was given as the file's
+    rows = "".join(f"{i}\ta\tb\tentailment\n" for i in range(3000))
+    (tmp_path / "latin1.tsv").write_bytes((header + rows).encode() + "0\tcaf\xe9\tb\tentailment\n".encode("latin-1"))
+    with pytest.raises(UserError, match=r"latin1\.tsv line 3002: not UTF-8 text \(invalid continuation byte at byte "
+                                        r"5 of the line\)"):
         list(cfd.read_tsv_examples("rte", tmp_path / "latin1.tsv", "train"))
     with pytest.raises(UserError, match="not found"):
         list(cfd.read_tsv_examples("rte", tmp_path / "missing.tsv", "train"))
@@ -210,6 +216,9 @@ def test_bad_race_input(tmp_path, spm_path):
     assert not list(tmp_path.glob("r.mindrecord*"))
     with pytest.raises(UserError, match="no RACE files"):
         cfd.race_files(tmp_path, "dev")
+    # the train folder itself with --split dev was read as the dev split
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'train'} is RACE's train split but --split is dev"):
+        cfd.race_files(tmp_path / "train", "dev")
 
 
 def test_existing_output_is_kept(tmp_path, assets, spm_path):

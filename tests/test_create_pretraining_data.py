@@ -320,3 +320,18 @@ def test_no_space_from_a_write_of_ours_is_the_same_line(tmp_path, spm_path, asse
         cpd.main(_config_args(spm_path, str(assets / "pretrain" / "bert_sample_text.txt"), output))
     assert re.fullmatch(NO_SPACE.format(output=re.escape(str(output)), folder=re.escape(str(tmp_path))), str(err.value))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_folder_of_input_skips_the_files_the_tools_write_there_logs_included(tmp_path):
+    """The docs' layout keeps data/corpus.txt beside data/logs/: the second run over the folder read the first's
+    logs/create_pretraining_data.log as corpus text."""
+    from src.data.input_text import resolve_input_files
+
+    (tmp_path / "corpus.txt").write_text("One sentence. Two sentences.\n")
+    for name in ("logs/create_pretraining_data.log", "train.mindrecord00000", "train.mindrecord00000.db",
+                 "train.mindrecord.meta.json", ".albert-run.lock"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("written by the tools")
+    (tmp_path / "notes" / "logs.txt").parent.mkdir()
+    (tmp_path / "notes" / "logs.txt").write_text("the user's text")
+    assert resolve_input_files(str(tmp_path)) == [tmp_path / "corpus.txt", tmp_path / "notes" / "logs.txt"]

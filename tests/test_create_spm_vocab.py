@@ -60,4 +60,6 @@ def test_existing_model_empty_corpus_or_oversized_vocab_is_refused_writing_nothi
         spm_train.main(["--input_file", str(empty), "--model_prefix", str(tmp_path / "e")])
     with pytest.raises(UserError, match="lower --vocab_size"):
         spm_train.main(["--input_file", str(corpus), "--model_prefix", str(tmp_path / "big"), "--vocab_size", "90000"])
+    with pytest.raises(UserError, match=r"raise --vocab_size: it must hold every character of the corpus\)$"):
+        spm_train.main(["--input_file", str(corpus), "--model_prefix", str(tmp_path / "tiny"), "--vocab_size", "10"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.txt"]

@@ -19,6 +19,7 @@ import numpy as np
 from model_utils import json_input
 from model_utils.config import Config, parse_cli
 from model_utils.errors import UserError
+from src.common.run_log import LOGS_FOLDER
 from src.data.tokenization import FullTokenizer
 
 CONFIG_FILE = Path(__file__).resolve().parents[2] / "create_data_config.yaml"
@@ -35,7 +36,16 @@ def parse_tool_config(argv: Sequence[str], section: str, description: str) -> Co
 
 
 def not_utf8(path: os.PathLike, err: UnicodeDecodeError) -> UserError:
-    return UserError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})")
+    """The file and line of the first bytes that are not UTF-8 (the decoder's own offset counts within the chunk it
+    was given, not the file), found by reading the file again line by line."""
+    with open(path, "rb") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as bad:
+                return UserError(f"{path} line {line_no}: not UTF-8 text ({bad.reason} at byte {bad.start} of the "
+                                 f"line)")
+    return UserError(f"{path}: not UTF-8 text ({err.reason})")
 
 
 @contextmanager
@@ -85,12 +95,15 @@ def _folder_files(folder: Path) -> List[Path]:
     found = []
     for root, folders, names in os.walk(folder):
         folders[:] = sorted(name for name in folders if not name.startswith("."))
-        found += [Path(root) / name for name in sorted(names) if not _skipped_in_folder(name)]
+        logs = Path(root).name == LOGS_FOLDER
+        found += [Path(root) / name for name in sorted(names) if not _skipped_in_folder(name, logs)]
     return found
 
 
-def _skipped_in_folder(name: str) -> bool:
-    return name.startswith(".") or name.endswith((".db", ".meta.json")) or ".mindrecord" in name
+def _skipped_in_folder(name: str, in_logs: bool) -> bool:
+    """The files our own tools write beside their outputs: data, indexes, descriptions, and logs/*.log."""
+    return name.startswith(".") or name.endswith((".db", ".meta.json")) or ".mindrecord" in name or \
+        (in_logs and name.endswith(".log"))
 
 
 def tokenizer_from_config(config: Any) -> FullTokenizer:
