@@ -277,7 +277,7 @@ def _init_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed:
 def _write_task(args: Tuple[List[Document], int, Path]) -> "Summary":
     """A worker's job: the instances of some consecutive documents, written as one MindRecord file at `path`."""
     documents, dupe_factor, path = args
-    summary = Summary(_WORKER_MAKER.options.max_seq_length - 3)
+    summary = Summary(_WORKER_MAKER.options.max_seq_length - 3, unknown_id(_WORKER_MAKER.tokenizer))
     output = MindRecordFile(path, mindrecord_schema(_WORKER_MAKER.options), "albert pretraining")
     for document in documents:
         sentences = _WORKER_MAKER.tokenize_document(document)
@@ -362,15 +362,18 @@ def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: F
 _MARKUP = re.compile(r'<doc\b|</doc>|curid=|\\u[0-9a-fA-F]{4}|"\w+":\s*["{\[\d]')
 MOST_OF_THE_TEXT = 0.5  # a document holding more than this share of the tokens is suspicious
 LONG_SENTENCES = 0.01  # as is more than this share of sentences that do not fit in one instance
+UNKNOWN_TOKENS = 0.05  # and more than this share of tokens the vocabulary does not know (another language's)
 
 
 class Summary:
     """Counts for the summary, its sanity checks and the meta file, gathered as instances are made (picklable, so
     workers return theirs and the main process merges them). `long_tokens`: a longer sentence cannot fit in one
-    instance with [CLS] and two [SEP] (max_seq_length - 3)."""
+    instance with [CLS] and two [SEP] (max_seq_length - 3); `unknown_id`: the vocabulary's id for what it does not
+    know."""
 
-    def __init__(self, long_tokens: int):
-        self.long_tokens = long_tokens
+    def __init__(self, long_tokens: int, unknown_id: int):
+        self.long_tokens, self.unknown_id = long_tokens, unknown_id
+        self.unknown = 0
         self.documents = self.documents_used = self.tokens = self.instances = 0
         self.masked = self.real = self.swapped = 0
         self.sentences = self.max_sentences = self.long_sentences = self.markup_sentences = 0
@@ -387,6 +390,7 @@ class Summary:
         self.sentences += len(sentences)
         self.max_sentences = max(self.max_sentences, len(sentences))
         self.long_sentences += sum(len(sentence) > self.long_tokens for sentence in sentences)
+        self.unknown += sum(token == self.unknown_id for sentence in sentences for token in sentence)
         self.largest = max(self.largest, (tokens, document.where))
         if _MARKUP.search("\n".join(document.sentences)):
             marked = [sentence for sentence in document.sentences if _MARKUP.search(sentence)]
@@ -407,7 +411,7 @@ class Summary:
         self.first = self.first or other.first
         self.markup_example = self.markup_example or other.markup_example
         for name in ("documents", "documents_used", "tokens", "instances", "masked", "real", "swapped", "sentences",
-                     "long_sentences", "markup_sentences"):
+                     "long_sentences", "markup_sentences", "unknown"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.max_sentences = max(self.max_sentences, other.max_sentences)
         self.largest = max(self.largest, other.largest)
@@ -432,6 +436,10 @@ class Summary:
             found.append(f"{long_share:.1%} of sentences are longer than {self.long_tokens} tokens (max_seq_length "
                          f"- 3) and get cut: paragraphs read as sentences? (text takes one sentence per line; lines, "
                          f"jsonl and wikiextractor split paragraphs into sentences)")
+        unknown = self.unknown / max(self.tokens, 1)
+        if unknown > UNKNOWN_TOKENS:
+            found.append(f"{unknown:.0%} of the tokens are unknown to the vocabulary: is it the text's language? (a "
+                         f"vocabulary of one's own: src.spm_train; Chinese: albert_zh's --vocab_file)")
         if self.markup_sentences:
             found.append(f"{self.markup_sentences} sentence(s) hold markup (<doc, curid=, \\u escapes, JSON keys), "
                          f"e.g. {self.markup_example}: is --input_format right for the files?")
@@ -447,9 +455,14 @@ class Summary:
                 "sentences_too_long_fraction": round(self.long_sentences / max(self.sentences, 1), 4),
                 "largest_document_fraction": round(self.largest[0] / max(self.tokens, 1), 4),
                 "markup_sentences": self.markup_sentences, "tokens": self.tokens,
+                "unknown_tokens_fraction": round(self.unknown / max(self.tokens, 1), 4),
                 "instances": self.instances, "masked_tokens": self.masked,
                 "masked_fraction": round(self.masked / max(self.real, 1), 4),
                 "sop_swapped_fraction": round(self.swapped / max(self.instances, 1), 4)}
+
+
+def unknown_id(tokenizer: FullTokenizer) -> int:
+    return tokenizer.vocab.get(tokenizer.unk_token, -1)
 
 
 def mindrecord_schema(options: MaskingOptions) -> Dict[str, Dict[str, object]]:
@@ -500,7 +513,7 @@ def create_pretraining_data(config) -> Dict[str, object]:
     tokenizer = tokenizer_from_config(config)
     per_file = config.records_per_file or max(1, min(FILE_BYTES // row_bytes(options), MAX_RECORDS_PER_FILE))
     part = f" (part {config.shard_index} of {config.num_shards})" if config.num_shards > 1 else ""
-    summary = Summary(options.max_seq_length - 3)
+    summary = Summary(options.max_seq_length - 3, unknown_id(tokenizer))
     tasks = document_tasks(corpus.documents(), task_bytes(options, config.dupe_factor, per_file))
     needed = corpus.total_bytes * rows_per_byte(options, config.dupe_factor) * row_bytes(options)
     with full_disk_reported(output_file, int(needed)), \

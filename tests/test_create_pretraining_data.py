@@ -335,3 +335,14 @@ def test_a_folder_of_input_skips_the_files_the_tools_write_there_logs_included(t
     (tmp_path / "notes" / "logs.txt").parent.mkdir()
     (tmp_path / "notes" / "logs.txt").write_text("the user's text")
     assert resolve_input_files(str(tmp_path)) == [tmp_path / "corpus.txt", tmp_path / "notes" / "logs.txt"]
+
+
+def test_text_the_vocabulary_does_not_know_is_warned_about(tmp_path, assets, spm_path, capsys):
+    """Chinese news through the English 30k vocabulary made data of which 44% of the tokens are <unk>, silently."""
+    chinese = assets / "pretrain" / "albert_zh_news_zh_1.txt"
+    assert cpd.main(_config_args(spm_path, str(chinese), tmp_path / "zh.mindrecord", "--dupe_factor", "1")) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "unknown to the vocabulary" in line]
+    assert len(warned) == 1 and re.match(r"warning: [4-9]\d% of the tokens are unknown to the vocabulary", warned[0])
+    english = assets / "pretrain" / "bert_sample_text.txt"
+    assert cpd.main(_config_args(spm_path, str(english), tmp_path / "en.mindrecord", "--dupe_factor", "1")) == 0
+    assert "unknown to the vocabulary" not in capsys.readouterr().err
