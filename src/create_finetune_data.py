@@ -169,8 +169,9 @@ def create_finetune_data(config) -> Dict[str, object]:
     if config.task_name == "race":
         if config.max_qa_length < 1:
             raise UserError(f"max_qa_length must be >= 1, got {config.max_qa_length}")
-        if not config.data_dir:
-            raise UserError("set --data_dir to the RACE folder (holding train/dev/test)")
+        if not config.data_dir or config.input_file:
+            raise UserError("RACE is read from --data_dir, the RACE folder (holding train/dev/test)"
+                            + (", not --input_file: drop it" if config.input_file else ": set it"))
         files = race_files(Path(config.data_dir), config.split)
         for path in files:  # every file checked before the long part starts
             read_race_examples(path)

@@ -216,6 +216,10 @@ def test_bad_race_input(tmp_path, spm_path):
     assert not list(tmp_path.glob("r.mindrecord*"))
     with pytest.raises(UserError, match="no RACE files"):
         cfd.race_files(tmp_path, "dev")
+    with pytest.raises(UserError, match=r"^RACE is read from --data_dir, the RACE folder \(holding train/dev/test\), "
+                                        r"not --input_file: drop it$"):  # was ignored
+        cfd.main(_args(spm_path, tmp_path / "r.mindrecord", "--task_name", "race", "--data_dir", str(tmp_path),
+                       "--input_file", str(level / "1.txt")))
     # the train folder itself with --split dev was read as the dev split
     with pytest.raises(UserError, match=rf"^{tmp_path / 'train'} is RACE's train split but --split is dev"):
         cfd.race_files(tmp_path / "train", "dev")
