@@ -60,7 +60,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Collection, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -423,19 +423,22 @@ class Summary:
             raise UserError(f"no document{part} can make a sentence pair (each needs at least two non-empty "
                             f"sentences), e.g. {self.first}")
 
-    def warnings(self) -> List[str]:
-        """One line for each way the corpus looks wrong (the data is written all the same)."""
+    def warnings(self, formats: Collection[str]) -> List[str]:
+        """One line for each way the corpus looks wrong (the data is written all the same); the advice on
+        documents and sentences is for plain text files, when the corpus has any (`formats`: those read)."""
         found = []
+        text = "text" in formats
         share = self.largest[0] / max(self.tokens, 1)
         if share > MOST_OF_THE_TEXT:
-            found.append(f"one document ({self.largest[1]}) holds {share:.0%} of the text: blank lines between "
-                         f"documents missing? (text: a blank line ends a document; one document per line: "
-                         f"--input_format lines)")
+            found.append(f"one document ({self.largest[1]}) holds {share:.0%} of the text" + (
+                ": blank lines between documents missing? (text: a blank line ends a document; one document per "
+                "line: --input_format lines)" if text else ""))
         long_share = self.long_sentences / max(self.sentences, 1)
         if long_share > LONG_SENTENCES:
             found.append(f"{long_share:.1%} of sentences are longer than {self.long_tokens} tokens (max_seq_length "
-                         f"- 3) and get cut: paragraphs read as sentences? (text takes one sentence per line; lines, "
-                         f"jsonl and wikiextractor split paragraphs into sentences)")
+                         f"- 3) and get cut" + (": paragraphs read as sentences? (text takes one sentence per line; "
+                                                "lines, jsonl and wikiextractor split paragraphs into sentences)"
+                                                if text else ""))
         unknown = self.unknown / max(self.tokens, 1)
         if unknown > UNKNOWN_TOKENS:
             found.append(f"{unknown:.0%} of the tokens are unknown to the vocabulary: is it the text's language? (a "
@@ -526,7 +529,7 @@ def create_pretraining_data(config) -> Dict[str, object]:
                 bar.update(corpus.bytes_read - bar.n)
         summary.check(corpus, part)
         stats = dict(summary.as_dict(), **corpus.counts.as_dict(), input_files=len(paths),
-                     input_bytes=corpus.total_bytes, warnings=summary.warnings() + corpus.counts.warnings())
+                     input_bytes=corpus.total_bytes, warnings=summary.warnings(corpus.counts.formats) + corpus.counts.warnings())
         meta = {"kind": "pretraining", "columns": list(schema.PRETRAINING.names),
                 "max_seq_length": options.max_seq_length,
                 "max_predictions_per_seq": options.max_predictions_per_seq, "tokenizer": tokenizer.describe(),

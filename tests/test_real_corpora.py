@@ -430,7 +430,15 @@ def test_sanity_summary_counts_and_warnings(tmp_path, spm_path, capsys):
                            + "\n" for i, t in enumerate(_documents_text(6))), encoding="utf-8")
     stats = _create(spm_path, raw, tmp_path / "r.mindrecord", "--input_format", "lines")
     assert stats["markup_sentences"] == 6
-    assert re.search(rf"warning: 6 sentence\(s\) hold markup .* e\.g\. {raw} line 1: ", capsys.readouterr().err)
+    err = capsys.readouterr().err
+    assert re.search(rf"warning: 6 sentence\(s\) hold markup .* e\.g\. {raw} line 1: ", err)
+    # one long record of --input_format lines: the advice for plain text (blank lines, --input_format lines) is not
+    # given where it does not apply
+    one = tmp_path / "one.txt"
+    one.write_text(" ".join(_documents_text(30)) + "\n", encoding="utf-8")
+    _create(spm_path, one, tmp_path / "o.mindrecord", "--input_format", "lines")
+    err = capsys.readouterr().err
+    assert f"warning: one document ({one} line 1) holds 100% of the text\n" in err and "blank lines" not in err
 
 
 # ------------------------------------------------------------------------------------------- hostile input
