@@ -413,8 +413,13 @@ MATRIX: List[Row] = [
         ["key 'optimizer_cfg.AdamWeightDecay.warmup_proportion' must be in [0, 1], got 2.0"]),
     row(CLS, "num_class not the data's", "--num_class 3",
         ["{fx}/mrpc_dev.mindrecord: task mrpc has 2 label(s)", "num_class is 3"], process=True),
-    row(CLS, "RACE data", "--eval_data_file_path {fx}/race.mindrecord",
-        ["{fx}/race.mindrecord: task race has 4 label(s)"]),
+    row(CLS, "RACE data (was: a traceback with --num_class 4)", "--eval_data_file_path {fx}/race.mindrecord",
+        ["{fx}/race.mindrecord: race data, not classifier data: run_race.py takes it"]),
+    row(CLS, "test split to evaluate (was: scored against placeholder labels)",
+        "--eval_data_file_path {fx}/mrpc_test.mindrecord",
+        ["{fx}/mrpc_test.mindrecord: the mrpc test split, whose labels are placeholders"]),
+    row(CLS, "evaluation data of another GLUE task", "--eval_data_file_path {fx}/cola.mindrecord",
+        ["{fx}/cola.mindrecord is cola data but the run trains on mrpc"]),
     row(CLS, "metric of another task", "--assessment_method spearman_correlation",
         ["assessment_method spearman_correlation does not fit classification"]),
     row(CLS, "seq_length > max_position_embeddings", "--net_cfg.max_position_embeddings 16",
@@ -428,7 +433,11 @@ MATRIX: List[Row] = [
         ["{fx}/pre.ckpt: 2 network parameters are not in the checkpoint", "classifier.weight"]),
     # ---------------------------------------------------------------------------------------------- run_race.py
     row(RACE, "classifier data", "--train_data_file_path {fx}/mrpc_train.mindrecord",
-        ["{fx}/mrpc_train.mindrecord: rows of shape [32] are not RACE data"]),
+        ["{fx}/mrpc_train.mindrecord: classifier data, not race data: run_classifier.py takes it"]),
+    row(RACE, "a regression's checkpoint of the same head shape (was: evaluated)",
+        "--do_train false --load_finetune_checkpoint_path {bad}",
+        ["{bad} was fine-tuned by run_classifier.py, not run_race.py: evaluate it with run_classifier.py"],
+        classifier_checkpoint(1), bad="albert_classifier-3.ckpt"),
     row(RACE, "num_class not 4", "--num_class 5", ["{fx}/race.mindrecord: 4 choices per question but num_class is 5"]),
     row(RACE, "seq_length > max_position_embeddings", "--net_cfg.max_position_embeddings 32",
         ["{fx}/race.mindrecord: sequences of 64 tokens", "max_position_embeddings is 32"]),
@@ -471,8 +480,10 @@ MATRIX: List[Row] = [
     row(SQ2, "start_n_top 0", "--start_n_top 0", ["key 'start_n_top' must be in [1, 512], got 0"]),
     row(SQ2, "infinite null threshold", "--null_score_diff_threshold inf",
         ["key 'null_score_diff_threshold' must be finite in float32"]),
-    row(SQ2, "classifier checkpoint to evaluate", "--do_train false --load_finetune_checkpoint_path {fx}/cls.ckpt",
-        ["{fx}/cls.ckpt: 11 network parameters are not in the checkpoint", "start_logits."]),
+    row(SQ2, "v1.1 data (was: the v2 head trained as if every question had an answer)",
+        "--do_train false --load_finetune_checkpoint_path {fx}/cls.ckpt",
+        ["{fx}/sq_eval.mindrecord: SQuAD v1.1 data (made with --version_2_with_negative false): run_squad_v1.py takes "
+         "it"]),
     # ---------------------------------------------------------------------------------------------- create_pretraining
     row(MAKE_PT, "missing input", "--input_file {tmp}/missing.txt", ["input_file: nothing matches '{tmp}/missing.txt'"]),
     row(MAKE_PT, "empty corpus", "--input_file {bad}", ["empty corpus: no text in {bad}"], text("\n \n"),
@@ -861,7 +872,8 @@ MATRIX: List[Row] = [
         ["--labels must name each class once, by a non-empty name: 'a,'"]),
     row(PREDICT, "another task's yaml (was: unknown key eval_json_path)", "--config_path {bad} --text_a hi",
         ["{bad} is a squad_v1 or squad_v2 task yaml, not a classifier one: pass the task yaml the checkpoint was "
-         "fine-tuned with, or the --task it fits (squad_v1, squad_v2)"], text("eval_json_path: dev-v1.1.json\nn_best_size: 10\n"), bad="mine.yaml"),
+         "fine-tuned with, or the --task it fits (squad_v1, squad_v2)"],
+        text("eval_json_path: dev-v1.1.json\nn_best_size: 10\n"), bad="mine.yaml"),
     row(PREDICT, "a text flag of another task (was: ignored)", "--text_a hi --context paragraph",
         ["--context is not a classifier input (a squad_v1 or squad_v2 one): drop it"]),
     row(PREDICT, "absurd thread count", "--threads 100000 --text_a hi", ["--threads must be in [0, 1024], got 100000"]),
@@ -964,7 +976,11 @@ def fx(tmp_path_factory, assets) -> Path:
                                        "--max_predictions_per_seq", "5", "--dupe_factor", "1", "--progress", "false"])]
     jobs += [(create_finetune_data, ["--task_name", "mrpc", "--input_file", str(folder / "mrpc.tsv"), "--split", split,
                                      "--output_file", str(folder / f"mrpc_{split}.mindrecord"), "--max_seq_length",
-                                     "32"]) for split in ("train", "dev")]
+                                     "32"]) for split in ("train", "dev", "test")]
+    cola = (assets / "glue" / "CoLA" / "in_domain_train.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+    (folder / "cola.tsv").write_text("".join(cola[:16]), encoding="utf-8")
+    jobs.append((create_finetune_data, ["--task_name", "cola", "--input_file", str(folder / "cola.tsv"),
+                                        "--output_file", str(folder / "cola.mindrecord"), "--max_seq_length", "32"]))
     jobs.append((create_finetune_data, ["--task_name", "race", "--data_dir", str(assets / "race" / "RACE"), "--split",
                                         "dev", "--output_file", str(folder / "race.mindrecord"), "--max_seq_length",
                                         "64", "--max_qa_length", "16"]))

@@ -83,6 +83,7 @@ def _check_config(task: Task, config: Config) -> List[tuple]:
     if config.do_train:
         _need(config, "train_data_file_path", "do_train")
         check_schema(config.train_data_file_path, config.schema_file_path, task.train_columns)
+        check_data_fits_task(task, config.train_data_file_path, "train")
         if config.load_finetune_checkpoint_path:
             raise UserError("load_finetune_checkpoint_path is for evaluating or predicting without training; to "
                             "fine-tune, start from --load_pretrain_checkpoint_path")
@@ -95,9 +96,53 @@ def _check_config(task: Task, config: Config) -> List[tuple]:
         if config[f"do_{action}"]:
             _need(config, key, f"do_{action}")
             check_schema(config[key], "", task.eval_columns)
+            check_data_fits_task(task, config[key], action,
+                                 config.train_data_file_path if config.do_train and action == "eval" else "")
             task.check_eval_inputs(config, config[key], action)
             jobs.append((action, config[key]))
     return jobs
+
+
+# The tasks each kind of data (its .meta.json's `kind`, from the src.create_* tool that made it) is for.
+DATA_TASKS = {"classifier": ("classifier",), "race": ("race",), "squad": ("squad_v1", "squad_v2")}
+
+
+def check_data_fits_task(task: Task, data_file: str, action: str, trained_on: str = "") -> None:
+    """What the data's .meta.json says must fit: its kind the task (RACE data ran into the classifier's graph, SQuAD
+    v2.0 data into v1.1 scoring, each as a traceback), its split labelled unless only predicted (a GLUE test split
+    holds placeholder labels, scored without a word), and an evaluation's GLUE task the one trained on."""
+    from src.training.network_config import data_meta
+
+    meta = data_meta(data_file)
+    kind = meta.get("kind")
+    if kind in DATA_TASKS and task.name not in DATA_TASKS[kind]:
+        raise UserError(f"{data_file}: {kind} data, not {task.name} data: run_{DATA_TASKS[kind][0]}.py takes it")
+    if kind == "squad" and bool(meta.get("version_2_with_negative")) != (task.name == "squad_v2"):
+        version, runner = ("v2.0", "squad_v2") if meta.get("version_2_with_negative") else ("v1.1", "squad_v1")
+        raise UserError(f"{data_file}: SQuAD {version} data (made with --version_2_with_negative "
+                        f"{str(version == 'v2.0').lower()}): run_{runner}.py takes it")
+    if action != "predict" and _placeholder_labels(meta):
+        raise UserError(f"{data_file}: the {meta.get('task_name', kind)} test split, whose labels are placeholders: "
+                        f"{'train' if action == 'train' else 'evaluate'} on the train or dev split; predict the test "
+                        f"split with do_predict")
+    trained = data_meta(trained_on).get("task_name") if trained_on else None
+    if trained and meta.get("task_name") and _glue_task(meta["task_name"]) != _glue_task(trained):
+        raise UserError(f"{data_file} is {meta['task_name']} data but the run trains on {trained} "
+                        f"({trained_on}): evaluate on the {trained} dev split")
+
+
+def _placeholder_labels(meta: dict) -> bool:
+    """Whether the data is a test split whose file holds no labels (GLUE's; LCQMC's and RACE's test sets have
+    theirs), so that create_finetune_data wrote placeholders."""
+    from src.data.tsv_tasks import TSV_TASKS
+
+    task = TSV_TASKS.get(str(meta.get("task_name")))
+    return meta.get("split") == "test" and task is not None and task.test.label is None
+
+
+def _glue_task(name: str) -> str:
+    """MNLI's mismatched dev set (mnli-mm) evaluates an MNLI run."""
+    return name.removesuffix("-mm")
 
 
 def _need(config: Config, key: str, because: str) -> None:
@@ -129,8 +174,9 @@ def _train(this_run: FinetuneRun) -> TrainedHead:
 
 def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str, data_file: str) -> None:
     """`action` (eval or predict) on `data_file` with the head this run `trained`, else with a checkpoint."""
-    from src.common.checkpoint_io import load_weights
+    from src.common.checkpoint_io import load_weights, read_checkpoint
     from src.devices.device_setup import model_runtime
+    from src.tasks.registry import trained_task
     from src.training.checkpoints import checkpoint_step, newest_train_checkpoint
     from src.training.network_config import checked_network
 
@@ -148,13 +194,19 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
                             f"this task in {save_dir} either)")
         net, _, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
         source, step = checkpoint, checkpoint_step(checkpoint)
+        weights = read_checkpoint(checkpoint)
+        fine_tuned_by = trained_task(weights, checkpoint)
+        if fine_tuned_by and fine_tuned_by != task.name:  # a head of the same shape (RACE's, a regression's) loads
+            raise UserError(f"{checkpoint} was fine-tuned by run_{fine_tuned_by}.py, not run_{task.name}.py: "
+                            f"evaluate it with run_{fine_tuned_by}.py")
     else:
         net, step = trained.net, trained.steps
     runtime = model_runtime(device.target, net.compute_type)
     with as_user_error():
         model = task.build_model(config, net, False, runtime)
     model.set_train(False)
-    load_weights(model, {p.name: p for p in trained.head.get_parameters()} if trained is not None else source)
+    load_weights(model, {p.name: p for p in trained.head.get_parameters()} if trained is not None else weights,
+                 name=source)
     total = count_rows(data_file)
     if total < device.group_size:
         raise UserError(f"{data_file} has {total} rows, fewer than the {device.group_size} devices")
