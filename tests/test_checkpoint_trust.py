@@ -104,19 +104,6 @@ def test_flipped_bytes_fall_back_to_the_newest_intact_checkpoint_or_stop_the_run
     assert {path: path.read_bytes() for path in folder.iterdir()} == before
 
 
-def test_only_damaged_checkpoints_stop_the_run_even_without_its_lineage_file(tmp_path):
-    """With the lineage file gone as well, a folder of damaged checkpoints was taken as empty: the run started over
-    from step 0 with a warning per file."""
-    from model_utils.errors import UserError
-    from src.training.checkpoints import newest_train_checkpoint
-
-    (tmp_path / "albert_pretrain-4.ckpt").write_bytes(b"random bytes, not a checkpoint")
-    lines = []
-    with pytest.raises(UserError, match=f"^no intact checkpoint of this run to resume from in {tmp_path}: "):
-        newest_train_checkpoint(str(tmp_path), "albert_pretrain", lines.append)
-    assert len(lines) == 1 and lines[0].startswith(f"warning: skipping {tmp_path / 'albert_pretrain-4.ckpt'}")
-
-
 def test_checkpoints_of_an_older_version_resume_and_are_adopted_once(data, four_steps, tmp_path):
     folder = copy_of(four_steps, tmp_path) / "checkpoints"
     args = pretrain(data, tmp_path, "--save_checkpoint_num", "2", *SAVE_EVERY_2)

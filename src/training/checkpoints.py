@@ -256,8 +256,8 @@ class Resumable:
 def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], None] = print) -> Optional[Resumable]:
     """The newest checkpoint in `directory` that reads back intact, holds training progress, holds the step its
     name says and belongs to the folder's lineage. Every other file is named in a warning and left on disk for the
-    user to inspect. Damaged files and no intact one: one line (starting over would silently lose the run, also
-    when its lineage file is gone too)."""
+    user to inspect. Damaged files and no intact one in a folder a run has recorded its lineage in: one line
+    (starting over would silently lose the run)."""
     lineage = Lineage.read(directory) if os.path.isdir(directory) else None
     damaged = []
     for _, path in reversed(list_checkpoints(directory, prefix)):
@@ -274,7 +274,7 @@ def newest_train_checkpoint(directory: str, prefix: str, log: Callable[[str], No
         if damaged:
             log(f"warning: resuming from {path}, the newest intact checkpoint of this run")
         return Resumable(path, values, lineage or _adopt(directory, prefix, path, values, log))
-    if damaged:
+    if damaged and lineage:
         raise UserError(f"no intact checkpoint of this run to resume from in {directory}: {', '.join(damaged)} "
                         f"{'is' if len(damaged) == 1 else 'are'} damaged; restore from a copy, or move "
                         f"{'it' if len(damaged) == 1 else 'them'} out of the folder to start over")
