@@ -142,9 +142,9 @@ class RunIdentity:
     """What a run trains: its network (AlbertConfig's fields), optimizer and data (`rows_fingerprint`), recorded in
     each of its train checkpoints with the kind of run (its checkpoint prefix: albert_pretrain, albert_race, ...,
     which tells serving a RACE head from a regression's) and every setting of the run (what an HF export's model
-    card tells of its training). A resumed run must train the same: the data plan's numbers
-    alone let another network whose parameters have the same shapes (more layers sharing one set, pre-LN), another
-    optimizer or other data of the same size continue silently."""
+    card tells of its training). A resumed run must train the same: the data plan's numbers alone let another
+    network whose parameters have the same shapes (more layers sharing one set, pre-LN), another optimizer or other
+    data of the same size continue silently."""
 
     network: Dict[str, object]
     optimizer: str
