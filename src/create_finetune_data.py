@@ -43,7 +43,7 @@ from src.data.features import InputExample, RaceExample, classifier_feature, rac
 from src.data.input_text import (check_max_seq_length, load_json, parse_tool_config, read_tsv, require,
                                  tokenizer_from_config)
 from src.data.mindrecord_io import RecordWriter, check_output_free, jsonl_line
-from src.data.tokenization import FullTokenizer
+from src.data.tokenization import FullTokenizer, UnknownTokens
 from src.data.tsv_tasks import TsvTask, label_list, task_named
 
 
@@ -189,6 +189,7 @@ def create_finetune_data(config) -> Dict[str, object]:
     meta = {"kind": "race" if config.task_name == "race" else "classifier", "task_name": config.task_name,
             "split": config.split, "label_list": label_list(config.task_name), "columns": list(layout.names),
             "max_seq_length": config.max_seq_length, "tokenizer": tokenizer.describe(), "inputs": inputs}
+    unknown = UnknownTokens(tokenizer)
     with RecordWriter(config.output_file, layout.mindrecord(seq=config.max_seq_length),
                       f"albert {config.task_name} {config.split}",
                       config.partition_number, config.overwrite, [".examples.jsonl"]) as out:
@@ -196,8 +197,11 @@ def create_finetune_data(config) -> Dict[str, object]:
                 progress("examples", None, " examples") as bar:
             for record, example in records:
                 out.write((record,))
+                unknown.add_record(record["input_ids"], record["input_mask"])
                 sources.write(jsonl_line({"guid": example.guid, "source": example.source}))
                 bar.update(1)
+        meta["unknown_tokens_fraction"] = round(unknown.fraction, 4)
+        meta["warnings"] = [warning for warning in (unknown.warning(),) if warning]
         return out.publish(meta)
 
 
@@ -207,6 +211,8 @@ def main(argv: List[str]) -> int:
     log_to(os.path.dirname(os.path.abspath(config.output_file)))
     print(f"wrote {meta['num_records']} {config.task_name} {config.split} records to "
           f"{', '.join(meta['files'])} in {Path(config.output_file).parent}")
+    for warning in meta["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

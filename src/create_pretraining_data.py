@@ -72,7 +72,7 @@ from src.data.corpus import Corpus, Document
 from src.data.input_text import (check_max_seq_length, full_disk_reported, parse_tool_config, resolve_input_files,
                                  tokenizer_from_config)
 from src.data.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
-from src.data.tokenization import FullTokenizer
+from src.data.tokenization import FullTokenizer, unknown_tokens_warning
 
 FILE_BYTES = 256 << 20  # default size of an output file
 MAX_TASK_BYTES = 32 << 20  # of text per task (one output file): bounds a worker's memory at low dupe_factor
@@ -362,7 +362,6 @@ def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: F
 _MARKUP = re.compile(r'<doc\b|</doc>|curid=|\\u[0-9a-fA-F]{4}|"\w+":\s*["{\[\d]')
 MOST_OF_THE_TEXT = 0.5  # a document holding more than this share of the tokens is suspicious
 LONG_SENTENCES = 0.01  # as is more than this share of sentences that do not fit in one instance
-UNKNOWN_TOKENS = 0.05  # and more than this share of tokens the vocabulary does not know (another language's)
 
 
 class Summary:
@@ -439,10 +438,9 @@ class Summary:
                          f"- 3) and get cut" + (": paragraphs read as sentences? (text takes one sentence per line; "
                                                 "lines, jsonl and wikiextractor split paragraphs into sentences)"
                                                 if text else ""))
-        unknown = self.unknown / max(self.tokens, 1)
-        if unknown > UNKNOWN_TOKENS:
-            found.append(f"{unknown:.0%} of the tokens are unknown to the vocabulary: is it the text's language? (a "
-                         f"vocabulary of one's own: src.spm_train; Chinese: albert_zh's --vocab_file)")
+        unknown = unknown_tokens_warning(self.unknown, self.tokens)
+        if unknown:
+            found.append(unknown)
         if self.markup_sentences:
             found.append(f"{self.markup_sentences} sentence(s) hold markup (<doc, curid=, \\u escapes, JSON keys), "
                          f"e.g. {self.markup_example}: is --input_format right for the files?")

@@ -45,7 +45,7 @@ from src.data.features import (FIRST_UNIQUE_ID, SquadExample, SquadOptions, exam
                                tokenize_context)
 from src.data.input_text import load_json, parse_tool_config, require, tokenizer_from_config
 from src.data.mindrecord_io import RecordWriter, check_output_free, jsonl_line
-from src.data.tokenization import FullTokenizer
+from src.data.tokenization import FullTokenizer, UnknownTokens
 
 
 
@@ -112,9 +112,10 @@ def _layout(options: SquadOptions) -> schema.RecordSchema:
 
 
 def _features(examples: Iterable[SquadExample], tokenizer: FullTokenizer, options: SquadOptions,
-              stats: Dict[str, int], sidecars: Dict[str, TextIO]) -> Iterator[Dict[str, np.ndarray]]:
+              stats: Dict[str, int], sidecars: Dict[str, TextIO],
+              unknown: UnknownTokens) -> Iterator[Dict[str, np.ndarray]]:
     """Records of all examples; evaluation data also gets its examples and feature maps written to the sidecars
-    as they are made (and training data its counts)."""
+    as they are made (and training data its counts); every record's tokens are counted in `unknown`."""
     cached_context, cached = None, None
     for example_index, example in enumerate(examples):
         stats["examples"] += 1
@@ -125,6 +126,7 @@ def _features(examples: Iterable[SquadExample], tokenizer: FullTokenizer, option
         for record, feature_map in example_features(example, example_index, tokenizer, options, cached):
             unique_id = FIRST_UNIQUE_ID + stats["features"]
             stats["features"] += 1
+            unknown.add_record(record["input_ids"], record["input_mask"])
             if options.is_training:
                 stats["impossible_features"] += int(record["is_impossible"])
             else:
@@ -158,9 +160,12 @@ def create_squad_data(config) -> Dict[str, Any]:
                       config.partition_number, config.overwrite, suffixes) as out, contextlib.ExitStack() as stack:
         sidecars = {suffix: stack.enter_context(open(out.sidecar(suffix), "w", encoding="utf-8"))
                     for suffix in suffixes}
+        unknown = UnknownTokens(tokenizer)
         with progress("questions", None, " questions") as bar:
-            out.write(_features(_counted(examples, bar), tokenizer, options, stats, sidecars))
+            out.write(_features(_counted(examples, bar), tokenizer, options, stats, sidecars, unknown))
         stack.close()
+        stats["unknown_tokens_fraction"] = round(unknown.fraction, 4)
+        meta["warnings"] = [warning for warning in (unknown.warning(),) if warning]
         return out.publish(meta)
 
 
@@ -172,6 +177,8 @@ def main(argv: List[str]) -> int:
     skipped = f" ({stats['skipped_examples']} answers skipped: text not at answer_start)" if config.is_training else ""
     print(f"wrote {meta['num_records']} features of {stats['examples']} questions to "
           f"{', '.join(meta['files'])}{skipped}")
+    for warning in meta["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -1,5 +1,6 @@
 """GLUE, LCQMC and RACE conversion on the real files; records checked against HF's AlbertTokenizer encodings."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -235,3 +236,23 @@ def test_existing_output_is_kept(tmp_path, assets, spm_path):
     assert out.read_bytes() == before
     assert cfd.main(args + ["--overwrite", "true"]) == 0
     assert run_cli(cfd.main, args + ["--task_name", "glue"]) == 2  # not a choice
+
+
+def test_text_the_vocabulary_does_not_know_is_warned_about(tmp_path, assets, spm_path, capsys):
+    """LCQMC (Chinese) through the English 30k pieces made records mostly of <unk>, without a word: the same
+    warning as create_pretraining_data's, and the share in the meta; the Chinese vocabulary gets none."""
+    lines = [line for line in (assets / "pretrain" / "albert_zh_news_zh_1.txt").read_text(encoding="utf-8")
+             .splitlines() if len(line) > 10][:6]
+    (tmp_path / "train.txt").write_text("".join(f"{a}\t{b}\t1\n" for a, b in zip(lines[::2], lines[1::2])),
+                                        encoding="utf-8")
+    common = ["--task_name", "lcqmc", "--input_file", str(tmp_path / "train.txt"), "--max_seq_length", "64"]
+    english = ["--spm_model_file", spm_path, "--output_file", str(tmp_path / "en.mindrecord")]
+    assert cfd.main(common + english) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "unknown to the vocabulary" in line]
+    assert len(warned) == 1 and re.match(r"warning: [2-9]\d% of the tokens are unknown to the vocabulary", warned[0])
+    assert json.loads((tmp_path / "en.mindrecord.meta.json").read_text())["unknown_tokens_fraction"] > 0.2
+    chinese = ["--vocab_file", str(assets / "tokenizer" / "albert_zh_vocab.txt"),
+               "--output_file", str(tmp_path / "zh.mindrecord")]
+    assert cfd.main(common + chinese) == 0
+    assert "unknown to the vocabulary" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "zh.mindrecord.meta.json").read_text())["unknown_tokens_fraction"] < 0.05

@@ -293,3 +293,23 @@ def test_prediction_file_without_answers(tmp_path):
     assert examples[0].answers == []
     with pytest.raises(UserError, match="missing field 'answers'"):
         _read_examples(source, is_training=True)
+
+
+def test_text_the_vocabulary_does_not_know_is_warned_about(tmp_path, assets, spm_path, capsys):
+    """A Chinese SQuAD-style file (CMRC's layout) through the English 30k pieces: mostly <unk>, without a word."""
+    context = (assets / "pretrain" / "albert_zh_news_zh_1.txt").read_text(encoding="utf-8").splitlines()[2]
+    answer = context[3:8]
+    squad = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": "q1", "question": "他在哪里任教？", "answers": [{"text": answer, "answer_start": 3}]}]}]}]}
+    source = tmp_path / "zh.json"
+    source.write_text(json.dumps(squad, ensure_ascii=False), encoding="utf-8")
+    assert csd.main(_args(spm_path, source, tmp_path / "en.mindrecord", "--is_training", "true")) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "unknown to the vocabulary" in line]
+    assert len(warned) == 1 and re.match(r"warning: [2-9]\d% of the tokens are unknown to the vocabulary", warned[0])
+    meta = json.loads((tmp_path / "en.mindrecord.meta.json").read_text())
+    assert meta["stats"]["unknown_tokens_fraction"] > 0.2
+    zh_vocab = ["--vocab_file", str(assets / "tokenizer" / "albert_zh_vocab.txt")]
+    args = _args(spm_path, source, tmp_path / "zh.mindrecord", "--is_training", "true")
+    args[:2] = zh_vocab
+    assert csd.main(args) == 0
+    assert "unknown to the vocabulary" not in capsys.readouterr().err
