@@ -119,6 +119,7 @@ def _features(examples: Iterable[SquadExample], tokenizer: FullTokenizer, option
     cached_context, cached = None, None
     for example_index, example in enumerate(examples):
         stats["examples"] += 1
+        stats["impossible_examples"] += int(example.is_impossible)
         if not options.is_training:
             sidecars[".examples.jsonl"].write(jsonl_line(example_row(example_index, example)))
         if example.context is not cached_context:  # consecutive questions share their paragraph
@@ -141,6 +142,15 @@ def _counted(examples: Iterable[SquadExample], bar) -> Iterator[SquadExample]:
         bar.update(1)
 
 
+def _version_warning(config, stats: Dict[str, int]) -> Optional[str]:
+    """SQuAD v2.0 data without one unanswerable question is most likely a v1.1 file given the v2 flag: a v2.0
+    model trained on it never learns to answer "no answer", and its evaluation never asks it to."""
+    if config.version_2_with_negative and not stats["impossible_examples"]:
+        return (f"no question of {config.input_file} is unanswerable (is_impossible), though "
+                f"--version_2_with_negative is true: is it a SQuAD v1.1 file? (v1.1: --version_2_with_negative false)")
+    return None
+
+
 def create_squad_data(config) -> Dict[str, Any]:
     """Convert one SQuAD file, streamed; returns the meta written beside the data."""
     options = SquadOptions(config.max_seq_length, config.doc_stride, config.max_query_length, config.is_training)
@@ -148,7 +158,7 @@ def create_squad_data(config) -> Dict[str, Any]:
     suffixes = [] if options.is_training else [".examples.jsonl", ".features.jsonl"]
     check_output_free(config.output_file, config.partition_number, config.overwrite)
     tokenizer = tokenizer_from_config(config)
-    stats = {"examples": 0, "skipped_examples": 0, "features": 0, "impossible_features": 0}
+    stats = {"examples": 0, "skipped_examples": 0, "impossible_examples": 0, "features": 0, "impossible_features": 0}
     examples = read_squad_examples(Path(config.input_file), options.is_training, config.version_2_with_negative,
                                    stats)
     meta = {"kind": "squad", "version_2_with_negative": config.version_2_with_negative,
@@ -165,7 +175,7 @@ def create_squad_data(config) -> Dict[str, Any]:
             out.write(_features(_counted(examples, bar), tokenizer, options, stats, sidecars, unknown))
         stack.close()
         stats["unknown_tokens_fraction"] = round(unknown.fraction, 4)
-        meta["warnings"] = [warning for warning in (unknown.warning(),) if warning]
+        meta["warnings"] = [warning for warning in (unknown.warning(), _version_warning(config, stats)) if warning]
         return out.publish(meta)
 
 

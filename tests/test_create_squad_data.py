@@ -211,12 +211,13 @@ def test_eval_output_with_feature_map(tmp_path, assets, spm_path, capsys):
     assert meta["num_records"] == len(records) and meta["stats"]["examples"] == 117
 
 
-def test_v2_training_output_in_parts_has_impossible_features_and_no_feature_map(tmp_path, assets, spm_path):
+def test_v2_training_output_in_parts_has_impossible_features_and_no_feature_map(tmp_path, assets, spm_path, capsys):
     source = assets / "squad" / "v2.0" / "dev-v2.0.subset_Normans_Rhine.json"
     out = tmp_path / "train.mindrecord"
     args = _args(spm_path, source, out, "--is_training", "true", "--version_2_with_negative", "true",
                  "--partition_number", "2")
     assert csd.main(args) == 0
+    assert "warning" not in capsys.readouterr().err
     assert not (tmp_path / "train.mindrecord.features.jsonl").exists()
     meta = json.loads((tmp_path / "train.mindrecord.meta.json").read_text())
     assert meta["files"] == ["train.mindrecord0", "train.mindrecord1"]
@@ -313,3 +314,17 @@ def test_text_the_vocabulary_does_not_know_is_warned_about(tmp_path, assets, spm
     args[:2] = zh_vocab
     assert csd.main(args) == 0
     assert "unknown to the vocabulary" not in capsys.readouterr().err
+
+
+def test_a_v1_file_made_into_v2_data_is_warned_about(tmp_path, assets, spm_path, capsys):
+    """SQuAD v1.1 data with --version_2_with_negative true made v2.0 data without one unanswerable question,
+    silently: a model trained on it never answers "no answer"."""
+    source = assets / "derived" / "squad_v1.1_dev_sample_SuperBowl50_5paras.json"
+    args = _args(spm_path, source, tmp_path / "v2.mindrecord", "--is_training", "false",
+                 "--version_2_with_negative", "true")
+    assert csd.main(args) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert warned == [f"warning: no question of {source} is unanswerable (is_impossible), though "
+                      f"--version_2_with_negative is true: is it a SQuAD v1.1 file? (v1.1: --version_2_with_negative "
+                      f"false)"]
+    assert json.loads((tmp_path / "v2.mindrecord.meta.json").read_text())["stats"]["impossible_examples"] == 0
