@@ -14,7 +14,7 @@ from mindspore.nn.utils import no_init_parameters
 from tests.hf_reference import random_batch
 from src.model import cpu_kernels
 from src.model.albert import PORTABLE, PRESETS, Activation, AlbertAttention, AlbertConfig, AlbertLayer, AlbertModel, \
-    Runtime, count_parameters
+    LayerDropout, Runtime, count_parameters
 from src.model.pretraining_heads import AlbertNetworkWithLoss, AlbertPreTraining
 from src.model.task_heads import (AlbertForMultipleChoice, AlbertForQuestionAnswering,
                                      AlbertForSequenceClassification, AlbertForSquadV2)
@@ -395,3 +395,32 @@ def test_a_network_asked_for_the_impossible_is_a_value_error():
         AlbertForSequenceClassification(AlbertConfig(**TINY), 0)
     with pytest.raises(ValueError, match="start_n_top and end_n_top must be >= 1"):
         AlbertForSquadV2(AlbertConfig(**TINY), start_n_top=0)
+
+
+def test_a_shared_layer_draws_new_dropout_masks_at_each_of_its_runs():
+    """ALBERT runs its one shared layer 12 times a step, and MindSpore's dropout draws the same mask at every call of
+    the same operation in a graph: all 12 layers dropped the same units (TF and PyTorch draw at every call). Each
+    run of a layer now has a dropout of its own: other masks at each run, and new ones at the next step."""
+    import mindspore as ms
+    from mindspore import nn
+
+    class ThreeRuns(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.site = LayerDropout(0.5, 3)
+
+        def construct(self, x):
+            return self.site(x, 0), self.site(x, 1), self.site(x, 2)
+
+    ms.set_seed(1)
+    net = ThreeRuns()
+    net.set_train(True)
+    x = Tensor(np.ones((8, 256), np.float32))
+    steps = [[out.asnumpy() for out in net(x)] for _ in range(2)]
+    for outputs in steps:
+        for out in outputs:
+            assert set(np.unique(out)) == {0.0, 2.0} and 0.4 < (out == 0).mean() < 0.6  # p 0.5, kept x 1/(1-p)
+        masks = [out == 0 for out in outputs]
+        assert all((a != b).mean() > 0.3 for i, a in enumerate(masks) for b in masks[i + 1:])  # ~0.5 if independent
+    assert (steps[0][0] != steps[1][0]).mean() > 0.3
+    assert LayerDropout(0.0, 3)(x, 2) is x  # no dropout: the input itself

@@ -280,6 +280,22 @@ class Activation(nn.Cell):
         return x * ops.sigmoid(GELU_TANH_SCALE * (x + 0.044715 * x * x * x))
 
 
+class LayerDropout(nn.Cell):
+    """Dropout at one place of a layer whose cells run several times per step (ALBERT's shared layers): one
+    MindSpore dropout per run. The same dropout operation called twice in one graph draws the same mask at both
+    calls (MindSpore 2.10, CPU, GRAPH mode), so one per layer would drop the same units in all 12 layers at once,
+    where TF and PyTorch draw a new mask at every call."""
+
+    def __init__(self, p: float, runs: int):
+        super().__init__()
+        self.dropouts = nn.CellList([nn.Dropout(p=p) for _ in range(runs)] if p > 0 else [])
+
+    def construct(self, x, run: int):
+        if not self.dropouts:
+            return x
+        return self.dropouts[run](x)
+
+
 class AlbertEmbeddings(nn.Cell):
     """Word + position + token-type embeddings of size E, then LayerNorm and dropout (projection to H is later)."""
 
@@ -322,8 +338,9 @@ class AlbertAttention(nn.Cell):
         self.value = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
         self.dense = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
         self.LayerNorm = layer_norm(config.hidden_size, config, runtime)
-        self.attention_dropout = nn.Dropout(p=config.attention_probs_dropout_prob if is_training else 0.0)
-        self.output_dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+        runs = config.num_hidden_layers  # the most this cell can run per step (shared by every layer)
+        self.attention_dropout = LayerDropout(config.attention_probs_dropout_prob if is_training else 0.0, runs)
+        self.output_dropout = LayerDropout(config.hidden_dropout_prob if is_training else 0.0, runs)
         self.split_heads = runtime.split_heads
         self.use_kernels = runtime.kernels
         # With the kernels, attention in one call per layer (forward and backward) unless dropout on the
@@ -361,7 +378,7 @@ class AlbertAttention(nn.Cell):
         batch, _, seq, _ = x.shape
         return x.transpose(0, 2, 1, 3).reshape(batch, seq, -1)
 
-    def _attend(self, inputs, attention_bias):
+    def _attend(self, inputs, attention_bias, layer_number):
         """[B, S, H] -> context [B, S, H] by MindSpore's operations, heads moved to [B, N, S, D] and back."""
         # The scale goes on the query ([B, N, S, D]) rather than on the scores ([B, N, S, S]): one big tensor
         # fewer per layer to compute and to keep for the backward pass.
@@ -371,12 +388,12 @@ class AlbertAttention(nn.Cell):
         scores = self.scores_matmul(query, key)  # [B, N, S, S]
         if self.half_precision:
             scores = scores.astype(ms.float32)
-        probs = self.attention_dropout(ops.softmax(scores + attention_bias, axis=-1))
+        probs = self.attention_dropout(ops.softmax(scores + attention_bias, axis=-1), layer_number)
         if self.half_precision:
             probs = probs.astype(self.compute_type)
         return self._merge_heads(self.context_matmul(probs, value))
 
-    def _attend_compiled(self, inputs, attention_bias):
+    def _attend_compiled(self, inputs, attention_bias, layer_number):
         """The same with the compiled kernels: query, key and value layers in one call (the query, key and value
         cells' weights); the products read each head where it lies in [B, S, H] (no split, stack or transpose) and
         take the scale as the products' factor; mask and softmax run inside the product."""
@@ -395,22 +412,23 @@ class AlbertAttention(nn.Cell):
         if self.attention_kind == "fused":
             return self.fused_kernel(query, key, value, attention_bias, self.scale_tensor)[0]
         probs = self.probs_kernel(query, key, attention_bias, self.scale_tensor)
-        probs = self.attention_dropout(probs)  # [B, N, S, S]
+        probs = self.attention_dropout(probs, layer_number)  # [B, N, S, S]
         return self.context_kernel(probs, value, self.one)
 
-    def construct(self, hidden_states, attention_bias):
+    def construct(self, hidden_states, attention_bias, layer_number: int = 0):
+        """`layer_number`: which of the network's layers this run is (the layer's own dropout masks)."""
         inputs = self.LayerNorm(hidden_states) if self.preln else hidden_states
         if self.use_kernels:
-            context = self._attend_compiled(inputs, attention_bias)
+            context = self._attend_compiled(inputs, attention_bias, layer_number)
         else:
-            context = self._attend(inputs, attention_bias)
+            context = self._attend(inputs, attention_bias, layer_number)
         if self.int8_output_norm:  # LayerNorm(hidden_states + dense(context)) in one call
             shape = hidden_states.shape
             return self.output_norm_kernel(context.reshape(-1, shape[-1]), *self.dense.weight_operands(),
                                            self.dense.bias, hidden_states.reshape(-1, shape[-1]),
                                            self.LayerNorm.gamma, self.LayerNorm.beta,
                                            self.LayerNorm.epsilon_tensor).reshape(shape)
-        projected = self.output_dropout(self.dense(context)).astype(ms.float32)
+        projected = self.output_dropout(self.dense(context), layer_number).astype(ms.float32)
         if self.preln:
             return hidden_states + projected
         return self.LayerNorm(hidden_states + projected)
@@ -432,7 +450,7 @@ class AlbertLayer(nn.Cell):
         self.ffn_output = dense_layer(config.intermediate_size, config.hidden_size, config, runtime)
         self.full_layer_layer_norm = layer_norm(config.hidden_size, config, runtime)
         self.activation = Activation(config.hidden_act, runtime.kernels, runtime.onnx_patterns)
-        self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+        self.dropout = LayerDropout(config.hidden_dropout_prob if is_training else 0.0, config.num_hidden_layers)
         # Served in int8 with the tanh GELU: the whole feed-forward network in one kernel call, with the residual
         # and LayerNorm after it in post-LN blocks.
         self.int8_feed_forward = runtime.serving_weights == "int8" and self.activation.use_kernels
@@ -461,17 +479,17 @@ class AlbertLayer(nn.Cell):
                                           *self.ffn_output.weight_operands(), self.ffn_output.bias)[0]
         return output.reshape(shape)
 
-    def construct(self, hidden_states, attention_bias):
-        hidden_states = self.attention(hidden_states, attention_bias)
+    def construct(self, hidden_states, attention_bias, layer_number: int = 0):
+        hidden_states = self.attention(hidden_states, attention_bias, layer_number)
         inputs = self.full_layer_layer_norm(hidden_states) if self.preln else hidden_states
         if self.int8_feed_forward and not self.preln:
             return self._int8_feed_forward(inputs)
         if self.int8_feed_forward:
             return hidden_states + self._int8_feed_forward(inputs)
         if self.fused_feed_forward:
-            output = self.dropout(self._fused_feed_forward(inputs))
+            output = self.dropout(self._fused_feed_forward(inputs), layer_number)
         else:
-            output = self.dropout(self.ffn_output(self.activation(self.ffn(inputs)))).astype(ms.float32)
+            output = self.dropout(self.ffn_output(self.activation(self.ffn(inputs))), layer_number).astype(ms.float32)
         if self.preln:
             return hidden_states + output
         return self.full_layer_layer_norm(hidden_states + output)
@@ -485,9 +503,9 @@ class AlbertLayerGroup(nn.Cell):
         self.albert_layers = nn.CellList([AlbertLayer(config, is_training, runtime)
                                           for _ in range(config.inner_group_num)])
 
-    def construct(self, hidden_states, attention_bias):
+    def construct(self, hidden_states, attention_bias, layer_number: int = 0):
         for layer in self.albert_layers:
-            hidden_states = layer(hidden_states, attention_bias)
+            hidden_states = layer(hidden_states, attention_bias, layer_number)
         return hidden_states
 
 
@@ -530,8 +548,9 @@ class AlbertTransformer(nn.Cell):
 
     def construct(self, embeddings, attention_bias):
         hidden_states = self.embedding_hidden_mapping_in(embeddings).astype(ms.float32)  # [B, S, H]
-        for group in self.layer_to_group:
-            hidden_states = self.albert_layer_groups[group](hidden_states, attention_bias)
+        for layer_number in range(len(self.layer_to_group)):
+            group = self.layer_to_group[layer_number]
+            hidden_states = self.albert_layer_groups[group](hidden_states, attention_bias, layer_number)
         return hidden_states
 
 
