@@ -56,9 +56,10 @@ def main(argv: List[str]) -> int:
         if not config[key]:
             raise UserError(f"set --{key}")
 
-    from src.common.atomic_files import save_json_atomic
+    from src.common.atomic_files import check_file_output, save_json_atomic
     from src.common.checkpoint_io import load_weights
     from src.common.run_log import log_to
+    from src.data.pipelines import data_paths
     from src.data.schema import PRETRAINING
     from src.devices.device_setup import all_ranks_sum, model_runtime, setup_device
     from src.model.pretraining_heads import AlbertPretrainEvalCell
@@ -68,12 +69,15 @@ def main(argv: List[str]) -> int:
 
     net, _, _ = checked_network(config, config.eval_data_dir, PRETRAINING.names, config.eval_ckpt, config.schema_dir)
     source = network_source(config, config.eval_ckpt)
+    output = os.path.abspath(config.eval_output_file or os.path.join(config.output_dir, "pretrain_eval.json"))
+    inputs = {"--eval_ckpt": config.eval_ckpt, "the network's config": source if os.path.isfile(source) else ""}
+    inputs.update((f"--eval_data_dir's {os.path.basename(path)}", path) for path in data_paths(config.eval_data_dir))
+    check_file_output(output, inputs)
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
     cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))
     cell.set_train(False)
     load_weights(cell, config.eval_ckpt)
-    output = os.path.abspath(config.eval_output_file or os.path.join(config.output_dir, "pretrain_eval.json"))
     if device.is_main:
         log_to(os.path.dirname(output))
     sums = evaluate(cell, config.eval_data_dir, config.eval_batch_size, device.rank, device.group_size)

@@ -12,7 +12,7 @@ import sys
 from typing import Dict, List
 
 from model_utils.errors import UserError, run_cli
-from src.common.atomic_files import atomic_path
+from src.common.atomic_files import atomic_path, check_file_output
 from src.common.run_log import log_to
 
 LOSS_KEYS = ("loss", "mlm_loss", "sop_loss")
@@ -33,6 +33,8 @@ def read_metrics(path: str) -> List[Dict[str, float]]:
                     raise UserError(f"{path} line {number}: not a metrics row with a 'step'") from None
     except FileNotFoundError:
         raise UserError(f"metrics file not found: {path}") from None
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not a metrics.jsonl (not UTF-8 text: {err.reason} at byte {err.start})") from None
     if not rows:
         raise UserError(f"{path} has no rows yet")
     return [rows[step] for step in sorted(rows)]
@@ -53,7 +55,8 @@ def plot(rows: List[Dict[str, float]], output: str, title: str) -> None:
     loss_axis.legend()
     loss_axis.grid(alpha=0.3)
     loss_axis.set_title(title)
-    lr_axis.plot(steps, [row["lr"] for row in rows], color="tab:green")
+    lr_rows = [row for row in rows if "lr" in row]  # rows of other tools may lack it
+    lr_axis.plot([row["step"] for row in lr_rows], [row["lr"] for row in lr_rows], color="tab:green")
     lr_axis.set_ylabel("learning rate")
     lr_axis.set_xlabel("optimizer step")
     lr_axis.grid(alpha=0.3)
@@ -68,8 +71,9 @@ def main(argv: List[str]) -> int:
     parser.add_argument("metrics_file", help="metrics.jsonl written by run_pretrain.py (or a fine-tuning run)")
     parser.add_argument("--output", default="", help="PNG to write (default: beside the metrics file)")
     args = parser.parse_args(argv)
-    rows = read_metrics(args.metrics_file)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(args.metrics_file)), "curves.png")
+    check_file_output(output, {"the metrics file": args.metrics_file})
+    rows = read_metrics(args.metrics_file)
     plot(rows, output, os.path.abspath(args.metrics_file))
     log_to(os.path.dirname(os.path.abspath(output)))
     print(f"wrote {output} ({len(rows)} points, steps {rows[0]['step']}..{rows[-1]['step']})")

@@ -265,6 +265,7 @@ EXPORT = ("export.py", "--export_file_name {out}/model --export_seq_length 32 --
 CONVERT = ("src.convert_checkpoint", "--src hf --output {out}/c.ckpt")
 PREDICT = ("src.predict", "--model {fx}/cls.ckpt --task classifier --spm_model_file {spm} --device_target CPU")
 PREDICT_FILE = ("src.predict", PREDICT[1] + " --input_file {bad} --output_file {out}/answers.jsonl")
+PLOT = ("src.plot_metrics", "{bad} --output {out}/curves.png")
 SCORE = ("src.squad_postprocess", "--version 1.1 --data_file " + SQUAD_JSON + " --pred_file {fx}/predictions.json")
 RACE_FILE = "RACE/dev/high/1.txt"
 RACE_OK = '{"article": "A text.", "questions": ["Why?"], "options": [["a", "b", "c", "d"]], "answers": ["A"]}'
@@ -373,6 +374,21 @@ MATRIX: List[Row] = [
         text("net_cfg:\n  hiden_size: 32\n"), bad="bad.yaml"),
     row(EVAL, "wrong type", "--eval_batch_size 1.5", ["key 'eval_batch_size' expects int, got '1.5'"]),
     row(EVAL, "eval_batch_size 0", "--eval_batch_size 0", ["key 'eval_batch_size' must be in [1, 65536], got 0"]),
+    row(EVAL, "output is the checkpoint (was: replaced by the json)", "--eval_output_file {fx}/pre.ckpt",
+        ["{fx}/pre.ckpt is --eval_ckpt ({fx}/pre.ckpt): an output never replaces what the run reads"]),
+    row(EVAL, "output is the data's meta (was: replaced)", "--eval_output_file {fx}/pt.mindrecord.meta.json",
+        ["is --eval_data_dir's pt.mindrecord.meta.json"]),
+    row(EVAL, "output is a folder (was: named a temporary file after the evaluation)", "--eval_output_file {bad}",
+        ["{bad} is a folder: name the file to write"], lambda bad, fx: bad.mkdir()),
+    # ---------------------------------------------------------------------------------------------- src.plot_metrics
+    row(PLOT, "output is the metrics file (was: replaced by the PNG)", "--output {bad}",
+        ["{bad} is the metrics file ({bad}): an output never replaces what the run reads"],
+        text('{"step": 1, "loss": 2.0, "lr": 0.1}\n'), bad="metrics.jsonl"),
+    row(PLOT, "output is a folder (was: named a temporary file)", "--output {tmp}/pngs", ["{tmp}/pngs is a folder"],
+        lambda bad, fx: (bad.write_text('{"step": 1, "loss": 2.0, "lr": 0.1}\n'), (bad.parent / "pngs").mkdir()),
+        bad="metrics.jsonl"),
+    row(PLOT, "not UTF-8 (was: traceback)", "", ["{bad}: not a metrics.jsonl (not UTF-8 text"],
+        raw(b'{"step": 1, "loss": 2.0}\n\xff\xfe\n'), bad="metrics.jsonl"),
     # ---------------------------------------------------------------------------------------------- run_classifier.py
     row(CLS, "missing data file", "--train_data_file_path {tmp}/missing.mindrecord",
         ["data not found: {tmp}/missing.mindrecord"]),

@@ -356,3 +356,23 @@ def test_an_interrupted_data_set_is_told_apart_from_its_neighbours(tmp_path):
     write_data(tmp_path / "train", overwrite=True)
     assert sorted(files_of(tmp_path)) == sorted([*kept, "train", "train.db", "train.meta.json"])
     assert all((tmp_path / name).read_bytes() == data for name, data in kept.items())
+
+
+def test_a_resume_leaves_out_damaged_metrics_lines_and_keeps_the_file_as_it_was(tmp_path):
+    """A metrics.jsonl line `null`, `[1, 2]`, `{"step": "3"}` or bytes that are not UTF-8 stopped the resume with a
+    traceback (AttributeError, TypeError, UnicodeDecodeError) until the file was edited by hand."""
+    from src.training.train_loop import trim_metrics
+
+    metrics = tmp_path / "metrics.jsonl"
+    original = (b'{"step": 1, "loss": 3.0}\nnull\n[1, 2]\n{"step": "3"}\n\xff\xfe\n{"step": 2, "loss": 2.0}\n'
+                b'{"step": 4, "loss": 1.0}\n{"step": 5, "lo')
+    metrics.write_bytes(original)
+    said = []
+    trim_metrics(str(metrics), 3, said.append)
+    assert metrics.read_text() == '{"step": 1, "loss": 3.0}\n{"step": 2, "loss": 2.0}\n'
+    assert said == [f"warning: {metrics} line(s) 2, 3, 4, 5 are no metrics rows (a JSON object with a numeric 'step'): "
+                    f"left out; the file as it was: {metrics}.damaged"]
+    assert (tmp_path / "metrics.jsonl.damaged").read_bytes() == original
+    metrics.write_text('{"step": 1}\n{"step": 2, "lo')  # only a last line a kill cut short: nothing to say
+    trim_metrics(str(metrics), 3, said.append)
+    assert metrics.read_text() == '{"step": 1}\n' and len(said) == 1

@@ -164,6 +164,10 @@ def test_plot_metrics_writes_a_png_with_the_newest_row_per_step(tmp_path):
     png = (tmp_path / "c.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and int.from_bytes(png[16:20], "big") == 800  # 8 in x 100 dpi
     assert "3 points" in result.stdout
+    from src.plot_metrics import main as plot_main
+    metrics.write_text('{"step": 1, "loss": 2}\n{"step": 2, "loss": 1}\n')  # rows without "lr" (was: KeyError)
+    assert plot_main([str(metrics), "--output", str(tmp_path / "no_lr.png")]) == 0
+    assert (tmp_path / "no_lr.png").read_bytes()[:4] == b"\x89PNG"
     metrics.write_text('{"step": 1, "loss": 2}\nnot json\n')
     bad = run(["-m", "src.plot_metrics", str(metrics)])
     assert bad.returncode == 2 and "metrics.jsonl line 2" in bad.stderr

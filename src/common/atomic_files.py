@@ -72,11 +72,15 @@ def fsync_path(path: str) -> None:
         os.close(handle)
 
 
-def move_aside(path: str, tag: str) -> str:
-    """Rename `path` to the first free `path.<tag>`, `path.<tag>-1`, ...: an output in the way is kept, never
-    deleted. Returns the new name."""
+def free_name(path: str, tag: str) -> str:
+    """The first of `path.<tag>`, `path.<tag>-1`, ... that does not exist."""
     names = (f"{path}.{tag}" + (f"-{n}" if n else "") for n in itertools.count())
-    aside = next(name for name in names if not os.path.lexists(name))
+    return next(name for name in names if not os.path.lexists(name))
+
+
+def move_aside(path: str, tag: str) -> str:
+    """Rename `path` to `free_name(path, tag)`: an output in the way is kept, never deleted. Returns the new name."""
+    aside = free_name(path, tag)
     os.rename(path, aside)
     return aside
 
@@ -94,6 +98,14 @@ def check_outputs(paths: Iterable[str], overwrite: bool, inputs: Optional[Mappin
     if folders:
         raise UserError(f"{folders[0]} is a folder: --overwrite replaces only the files this command writes; "
                         f"name another output")
+
+
+def check_file_output(path: str, inputs: Mapping[str, str]) -> None:
+    """An output file that each run replaces (an evaluation's json, a plot): never one of the run's `inputs` (by
+    flag) and never a folder, checked before the run's work, so a mistaken path costs nothing."""
+    check_not_inputs([path], inputs)
+    if os.path.isdir(path):
+        raise UserError(f"{path} is a folder: name the file to write")
 
 
 def check_folder_output(folder: str, overwrite: bool, ours: Callable[[str], bool],

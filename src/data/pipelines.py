@@ -74,6 +74,14 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     return files
 
 
+def data_paths(data: DataSource) -> List[str]:
+    """Every file a reader of `data` opens: the MindRecord files, their .db indexes and .meta.json descriptions
+    (an output of the same run must never replace one of them)."""
+    files = resolve_mindrecord_files(data)
+    metas = {f.rstrip("0123456789") + ".meta.json" for f in files}
+    return files + [f + ".db" for f in files] + sorted(m for m in metas if os.path.isfile(m))
+
+
 def _read_meta(path: Path) -> Dict[str, object]:
     try:
         meta = json_input.loads(path.read_text(encoding="utf-8"))

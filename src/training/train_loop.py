@@ -7,6 +7,7 @@ optimizer state, loss scale and progress, newest N kept).
 """
 import json
 import math
+import shutil
 import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -18,7 +19,8 @@ from mindspore.train import Callback, Model
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
-from src.common.atomic_files import check_not_in_use, claim_folder, move_aside, open_regular, save_text_atomic
+from src.common.atomic_files import (check_not_in_use, claim_folder, free_name, move_aside, open_regular,
+                                     save_text_atomic)
 from src.common.checkpoint_io import save_checkpoint_atomic
 from src.common.run_log import log_to
 from src.data.pipelines import count_rows, rows_fingerprint
@@ -327,21 +329,39 @@ def _finite(param: Parameter) -> bool:
     return param.dtype not in ms.dtype.float_type or bool(np.isfinite(param.asnumpy()).all())
 
 
-def trim_metrics(path: str, step: int) -> None:
+def trim_metrics(path: str, step: int, log: Callable[[str], None] = print) -> None:
     """Before a resumed run appends to metrics.jsonl: drop the rows after the resumed step (the run logs them again)
-    and a last line a kill cut short, so every step appears once and every line parses."""
+    and a last line a kill cut short, so every step appears once and every line parses. Other lines that are no
+    metrics row (damaged, or edited by hand) are left out too, said in a warning, the file as it was kept aside."""
     if not os.path.lexists(path):
         return
-    kept = []
     with open_regular(path) as handle:
-        for line in handle:
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # cut short by a kill
-            if row.get("step", 0) <= step:
-                kept.append(line if line.endswith("\n") else line + "\n")
-    save_text_atomic("".join(kept), path)
+        handle.reconfigure(errors="surrogateescape")  # a damaged byte spoils its line only
+        lines = handle.read().splitlines(keepends=True)
+    kept, damaged = [], []
+    for number, line in enumerate(lines, 1):
+        row = _metrics_row(line)
+        if row is None:
+            if number < len(lines) or line.endswith("\n"):  # not the last line a kill cut short
+                damaged.append(number)
+        elif row["step"] <= step:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if damaged:
+        aside = free_name(path, "damaged")
+        shutil.copyfile(path, aside)
+        shown = ", ".join(map(str, damaged[:5])) + (f" and {len(damaged) - 5} more" if len(damaged) > 5 else "")
+        log(f"warning: {path} line(s) {shown} are no metrics rows (a JSON object with a numeric 'step'): left out; "
+            f"the file as it was: {aside}")
+    save_text_atomic("".join(kept).encode("utf-8", "surrogateescape").decode("utf-8", "replace"), path)
+
+
+def _metrics_row(line: str) -> Optional[Record]:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return row if isinstance(step, (int, float)) and not isinstance(step, bool) else None
 
 
 # Rows a rank reads per dataset (MindSpore's SubsetSampler keeps its indices as a Python list, ~45 bytes a row):
@@ -414,7 +434,7 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
     if device.is_main and progress.micro_step == 0 and os.path.lexists(metrics):
         log(f"{metrics} of an earlier run moved aside to {move_aside(metrics, 'previous')}")
     elif device.is_main:
-        trim_metrics(metrics, progress.micro_step // plan.accumulation_steps)
+        trim_metrics(metrics, progress.micro_step // plan.accumulation_steps, log)
     observers: List[Callable[[Record], None]] = []
     if summaries is not None:
         curves = ("loss", *settings.part_names, "lr", "loss_scale", "overflow_count", "samples_per_s",
