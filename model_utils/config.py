@@ -231,11 +231,16 @@ def _type_name(value: Any) -> str:
 def coerce(key: str, value: Any, like: Any, source: str) -> Any:
     """Convert `value` to the type of the schema value `like`, or fail naming the key and expected type."""
     expected = "true or false" if isinstance(like, bool) else _type_name(like)
-    if like is None or value is None:
+    if like is None:
         return value
+    if value is None:
+        raise ConfigError(f"{source}: key '{key}' cannot be null (it expects {expected}): leave it out for its "
+                          f"default, {_shown(like)}")
     if isinstance(like, bool):
         if isinstance(value, bool):
             return value
+        if type(value) is int and value in (0, 1):  # yaml's 1 / 0, as on the command line
+            return bool(value)
         if isinstance(value, str) and value.strip().lower() in TRUE_WORDS | FALSE_WORDS:
             return value.strip().lower() in TRUE_WORDS
     elif isinstance(like, int):
@@ -315,9 +320,26 @@ def _check_choice(key: str, value: Any, choices: Dict[str, Allowed], source: str
         raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {_shown(value)}")
 
 
+def _shipped_yaml_holding(keys: Sequence[str], shipped: Optional[Path]) -> str:
+    """The name of another yaml beside the shipped one `shipped` that has all of `keys` (a user's copy of another
+    script's yaml), else ""."""
+    if shipped is None:
+        return ""
+    for other in sorted(shipped.parent.glob("*.yaml")):
+        if other.name != shipped.name:
+            try:
+                values = flatten(load_yaml_documents(other)[0])
+            except ConfigError:
+                continue
+            if all(key in values for key in keys):
+                return other.name
+    return ""
+
+
 def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[str, Allowed],
-                    source: str) -> Dict[str, Any]:
-    """Overlay a user's yaml values on the schema's, rejecting unknown keys and wrong types."""
+                    source: str, shipped: Optional[Path] = None) -> Dict[str, Any]:
+    """Overlay a user's yaml values on the schema's, rejecting unknown keys (naming the shipped yaml beside
+    `shipped` they belong to, if one has them all) and wrong types."""
     flat_schema = flatten(schema)
     merged = yaml.safe_load(yaml.safe_dump(schema))  # deep copy of plain data
     sections = {key.rsplit(".", i)[0] for key in flat_schema for i in range(1, key.count(".") + 1)}
@@ -327,6 +349,11 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
                 continue
             raise ConfigError(f"{source}: key '{key}' is a section; set its sub-keys instead")
         if key not in flat_schema:
+            unknown = [k for k in flatten(user) if k not in flat_schema and k not in sections]
+            other = _shipped_yaml_holding(unknown, shipped) if len(unknown) > 1 else ""
+            if other:
+                raise ConfigError(f"{source}: unknown key '{key}' (and {len(unknown) - 1} more): they are keys of "
+                                  f"{other}, the yaml of another script (this one's is {shipped.name})")
             unused = _unused_options({**flat_schema, **flatten(user)}, choices)
             raise ConfigError(f"{source}: unknown key '{key}'{suggestion(key, list(flat_schema), unused)}")
         value = coerce(key, value, flat_schema[key], source)
@@ -429,7 +456,7 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
         user_values, _, _ = load_yaml_documents(user_path)
         if section is not None and section in user_values and isinstance(user_values[section], dict):
             user_values = user_values[section]
-        values = merge_user_yaml(values, user_values, choices, str(user_path))
+        values = merge_user_yaml(values, user_values, choices, str(user_path), Path(default_config))
     parser = build_parser(values, helps, choices, description, str(default_config))
     args, unknown = parser.parse_known_args(argv)
     if unknown:

@@ -1126,7 +1126,7 @@ def test_every_entry_point_is_in_the_matrix():
     assert entries == {"run_pretrain.py", "pretrain_eval.py", "run_classifier.py", "run_race.py", "run_squad_v1.py",
                        "run_squad_v2.py", "src.create_pretraining_data", "src.create_finetune_data",
                        "src.create_squad_data", "export.py", "src.convert_checkpoint", "src.squad_postprocess",
-                       "src.predict"}
+                       "src.predict", "src.plot_metrics"}
     assert len({r.id for r in MATRIX}) == len(MATRIX)
 
 

@@ -259,3 +259,35 @@ def test_absurd_sizes_stop_when_the_flags_are_read(project_root, name, section, 
     with pytest.raises(ConfigError, match=rf"key '{key}' must be in \[\d+, {largest}\], got {absurd}"):
         parse_cli(project_root / name, [f"--{key}", str(absurd)], section=section)
     assert parse_cli(project_root / name, [f"--{key}", str(largest)], section=section)[key] == largest
+
+
+def test_null_only_where_the_shipped_value_is_null_and_yaml_booleans_take_1_and_0(schema, tmp_path, monkeypatch):
+    """`batch_size: null` (or `seed: null`) in a user's yaml passed every check and crashed the run later with a
+    TypeError, after writing into its output folder; `enable_lossscale: 1` was refused though the docs list 1/0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "null.yaml").write_text("batch_size: null\n")
+    with pytest.raises(ConfigError, match=r"null.yaml: key 'batch_size' cannot be null \(it expects int\): leave it "
+                                          r"out for its default, 32"):
+        parse_cli(schema, ["--config_path", "null.yaml"])
+    (tmp_path / "nested.yaml").write_text("optimizer_cfg:\n  Lamb:\n    learning_rate: ~\n")
+    with pytest.raises(ConfigError, match=r"key 'optimizer_cfg.Lamb.learning_rate' cannot be null"):
+        parse_cli(schema, ["--config_path", "nested.yaml"])
+    (tmp_path / "fine.yaml").write_text("pad: null\nenable_lossscale: 0\n")  # pad ships as null: null is its value
+    config = parse_cli(schema, ["--config_path", "fine.yaml"])
+    assert config.pad is None and config.enable_lossscale is False
+    (tmp_path / "two.yaml").write_text("enable_lossscale: 2\n")
+    with pytest.raises(ConfigError, match="key 'enable_lossscale' expects true or false, got 2"):
+        parse_cli(schema, ["--config_path", "two.yaml"])
+
+
+def test_another_scripts_yaml_is_named_as_such(project_root, tmp_path):
+    """run_pretrain.py given the classifier's yaml said "unknown key 'do_train'; did you mean 'train_steps'?"."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text((project_root / "task_classifier_config.yaml").read_text())
+    with pytest.raises(ConfigError, match=r"mine.yaml: unknown key 'do_train' \(and \d+ more\): they are keys of "
+                                          r"task_classifier_config.yaml, the yaml of another script \(this one's is "
+                                          r"pretrain_config.yaml\)"):
+        parse_cli(project_root / "pretrain_config.yaml", ["--config_path", str(mine)])
+    mine.write_text("do_train: true\n")  # one key alone: the closest key is the likelier mistake
+    with pytest.raises(ConfigError, match="unknown key 'do_train'; did you mean"):
+        parse_cli(project_root / "pretrain_config.yaml", ["--config_path", str(mine)])
