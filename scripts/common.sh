@@ -68,6 +68,22 @@ albert_check_mpirun() {
   fi
 }
 
+# albert_check_places NAME=VALUE...: the positional arguments before the flags. One that starts with '-' means the
+# flags came first (realpath would call it an unrecognized option); an OUTPUT_DIR that is a file cannot become the
+# run's folder. Returns 2 with one line.
+albert_check_places() {
+  local pair name value
+  for pair in "$@"; do
+    name="${pair%%=*}"; value="${pair#*=}"
+    if [[ "$value" == -* ]]; then
+      echo "error: $name comes before the flags, got '$value' (see --help)" >&2; return 2
+    fi
+    if [[ "$name" == OUTPUT_DIR && -e "$value" && ! -d "$value" ]]; then
+      echo "error: OUTPUT_DIR $value is a file, not a folder" >&2; return 2
+    fi
+  done
+}
+
 # albert_log_file LOG_FILE: return 2 with one line when LOG_FILE is a symbolic link, or exists as anything but a
 # regular file: a log is never written through a link planted where it goes (its target would get the output).
 albert_log_file() {
@@ -87,7 +103,7 @@ albert_run_single() {
   mkdir -p "$(dirname "$log")"
   echo "logs: $log"
   echo "+ ${cmd[*]}" | tee -a "$log"
-  { ALBERT_LOG_TEED=1 "${cmd[@]}" 2>&1 | tee -a "$log"; status=${PIPESTATUS[0]}; } || true
+  { ALBERT_LOG_TEED=1 "${cmd[@]}" 2>&1 | tee -ia "$log"; status=${PIPESTATUS[0]}; } || true
   return "$status"
 }
 
@@ -340,12 +356,14 @@ albert_finetune_main() {
   albert_task_info "$task"
   if [[ "$mode" == single ]]; then
     local out
+    albert_check_places "OUTPUT_DIR=$1" || exit 2
     out="$(realpath -m "$1")"
     shift
     albert_run_single "$out/logs/$task.log" "$TASK_SCRIPT" --output_dir "$out" \
       --device_target "${DEVICE_TARGET:-auto}" --device_id "${DEVICE_ID:-0}" "$@"
   else
     local device_num="$1" out
+    albert_check_places "DEVICE_NUM=$1" "OUTPUT_DIR=$2" || exit 2
     out="$(realpath -m "$2")"
     shift 2
     albert_run_distributed "$device_num" "$out" "$TASK_SCRIPT" --output_dir "$out" "$@"

@@ -27,6 +27,7 @@ USAGE
 }
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then usage; exit 0; fi
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PYTHON="${PYTHON:-python}"
 DEVICE_TARGET="${DEVICE_TARGET:-auto}"
@@ -38,13 +39,14 @@ export ALBERT_LOG_TEED=1
 run() {
   local log="$1"; shift
   echo "+ $*" | tee -a "$log"
-  (cd "$ROOT" && "$@") 2>&1 | tee -a "$log"
+  (cd "$ROOT" && "$@") 2>&1 | tee -ia "$log"
   return "${PIPESTATUS[0]}"
 }
 
 if [[ $# -eq 1 ]]; then usage >&2; exit 2; fi
 
 if [[ $# -ge 2 ]]; then
+  albert_check_places "DATA_DIR=$1" "OUTPUT_DIR=$2" || exit 2
   DATA_DIR="$(realpath -m "$1")"; OUT="$(realpath -m "$2")"; shift 2
   mkdir -p "$OUT/logs"
   echo "logs: $OUT/logs/pretrain.log"
@@ -58,8 +60,12 @@ TRAIN_STEPS="${TRAIN_STEPS:-400}"
 if ! [[ "$TRAIN_STEPS" =~ ^[1-9][0-9]{0,8}$ ]]; then
   echo "error: TRAIN_STEPS must be a positive integer below 10^9, got '$TRAIN_STEPS'" >&2; exit 2
 fi
-OUT="$(realpath -m "${OUTPUT_DIR:-./output/pretrain_quickstart}")"
 SEQ_LENGTH="${SEQ_LENGTH:-128}"
+if ! [[ "$SEQ_LENGTH" =~ ^[1-9][0-9]{0,2}$ && "$SEQ_LENGTH" -ge 8 && "$SEQ_LENGTH" -le 512 ]]; then
+  echo "error: SEQ_LENGTH must be an integer from 8 to 512 (albert_tiny's positions), got '$SEQ_LENGTH'" >&2; exit 2
+fi
+albert_check_places "OUTPUT_DIR=${OUTPUT_DIR:-./output/pretrain_quickstart}" || exit 2
+OUT="$(realpath -m "${OUTPUT_DIR:-./output/pretrain_quickstart}")"
 DATA="$OUT/data"
 LOGS="$OUT/logs"
 mkdir -p "$DATA" "$LOGS"

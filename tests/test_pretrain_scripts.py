@@ -42,6 +42,28 @@ def test_quick_start_refuses_a_train_steps_that_is_not_a_positive_integer(tmp_pa
     assert not planted.exists() and not (tmp_path / "out").exists()
 
 
+def test_scripts_name_misplaced_arguments_before_anything_is_written(tmp_path):
+    """Flags before OUTPUT_DIR were "realpath: unrecognized option '--train_steps'"; OUTPUT_DIR a file was mkdir's
+    "Not a directory"; SEQ_LENGTH abc was refused as `max_seq_length` after the corpus and vocabulary were written."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    cases = [(["run_pretrain_single.sh", "--train_steps", "20"], {}, "DATA_DIR comes before the flags, got '--train_steps'"),
+             (["run_pretrain_single.sh", "data", a_file], {}, f"OUTPUT_DIR {a_file} is a file, not a folder"),
+             (["run_pretrain_single.sh"], {"OUTPUT_DIR": str(a_file)}, f"OUTPUT_DIR {a_file} is a file, not a folder"),
+             (["run_pretrain_single.sh"], {"OUTPUT_DIR": str(tmp_path / "q"), "SEQ_LENGTH": "abc"},
+              "SEQ_LENGTH must be an integer from 8 to 512 (albert_tiny's positions), got 'abc'"),
+             (["run_pretrain_distribute.sh", "2", "--batch_size", "8", "out"], {},
+              "DATA_DIR comes before the flags, got '--batch_size'"),
+             (["run_classifier_single.sh", "--train_data_file_path", "x"], {},
+              "OUTPUT_DIR comes before the flags, got '--train_data_file_path'"),
+             (["run_squad_v2_distribute.sh", "2", a_file], {}, f"OUTPUT_DIR {a_file} is a file, not a folder")]
+    for (script, *args), env, message in cases:
+        result = bash([SCRIPTS / script, *args], env)
+        hint = " (see --help)" if "comes before" in message else ""
+        assert (result.returncode, result.stderr) == (2, f"error: {message}{hint}\n"), (script, args)
+    assert sorted(os.listdir(tmp_path)) == ["a_file"]
+
+
 def test_single_script_on_given_data_returns_the_job_exit_code(data, tmp_path):
     out = tmp_path / "given"
     result = bash([SCRIPTS / "run_pretrain_single.sh", data["train"], out, *TINY, "--train_steps", "3",
@@ -95,3 +117,27 @@ def test_distributed_evaluation_counts_every_row_once(data, tmp_path):
     assert two["examples"] == single["examples"] and two["masked_tokens"] == single["masked_tokens"]
     for key in ("masked_lm_accuracy", "masked_lm_loss", "sentence_order_accuracy", "sentence_order_loss"):
         assert two[key] == pytest.approx(single[key], rel=1e-5), key
+
+
+def test_ctrl_c_through_a_script_keeps_the_runs_last_words_in_its_log(tmp_path):
+    """Ctrl-C reaches the whole foreground group: tee died first, so the run's `interrupted` line (and anything
+    printed while stopping) reached neither the screen nor the log. tee now ignores the interrupt and ends at EOF."""
+    import signal
+    import time
+
+    job = tmp_path / "job.py"
+    job.write_text("import sys, time\nprint('ready', flush=True)\ntry:\n    time.sleep(60)\n"
+                   "except KeyboardInterrupt:\n    time.sleep(0.5)\n    print('interrupted', flush=True)\n"
+                   "    sys.exit(130)\n")
+    log = tmp_path / "logs" / "job.log"
+    script = os.path.relpath(job, ROOT)
+    process = subprocess.Popen(["bash", "-c", f'source scripts/common.sh; albert_run_single "{log}" "{script}"'],
+                               cwd=ROOT, env=dict(ENV, PYTHON=sys.executable), stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.time() + 30
+    while not (log.is_file() and "ready" in log.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does to its foreground group
+    out, _ = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert "interrupted" in out and log.read_text().endswith("ready\ninterrupted\n")
