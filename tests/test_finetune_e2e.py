@@ -109,6 +109,8 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
                         "--assessment_method", "f1"))
     results = json.loads((tmp_path / "run" / "eval" / "eval_results.json").read_text())
     assert results["assessment_method"] == "f1" and results["rows"] == 40 and results["devices"] == 1
+    final = tmp_path / "run" / "checkpoints" / "albert_classifier-6.ckpt"  # was: "the fine-tuned weights of this run"
+    assert results["checkpoint"] == str(final) and f"with {final}" in train.stdout + train.stderr
     check_classification_scores(tmp_path / "run" / "eval", source_labels(mrpc["dev"].with_suffix(".tsv"), 0, True),
                                 ["0", "1"])
     assert (tmp_path / "run" / "predict" / "predictions.tsv").read_text() == \

@@ -578,3 +578,22 @@ def test_a_card_never_publishes_the_evaluation_of_another_task():
     check_evaluation(mrpc, "classifier", "mrpc", "R")
     check_evaluation({"exact": 70.0, "f1": 73.0, "HasAns_exact": 60.0}, "squad_v2", "", "R")
     check_evaluation(None, "race", "", "R")
+
+
+def test_the_evaluated_checkpoint_is_found_where_the_run_folder_went(tmp_path):
+    """eval_results.json names the evaluated checkpoint by its path (it said "the fine-tuned weights of this run");
+    a run folder moved or copied since still finds it in its checkpoint folder, by name."""
+    from src.export.model_card import evaluated_checkpoint
+    from src.training.finetune import RUN_WEIGHTS
+
+    folder = tmp_path / "moved" / "checkpoints"
+    folder.mkdir(parents=True)
+    for step in (4, 6):
+        (folder / f"albert_classifier-{step}.ckpt").write_bytes(b"x")
+    gone = str(tmp_path / "old_place" / "checkpoints" / "albert_classifier-4.ckpt")
+    assert evaluated_checkpoint(gone, str(folder), "albert_classifier") == str(folder / "albert_classifier-4.ckpt")
+    here = str(folder / "albert_classifier-6.ckpt")
+    assert evaluated_checkpoint(here, str(folder), "albert_classifier") == here
+    assert evaluated_checkpoint(RUN_WEIGHTS, str(folder), "albert_classifier") == here  # runs before: the newest
+    assert evaluated_checkpoint(str(tmp_path / "elsewhere.ckpt"), str(folder), "albert_classifier") == \
+        str(tmp_path / "elsewhere.ckpt")  # not in the folder: stays what it was (and is then not this checkpoint)

@@ -260,15 +260,19 @@ def find_eval_results(given: str, checkpoint: str, prefix: str) -> EvalResults:
 
 
 def evaluated_checkpoint(recorded: object, folder: str, prefix: str) -> str:
-    """The checkpoint eval_results.json's `checkpoint` names: a path, or the run's own final weights, which the
-    run saved last as the newest `prefix` checkpoint of its checkpoint folder `folder`."""
+    """The checkpoint eval_results.json's `checkpoint` names: a path (found in the checkpoint folder `folder` when
+    the run's folder has moved), or (older runs) the run's own final weights, saved last as the newest `prefix`
+    checkpoint of `folder`."""
     from src.training.checkpoints import list_checkpoints
     from src.training.finetune import RUN_WEIGHTS
 
     if recorded == RUN_WEIGHTS:
         newest = list_checkpoints(folder, prefix)
         return newest[-1][1] if newest else ""
-    return recorded if isinstance(recorded, str) else ""
+    if not isinstance(recorded, str):
+        return ""
+    moved = os.path.join(folder, os.path.basename(recorded))  # the run's folder since moved or copied elsewhere
+    return moved if not os.path.isfile(recorded) and os.path.isfile(moved) else recorded
 
 
 def checkpoint_progress(values: Dict[str, object], keys: Sequence[str]) -> Dict[str, int]:

@@ -32,7 +32,7 @@ from src.tasks.registry import Task
 from src.training.settings import TrainSettings, finetune_settings
 from src.training.summaries import write_metrics
 
-RUN_WEIGHTS = "the fine-tuned weights of this run"  # eval_results.json's checkpoint when the run trained them
+RUN_WEIGHTS = "the fine-tuned weights of this run"  # eval_results.json's checkpoint when they were not saved
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,8 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
                             f"evaluate it with run_{fine_tuned_by}.py")
     else:
         net, step = trained.net, trained.steps
+        final = os.path.join(save_dir, f"{task.checkpoint_prefix}-{step}.ckpt")  # these weights, as saved
+        source = os.path.abspath(final) if os.path.isfile(final) else RUN_WEIGHTS
     runtime = model_runtime(device.target, net.compute_type)
     with as_user_error():
         model = task.build_model(config, net, False, runtime)
