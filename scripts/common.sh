@@ -47,8 +47,9 @@ command again on every node resumes from the newest checkpoint (keep OUTPUT_DIR 
 HELP
 }
 
-# albert_launch_check preflight|explain [flags]: src/devices/distributed_launch.py (standard library only: no MindSpore
-# import) checks an msrun setup before the launch and names the failed rank or node after a failed job.
+# albert_launch_check preflight|in_use|explain [flags]: src/devices/distributed_launch.py (no MindSpore import) checks
+# an msrun setup and whether OUTPUT_DIR is in use before the launch, and names the failed rank or node after a
+# failed job.
 albert_launch_check() {
   "${PYTHON:-python}" "$ALBERT_ROOT/src/devices/distributed_launch.py" "$@"
 }
@@ -82,6 +83,15 @@ albert_check_places() {
       echo "error: OUTPUT_DIR $value is a file, not a folder" >&2; return 2
     fi
   done
+}
+
+# albert_move_aside PATH: rename PATH, when there is one, to the first free PATH.previous, PATH.previous-1, ...: the
+# logs of an earlier start (a failed run's, which its error line named) are kept, never overwritten.
+albert_move_aside() {
+  [[ -e "$1" || -L "$1" ]] || return 0
+  local aside="$1.previous" n=0
+  while [[ -e "$aside" || -L "$aside" ]]; do n=$((n + 1)); aside="$1.previous-$n"; done
+  mv -- "$1" "$aside"
 }
 
 # albert_log_file LOG_FILE: return 2 with one line when LOG_FILE is a symbolic link, or exists as anything but a
@@ -172,11 +182,13 @@ albert_run_distributed() {
       ;;
   esac
   if [[ "${DRY_RUN:-0}" == 1 ]]; then printf '%q ' "${env[@]}" "${cmd[@]}"; echo; return 0; fi
+  albert_launch_check in_use --output_dir "$out" || return 2  # before this start moves any log aside
   albert_log_file "$logs/launcher_node$node_rank.log" || return 2
   if [[ "$launcher" == mpirun ]]; then
     mkdir -p "$logs"
+    albert_move_aside "$logs/launcher_node$node_rank.log"
     echo "logs: $logs (this node's launcher output: $logs/launcher_node$node_rank.log)"
-    { "${cmd[@]}" 2>&1 | tee "$logs/launcher_node$node_rank.log"; status=${PIPESTATUS[0]}; } || true
+    { "${cmd[@]}" 2>&1 | tee -i "$logs/launcher_node$node_rank.log"; status=${PIPESTATUS[0]}; } || true
     return "$status"
   fi
   albert_launch_check preflight "${settings[@]}" || return 2
@@ -204,7 +216,10 @@ albert_follow_msrun() {
   for ((i = node_rank * device_num; i < (node_rank + 1) * device_num; i++)); do
     workers+=("$logs/msrun_node$node_rank/worker_$i.log")
   done
-  rm -f "${workers[@]}"  # a previous run's: msrun rewrites them, but `tail` would show their old lines first
+  # An earlier start's logs (checked before: not those of a job still running here) are kept aside; `tail` would
+  # show their old lines first, and msrun would rewrite them.
+  albert_move_aside "$launcher_log"
+  albert_move_aside "$logs/msrun_node$node_rank"
   (export ALBERT_LAUNCHER_PID="$BASHPID" "$variable"; exec "$@") >"$launcher_log" 2>&1 &
   pid=$!
   trap 'stopped=130' INT  # the terminal's Ctrl-C reaches msrun too: it stops its workers and exits
@@ -224,20 +239,23 @@ albert_follow_msrun() {
 # albert_console_filter: the terminal's copy of a job's output, without msrun's closing traceback (the script's
 # own error line replaces it; the launcher log keeps it) and msrun's warnings about the worker logs it does not tail.
 albert_console_filter() {
-  awk '
-    /--tail_worker_log/ { next }
-    /^Traceback \(most recent call last\):/ { held = $0; holding = 1; next }
-    holding {
-      held = held "\n" $0
-      if ($0 ~ /^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt)(:|$)/) {
-        if ($0 !~ /^RuntimeError: Distributed job exited with exception/) print held
-        holding = 0
-        fflush()
-      }
-      next
-    }
-    { print; fflush() }
-    END { if (holding) print held }'
+  # Line by line in the shell: awk (mawk) reads a pipe in blocks, which held the output back for seconds and lost it
+  # to a Ctrl-C.
+  local line held="" holding=0
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    [[ "$line" == *--tail_worker_log* ]] && continue
+    if [[ "$line" == "Traceback (most recent call last):"* ]]; then held="$line"; holding=1; continue; fi
+    if ((holding)); then
+      held+=$'\n'"$line"
+      if [[ "$line" =~ ^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Interrupt)(:|$) ]]; then
+        [[ "$line" == "RuntimeError: Distributed job exited with exception"* ]] || printf '%s\n' "$held"
+        holding=0
+      fi
+      continue
+    fi
+    printf '%s\n' "$line"
+  done
+  if ((holding)); then printf '%s\n' "$held"; fi
 }
 
 # What differs between the fine-tuning tasks: their script, data and flags, for the usage texts.

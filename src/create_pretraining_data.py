@@ -53,7 +53,6 @@ import itertools
 import multiprocessing
 import os
 import random
-import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -68,7 +67,7 @@ from model_utils.errors import UserError, run_cli
 from src.common.progress import progress
 from src.common.run_log import log_to
 from src.data import schema
-from src.data.corpus import Corpus, Document
+from src.data.corpus import MARKUP, Corpus, Document
 from src.data.input_text import (check_max_seq_length, full_disk_reported, parse_tool_config, resolve_input_files,
                                  tokenizer_from_config)
 from src.data.mindrecord_io import MAX_RECORDS_PER_FILE, ColumnTable, MindRecordFile, RecordWriter, check_output_free
@@ -358,8 +357,6 @@ def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: F
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-# Text that is markup, not language: WikiExtractor's <doc> lines and links, JSON escapes and keys.
-_MARKUP = re.compile(r'<doc\b|</doc>|curid=|\\u[0-9a-fA-F]{4}|"\w+":\s*["{\[\d]')
 MOST_OF_THE_TEXT = 0.5  # a document holding more than this share of the tokens is suspicious
 LONG_SENTENCES = 0.01  # as is more than this share of sentences that do not fit in one instance
 
@@ -391,8 +388,8 @@ class Summary:
         self.long_sentences += sum(len(sentence) > self.long_tokens for sentence in sentences)
         self.unknown += sum(token == self.unknown_id for sentence in sentences for token in sentence)
         self.largest = max(self.largest, (tokens, document.where))
-        if _MARKUP.search("\n".join(document.sentences)):
-            marked = [sentence for sentence in document.sentences if _MARKUP.search(sentence)]
+        if MARKUP.search("\n".join(document.sentences)):
+            marked = [sentence for sentence in document.sentences if MARKUP.search(sentence)]
             self.markup_sentences += len(marked)
             self.markup_example = self.markup_example or f"{document.where}: {marked[0][:80]!r}"
         self._used = False

@@ -16,14 +16,18 @@ from typing import Dict, List
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import check_outputs, save_text_atomic
 from src.common.run_log import log_to
+from src.data.corpus import MARKUP
 from src.data.input_text import parse_tool_config
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 _RULE = re.compile(r"^[*=\-~^]{3,}$")  # reST heading underlines
+# Longer "sentences" are lists and tables run together: they would not fit the quick start's 128-token instances.
+MAX_WORDS = 50
 
 
 def topic_sentences(text: str) -> List[str]:
-    """Prose sentences of one topic: paragraphs joined; code, grammar rules and headings dropped."""
+    """Prose sentences of one topic: paragraphs joined; code, grammar rules, headings, over-long runs and text that
+    reads as markup (quoted keys: `"c.isalpha()": ...`) dropped, so that the corpus passes the data tool's checks."""
     sentences: List[str] = []
     for paragraph in re.split(r"\n\s*\n", text):
         lines = [line for line in paragraph.splitlines() if line.strip()]
@@ -31,7 +35,8 @@ def topic_sentences(text: str) -> List[str]:
                 or any(_RULE.match(line.strip()) for line in lines):
             continue
         joined = " ".join(line.strip() for line in lines)
-        sentences += [s for s in _SENTENCE_END.split(joined) if len(s.split()) >= 3]
+        sentences += [s for s in _SENTENCE_END.split(joined)
+                      if 3 <= len(s.split()) <= MAX_WORDS and not MARKUP.search(s)]
     return sentences
 
 

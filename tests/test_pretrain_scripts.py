@@ -141,3 +141,55 @@ def test_ctrl_c_through_a_script_keeps_the_runs_last_words_in_its_log(tmp_path):
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 130
     assert "interrupted" in out and log.read_text().endswith("ready\ninterrupted\n")
+
+
+def common_sh(snippet: str, **kwargs) -> subprocess.CompletedProcess:
+    """`snippet` run by bash after `source scripts/common.sh`, as the scripts run their parts."""
+    return subprocess.run(["bash", "-c", f"source scripts/common.sh; {snippet}"], cwd=ROOT,
+                          env=dict(ENV, PYTHON=sys.executable), capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def test_the_console_shows_each_line_of_a_job_as_it_comes():
+    """The console filter was awk, which (as mawk) reads a pipe in blocks: a job's lines showed up seconds late, in
+    bursts, and what it still held was lost to a Ctrl-C. msrun's closing traceback is still left out."""
+    import time
+
+    job = ("echo first; sleep 3; echo 'Traceback (most recent call last):'; echo '  File x'; "
+           "echo 'RuntimeError: Distributed job exited with exception'; echo last")
+    process = subprocess.Popen(["bash", "-c", f"source scripts/common.sh; ({job}) | albert_console_filter"],
+                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    started = time.time()
+    assert process.stdout.readline() == "first\n" and time.time() - started < 2.5
+    assert process.stdout.read() == "last\n" and process.wait() == 0
+
+
+def test_a_second_start_keeps_the_logs_of_the_first(tmp_path):
+    """A second start on the OUTPUT_DIR of a running job truncated that job's launcher log and deleted its worker
+    logs (and showed its lines), before the workers refused it; a rerun after a failure deleted the logs its error
+    line named. Now the running job's folder is refused first, and an earlier start's logs are moved aside."""
+    from src.common.atomic_files import RUN_LOCK
+
+    out, logs = tmp_path / "out", tmp_path / "out" / "logs"
+    (logs / "msrun_node0").mkdir(parents=True)
+    (logs / "launcher_node0.log").write_text("the failed run's traceback\n")
+    (logs / "msrun_node0" / "worker_1.log").write_text("rank 1's last words\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from src.common.atomic_files import "
+                               f"lock_output; lock_output(sys.argv[1], 'a run'); print('held', flush=True); "
+                               "time.sleep(60)", str(out / RUN_LOCK)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        refused = common_sh(f'DEVICE_TARGET=CPU albert_run_distributed 2 "{out}" run_pretrain.py')
+        assert refused.returncode == 2 and f"OUTPUT_DIR {out} is in use by another run (pid {holder.pid}" in \
+            refused.stderr
+        assert sorted(p.name for p in logs.iterdir()) == ["launcher_node0.log", "msrun_node0"]
+    finally:
+        holder.kill()
+        holder.wait()
+    fake_msrun = f'bash -c "mkdir -p {logs}/msrun_node0; echo new > {logs}/msrun_node0/worker_0.log; echo started"'
+    done = common_sh(f'albert_follow_msrun "{logs}" 0 1 X=1 {fake_msrun}')
+    assert done.returncode == 0 and "started" in done.stdout
+    assert (logs / "launcher_node0.log.previous").read_text() == "the failed run's traceback\n"
+    assert (logs / "msrun_node0.previous" / "worker_1.log").read_text() == "rank 1's last words\n"
+    assert not (logs / "msrun_node0" / "worker_1.log").exists()  # no stale log of a worker count since changed
+    assert (logs / "launcher_node0.log").read_text() == "started\n"

@@ -81,6 +81,8 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st jr sr vs etc no nos fig figs vol vols inc ltd co corp mt gen col lt sgt rev approx cf "
     "al ed eds jan feb mar apr jun jul aug sep sept oct nov dec".split())
 _DOC_HEADER = re.compile(r'<doc\s[^>]*>\s*$')
+# Text that is markup, not language: WikiExtractor's <doc> lines and links, JSON escapes and keys.
+MARKUP = re.compile(r'<doc\b|</doc>|curid=|\\u[0-9a-fA-F]{4}|"\w+":\s*["{\[\d]')
 _DOC_ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 _DOC_END = "</doc>"
 WIKIEXTRACTOR_HINT = ("WikiExtractor output is read with --input_format wikiextractor, each file starting with its "

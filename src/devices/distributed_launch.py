@@ -1,8 +1,9 @@
-"""Checks before and a one-line report after an msrun job, for scripts/common.sh (standard library only, so it
-answers in a fraction of a second, before MindSpore is imported anywhere).
+"""Checks before and a one-line report after an msrun job, for scripts/common.sh (the standard library and
+src/common/atomic_files.py only, so it answers in a fraction of a second, before MindSpore is imported anywhere).
 
     python src/devices/distributed_launch.py preflight [--offline] --nnodes N --node_rank K --master_addr A
         --master_port P --cluster_timeout S --node_timeout S
+    python src/devices/distributed_launch.py in_use --output_dir DIR
     python src/devices/distributed_launch.py explain --logs DIR --node_rank K --device_num D --master_addr A
         --master_port P --status CODE
 
@@ -151,6 +152,19 @@ def preflight(args) -> None:
         wait_for_scheduler(address, int(args.master_port), float(args.cluster_timeout))
 
 
+def check_not_in_use(output_dir: str) -> None:
+    """A second start on the OUTPUT_DIR of a job still running here would move that job's logs aside and mix its
+    console into this one's before the workers' own lock check refused it: refused first."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from model_utils.errors import UserError
+    from src.common.atomic_files import check_not_in_use as probe
+
+    try:
+        probe(output_dir, f"OUTPUT_DIR {output_dir}")
+    except UserError as err:
+        raise SetupError(str(err)) from None
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # After a failed job: which rank or node failed first.
 
@@ -262,6 +276,8 @@ def parse(argv: List[str]) -> argparse.Namespace:
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("preflight")
     check.add_argument("--offline", action="store_true", help="check the settings only (no network)")
+    in_use = commands.add_parser("in_use")
+    in_use.add_argument("--output_dir", required=True)
     report = commands.add_parser("explain")
     report.add_argument("--logs", required=True)
     report.add_argument("--device_num", required=True)
@@ -277,6 +293,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.command == "preflight":
             preflight(args)
+        elif args.command == "in_use":
+            check_not_in_use(args.output_dir)
         else:
             print(explain(args), file=sys.stderr, flush=True)
     except SetupError as err:
