@@ -228,3 +228,14 @@ def test_a_run_over_several_epochs_builds_one_dataset_and_calls_model_train_once
     calls = [line for line in result.stdout.splitlines() if line.startswith("sink emulation: Model.train")]
     assert calls == [f"sink emulation: Model.train epoch=1 sink_size=-1 batches={3 * (rows // 256)} sink=False"]
     assert f"step {3 * (rows // 256)}/{3 * (rows // 256)}" in result.stdout
+
+
+def test_the_scheduler_does_not_repeat_mindspores_misleading_list_of_timed_out_nodes():
+    """A killed rank 1 made the scheduler say "Timed out node list is: {0, 1}, worker 0 is the first one timed out"
+    (MindSpore's words) before the script's last line named rank 1 correctly."""
+    from src.devices.device_setup import cluster_problem
+
+    said = cluster_problem("Timed out node list is: {0, 1}, worker 0 is the first one timed out.\nC++ stack", "MS_SCHED")
+    assert "worker 0" not in said and said.startswith("the scheduler stopped: a worker or node failed")
+    joined = cluster_problem("Failed to connect to the scheduler.\nC++ stack", "MS_WORKER")
+    assert joined.endswith("failed (MindSpore: Failed to connect to the scheduler.)")

@@ -257,9 +257,10 @@ def cluster_problem(message: str, role: str) -> str:
         return (f"the cluster did not form within CLUSTER_TIMEOUT ({os.environ.get('MS_TOPO_TIMEOUT', '?')} s): "
                 f"fewer than {os.environ.get('MS_WORKER_NUM', '?')} workers joined the scheduler at {where}; start "
                 f"every node (NODE_RANK 0 .. NNODES-1) with the same NNODES, MASTER_ADDR and MASTER_PORT")
-    what = "the scheduler stopped: a worker or node failed" if role == "MS_SCHED" else \
-        f"joining the job through the scheduler at {where} failed"
-    return f"{what} (MindSpore: {first_line(message)})"
+    if role == "MS_SCHED":  # MindSpore's list of timed-out nodes names the survivors too (rank 0 for a killed rank 1)
+        return ("the scheduler stopped: a worker or node failed (the launch script's last line names which; "
+                "MindSpore's own report is in msrun_node0/scheduler.log)")
+    return f"joining the job through the scheduler at {where} failed (MindSpore: {first_line(message)})"
 
 
 def first_line(message: str) -> str:
