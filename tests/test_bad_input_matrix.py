@@ -363,6 +363,10 @@ MATRIX: List[Row] = [
     row(EVAL, "empty checkpoint", "--eval_ckpt {bad}", ["cannot read checkpoint {bad}"], raw(b""), bad="bad.ckpt"),
     row(EVAL, "checkpoint of another config", "--eval_ckpt {fx}/wide.ckpt",
         ["{fx}/wide.ckpt: shapes do not match the network"]),
+    row(EVAL, "checkpoint copied without its config json (was: no word of it)", "--eval_ckpt {bad}",
+        ["{bad}: shapes do not match the network", "no albert_config.json or .ckpt.json is beside it, so the network "
+         "came from the yaml (albert_config_file, else albert_network): pass the run's albert_config.json"],
+        lambda bad, fx: shutil.copy(fx / "wide.ckpt", bad), bad="alone.ckpt"),
     row(EVAL, "checkpoint of a fine-tuning task", "--eval_ckpt {fx}/cls.ckpt",
         ["{fx}/cls.ckpt: 7 network parameters are not in the checkpoint", "predictions.bias"]),
     row(EVAL, "token ids >= vocab_size", "--eval_ckpt {fx}/v1000.ckpt",

@@ -88,6 +88,17 @@ def _as_array(value: Value) -> np.ndarray:
     return np.asarray(value)
 
 
+def config_beside(checkpoint: str) -> str:
+    """The network config saved with a checkpoint: `<checkpoint>.json` (src.convert_checkpoint) or the
+    albert_config.json that training runs write into their checkpoint folder; "" when there is none."""
+    if not checkpoint:
+        return ""
+    for path in (checkpoint + ".json", os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "albert_config.json")):
+        if os.path.isfile(path):
+            return path
+    return ""
+
+
 def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, np.ndarray, Tensor]]],
                  allow_missing: Sequence[str] = (), required_prefix: str = BACKBONE_PREFIX,
                  name: str = "") -> LoadReport:
@@ -105,8 +116,12 @@ def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, 
     mismatched = [f"{name}: checkpoint {tuple(np.shape(values[name]))} vs network {tuple(p.shape)}"
                   for name, p in params.items() if name in values and tuple(np.shape(values[name])) != tuple(p.shape)]
     if mismatched:
+        alone = os.path.isfile(where) and not config_beside(where)
         raise UserError(f"{where}: shapes do not match the network (a checkpoint of another config?): "
-                        f"{_listing(mismatched)}")
+                        f"{_listing(mismatched)}" + ("; no albert_config.json or .ckpt.json is beside it, so the "
+                                                     "network came from the yaml (albert_config_file, else "
+                                                     "albert_network): pass the run's albert_config.json with "
+                                                     "--albert_config_file" if alone else ""))
     missing = [name for name in params if name not in values]
     required = [name for name in missing
                 if name.startswith(required_prefix) or not name.startswith(tuple(allow_missing))]

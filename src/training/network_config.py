@@ -1,10 +1,10 @@
 """What a run trains: the network config (preset, json file, overrides; the config saved beside a checkpoint) and
 the checks that the data fits it."""
-import os
 from typing import Optional, Sequence
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
+from src.common.checkpoint_io import config_beside  # noqa: F401 (also imported from here)
 from src.data.pipelines import check_data_meta, check_schema, load_data_meta
 from src.model.albert import AlbertConfig
 
@@ -23,17 +23,6 @@ def network_config(config: Config, data_vocab_size: Optional[int], config_file: 
             if data_vocab_size is not None:
                 overrides.setdefault("vocab_size", data_vocab_size)
         return base.replace(**overrides)
-
-
-def config_beside(checkpoint: str) -> str:
-    """The network config saved with a checkpoint: `<checkpoint>.json` (src.convert_checkpoint) or the
-    albert_config.json that training runs write into their checkpoint folder; "" when there is none."""
-    if not checkpoint:
-        return ""
-    for path in (checkpoint + ".json", os.path.join(os.path.dirname(os.path.abspath(checkpoint)), "albert_config.json")):
-        if os.path.isfile(path):
-            return path
-    return ""
 
 
 def check_data_fits(meta: dict, net: AlbertConfig, seq_shape: Sequence[int], data_dir: str) -> None:
