@@ -231,7 +231,7 @@ def files_read(args: argparse.Namespace) -> Dict[str, str]:
     if args.model.endswith(".xml"):
         files["the weights of --model"] = str(Path(args.model).with_suffix(".bin"))
     if args.model.endswith(".ckpt"):
-        from src.training.network_config import config_beside
+        from src.common.checkpoint_io import config_beside
 
         files["the network config of --model"] = config_beside(args.model)
     return files

@@ -174,7 +174,7 @@ def test_a_second_start_keeps_the_logs_of_the_first(tmp_path):
     (logs / "launcher_node0.log").write_text("the failed run's traceback\n")
     (logs / "msrun_node0" / "worker_1.log").write_text("rank 1's last words\n")
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from src.common.atomic_files import "
-                               f"lock_output; lock_output(sys.argv[1], 'a run'); print('held', flush=True); "
+                               "lock_output; lock_output(sys.argv[1], 'a run'); print('held', flush=True); "
                                "time.sleep(60)", str(out / RUN_LOCK)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                               text=True)
     try:

@@ -85,7 +85,8 @@ def head_network(values: Dict[str, object], task: str, task_config: Config, chec
     """The AlbertConfig of the checkpoint's network (the yaml's albert_config_file, else the albert_config.json
     beside the checkpoint, else the yaml's albert_network; then net_cfg), once its head is known to fit (`by_flag`:
     the task came from --task)."""
-    from src.training.network_config import config_beside, network_config
+    from src.common.checkpoint_io import config_beside
+    from src.training.network_config import network_config
 
     check_head(values, task, task_config, checkpoint, source, by_flag)
     return network_config(task_config, None, config_beside(checkpoint))

@@ -4,7 +4,7 @@ from typing import Optional, Sequence
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
-from src.common.checkpoint_io import config_beside  # noqa: F401 (also imported from here)
+from src.common.checkpoint_io import config_beside
 from src.data.pipelines import check_data_meta, check_schema, load_data_meta
 from src.model.albert import AlbertConfig
 
