@@ -110,8 +110,7 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
               settings_file: str = "") -> HfExport:
     """Check the checkpoint against the task and the vocabulary, then write the model folder `folder`, its model card
     telling the settings of `settings_file` (the task yaml given as the run's, if any)."""
-    from src.common.checkpoint_io import read_checkpoint
-    from src.common.checkpoint_io import config_beside
+    from src.common.checkpoint_io import config_beside, read_checkpoint
     from src.training.network_config import network_config
 
     checkpoint = args.export_ckpt_file
