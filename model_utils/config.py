@@ -15,7 +15,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import IO, AbstractSet, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import IO, AbstractSet, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import yaml
 
@@ -320,26 +320,22 @@ def _check_choice(key: str, value: Any, choices: Dict[str, Allowed], source: str
         raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {_shown(value)}")
 
 
-def _shipped_yaml_holding(keys: Sequence[str], shipped: Optional[Path]) -> str:
-    """The name of another yaml beside the shipped one `shipped` that has all of `keys` (a user's copy of another
-    script's yaml), else ""."""
-    if shipped is None:
-        return ""
-    for other in sorted(shipped.parent.glob("*.yaml")):
-        if other.name != shipped.name:
-            try:
-                values = flatten(load_yaml_documents(other)[0])
-            except ConfigError:
-                continue
-            if all(key in values for key in keys):
-                return other.name
-    return ""
+# The yamls the project ships beside its scripts: a user's yaml copied from one of them can be named by its keys.
+SHIPPED_YAMLS = ("pretrain_config.yaml", "task_classifier_config.yaml", "task_race_config.yaml",
+                 "task_squad_v1_config.yaml", "task_squad_v2_config.yaml", "export_config.yaml",
+                 "create_data_config.yaml")
+
+
+def yamls_holding(keys: Iterable[str], files: Iterable[Path]) -> List[Path]:
+    """The yaml files among `files` whose values have every one of `keys`."""
+    wanted = set(keys)
+    return [path for path in files if wanted <= set(flatten(load_yaml_documents(path)[0]))]
 
 
 def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[str, Allowed],
                     source: str, shipped: Optional[Path] = None) -> Dict[str, Any]:
-    """Overlay a user's yaml values on the schema's, rejecting unknown keys (naming the shipped yaml beside
-    `shipped` they belong to, if one has them all) and wrong types."""
+    """Overlay a user's yaml values on the schema's, rejecting unknown keys (naming the other SHIPPED_YAMLS beside
+    `shipped` that have them all) and wrong types."""
     flat_schema = flatten(schema)
     merged = yaml.safe_load(yaml.safe_dump(schema))  # deep copy of plain data
     sections = {key.rsplit(".", i)[0] for key in flat_schema for i in range(1, key.count(".") + 1)}
@@ -350,10 +346,13 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
             raise ConfigError(f"{source}: key '{key}' is a section; set its sub-keys instead")
         if key not in flat_schema:
             unknown = [k for k in flatten(user) if k not in flat_schema and k not in sections]
-            other = _shipped_yaml_holding(unknown, shipped) if len(unknown) > 1 else ""
-            if other:
+            others = [shipped.parent / name for name in SHIPPED_YAMLS
+                      if name != shipped.name and (shipped.parent / name).is_file()] if shipped else []
+            holding = yamls_holding(unknown, others) if len(unknown) > 1 else []
+            if holding:
                 raise ConfigError(f"{source}: unknown key '{key}' (and {len(unknown) - 1} more): they are keys of "
-                                  f"{other}, the yaml of another script (this one's is {shipped.name})")
+                                  f"{' or '.join(path.name for path in holding)}, the yaml of another script (this "
+                                  f"one's is {shipped.name})")
             unused = _unused_options({**flat_schema, **flatten(user)}, choices)
             raise ConfigError(f"{source}: unknown key '{key}'{suggestion(key, list(flat_schema), unused)}")
         value = coerce(key, value, flat_schema[key], source)

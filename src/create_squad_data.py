@@ -120,6 +120,7 @@ def _features(examples: Iterable[SquadExample], tokenizer: FullTokenizer, option
     for example_index, example in enumerate(examples):
         stats["examples"] += 1
         stats["impossible_examples"] += int(example.is_impossible)
+        stats["answered_examples"] += int(bool(example.answers))
         if not options.is_training:
             sidecars[".examples.jsonl"].write(jsonl_line(example_row(example_index, example)))
         if example.context is not cached_context:  # consecutive questions share their paragraph
@@ -143,9 +144,10 @@ def _counted(examples: Iterable[SquadExample], bar) -> Iterator[SquadExample]:
 
 
 def _version_warning(config, stats: Dict[str, int]) -> Optional[str]:
-    """SQuAD v2.0 data without one unanswerable question is most likely a v1.1 file given the v2 flag: a v2.0
-    model trained on it never learns to answer "no answer", and its evaluation never asks it to."""
-    if config.version_2_with_negative and not stats["impossible_examples"]:
+    """Labelled SQuAD v2.0 data without one unanswerable question is most likely a v1.1 file given the v2 flag: a
+    v2.0 model trained on it never learns to answer "no answer", and its evaluation never asks it to. (A file to
+    predict on, without answers, says nothing either way.)"""
+    if config.version_2_with_negative and stats["answered_examples"] and not stats["impossible_examples"]:
         return (f"no question of {config.input_file} is unanswerable (is_impossible), though "
                 f"--version_2_with_negative is true: is it a SQuAD v1.1 file? (v1.1: --version_2_with_negative false)")
     return None
@@ -158,7 +160,8 @@ def create_squad_data(config) -> Dict[str, Any]:
     suffixes = [] if options.is_training else [".examples.jsonl", ".features.jsonl"]
     check_output_free(config.output_file, config.partition_number, config.overwrite)
     tokenizer = tokenizer_from_config(config)
-    stats = {"examples": 0, "skipped_examples": 0, "impossible_examples": 0, "features": 0, "impossible_features": 0}
+    stats = {"examples": 0, "skipped_examples": 0, "answered_examples": 0, "impossible_examples": 0, "features": 0,
+             "impossible_features": 0}
     examples = read_squad_examples(Path(config.input_file), options.is_training, config.version_2_with_negative,
                                    stats)
     meta = {"kind": "squad", "version_2_with_negative": config.version_2_with_negative,

@@ -397,9 +397,10 @@ def test_a_network_asked_for_the_impossible_is_a_value_error():
         AlbertForSquadV2(AlbertConfig(**TINY), start_n_top=0)
 
 
+@pytest.mark.usefixtures("graph_mode_each_test")
 def test_a_shared_layer_draws_new_dropout_masks_at_each_of_its_runs():
-    """ALBERT runs its one shared layer 12 times a step, and MindSpore's dropout draws the same mask at every call of
-    the same operation in a graph: all 12 layers dropped the same units (TF and PyTorch draw at every call). Each
+    """ALBERT runs its one shared layer 12 times a step, and in GRAPH mode MindSpore's dropout draws the same mask at
+    every call of the same operation: all 12 layers dropped the same units (TF and PyTorch draw at every call). Each
     run of a layer now has a dropout of its own: other masks at each run, and new ones at the next step."""
     import mindspore as ms
     from mindspore import nn
@@ -423,4 +424,37 @@ def test_a_shared_layer_draws_new_dropout_masks_at_each_of_its_runs():
         masks = [out == 0 for out in outputs]
         assert all((a != b).mean() > 0.3 for i, a in enumerate(masks) for b in masks[i + 1:])  # ~0.5 if independent
     assert (steps[0][0] != steps[1][0]).mean() > 0.3
-    assert LayerDropout(0.0, 3)(x, 2) is x  # no dropout: the input itself
+
+
+@pytest.mark.usefixtures("graph_mode_each_test")
+def test_each_run_of_the_shared_layer_uses_its_own_dropout_cells():
+    """The transformer passes each layer's number down to its dropout sites (only where there is dropout: without,
+    one graph serves every run). Seen from outside: pre-LN blocks add each site's output to the residual stream, so
+    sites that give out their run's number (1, 2, 3) add 2 x (1 + 2 + 3) to a 3-layer network's output."""
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    class RunNumber(nn.Cell):  # stands in for a dropout: ignores its input, gives out its run's number
+        def __init__(self, value: float):
+            super().__init__()
+            self.value = value
+
+        def construct(self, x):
+            return ops.zeros_like(x) + self.value
+
+    config = AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=32, ln_type="preln",
+                          hidden_dropout_prob=0.5, attention_probs_dropout_prob=0.0)
+    outputs = []
+    for numbered in (False, True):
+        ms.set_seed(3)  # the same initial weights for both
+        model = AlbertModel(config, is_training=True)
+        model.embeddings.dropout = nn.Identity()
+        layer = model.encoder.albert_layer_groups[0].albert_layers[0]
+        for site in (layer.dropout, layer.attention.output_dropout):
+            site.dropouts = nn.CellList([RunNumber(float(run + 1) if numbered else 0.0) for run in range(3)])
+        model.set_train(True)
+        ids = Tensor(np.arange(32).reshape(2, 16) % 100, ms.int32)
+        outputs.append(model(ids, ops.zeros_like(ids), ops.ones_like(ids))[0].asnumpy())
+    np.testing.assert_allclose(outputs[1] - outputs[0], 2 * (1 + 2 + 3), atol=1e-4)  # one cell for all runs: 2 x 3
+    assert LayerDropout(0.0, 3)(Tensor(np.ones(4, np.float32)), 2).asnumpy().tolist() == [1.0] * 4  # no dropout

@@ -285,9 +285,24 @@ def test_another_scripts_yaml_is_named_as_such(project_root, tmp_path):
     mine = tmp_path / "mine.yaml"
     mine.write_text((project_root / "task_classifier_config.yaml").read_text())
     with pytest.raises(ConfigError, match=r"mine.yaml: unknown key 'do_train' \(and \d+ more\): they are keys of "
-                                          r"task_classifier_config.yaml, the yaml of another script \(this one's is "
+                                          r"task_classifier_config.yaml or task_race_config.yaml, the yaml of another script \(this one's is "
                                           r"pretrain_config.yaml\)"):
         parse_cli(project_root / "pretrain_config.yaml", ["--config_path", str(mine)])
     mine.write_text("do_train: true\n")  # one key alone: the closest key is the likelier mistake
     with pytest.raises(ConfigError, match="unknown key 'do_train'; did you mean"):
         parse_cli(project_root / "pretrain_config.yaml", ["--config_path", str(mine)])
+
+
+def test_a_users_own_yaml_beside_the_shipped_ones_is_not_taken_for_another_scripts(project_root, tmp_path):
+    """The check read every *.yaml beside the shipped one: a user's yaml kept there (as the docs' --config_path
+    my.yaml suggests) with two typos was called "the yaml of another script" (itself)."""
+    import shutil
+
+    folder = tmp_path / "checkout"
+    folder.mkdir()
+    for name in ("pretrain_config.yaml", "task_classifier_config.yaml"):
+        shutil.copy(project_root / name, folder / name)
+    mine = folder / "my_pretrain.yaml"
+    mine.write_text("batch_sise: 8\ntrain_step: 5\n")
+    with pytest.raises(ConfigError, match=r"my_pretrain.yaml: unknown key 'batch_sise'; did you mean 'batch_size'"):
+        parse_cli(folder / "pretrain_config.yaml", ["--config_path", str(mine)])

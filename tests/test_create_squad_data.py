@@ -328,3 +328,12 @@ def test_a_v1_file_made_into_v2_data_is_warned_about(tmp_path, assets, spm_path,
                       f"--version_2_with_negative is true: is it a SQuAD v1.1 file? (v1.1: --version_2_with_negative "
                       f"false)"]
     assert json.loads((tmp_path / "v2.mindrecord.meta.json").read_text())["stats"]["impossible_examples"] == 0
+    unlabelled = json.loads(source.read_text(encoding="utf-8"))  # a v2 file to predict on: no answers at all
+    for article in unlabelled["data"]:
+        for paragraph in article["paragraphs"]:
+            for qa in paragraph["qas"]:
+                del qa["answers"]
+    (tmp_path / "predict.json").write_text(json.dumps(unlabelled), encoding="utf-8")
+    assert csd.main(_args(spm_path, tmp_path / "predict.json", tmp_path / "p.mindrecord", "--is_training", "false",
+                          "--version_2_with_negative", "true")) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -526,6 +526,7 @@ class AlbertTransformer(nn.Cell):
         super().__init__()
         layers, groups = config.num_hidden_layers, config.num_hidden_groups
         self.embedding_hidden_mapping_in = dense_layer(config.embedding_size, config.hidden_size, config, runtime)
+        self.own_dropouts = is_training and (config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0)
         own_groups = groups if config.share_type == "all" else layers
         self.albert_layer_groups = nn.CellList([AlbertLayerGroup(config, is_training, runtime)
                                                 for _ in range(own_groups)])
@@ -550,7 +551,9 @@ class AlbertTransformer(nn.Cell):
         hidden_states = self.embedding_hidden_mapping_in(embeddings).astype(ms.float32)  # [B, S, H]
         for layer_number in range(len(self.layer_to_group)):
             group = self.layer_to_group[layer_number]
-            hidden_states = self.albert_layer_groups[group](hidden_states, attention_bias, layer_number)
+            # Without dropout every run is the same graph: a constant 0 lets MindSpore compile it once.
+            run = layer_number if self.own_dropouts else 0
+            hidden_states = self.albert_layer_groups[group](hidden_states, attention_bias, run)
         return hidden_states
 
 

@@ -325,12 +325,11 @@ TASKS: Dict[str, Task] = {task.name: task for task in (
 def tasks_accepting(path: os.PathLike, candidates: Dict[str, Path]) -> List[str]:
     """The tasks of `candidates` (task -> shipped yaml) whose yaml has every key of the yaml at `path`: what a
     user's yaml is, when its name does not say."""
-    from model_utils.config import flatten, load_yaml_documents
+    from model_utils.config import flatten, load_yaml_documents, yamls_holding
 
     values, _, _ = load_yaml_documents(path)
-    keys = {key for key, value in flatten(values).items() if value != {}}
-    return [task for task, config_file in candidates.items()
-            if keys <= set(flatten(load_yaml_documents(config_file)[0]))]
+    holding = yamls_holding([key for key, value in flatten(values).items() if value != {}], candidates.values())
+    return [task for task, config_file in candidates.items() if config_file in holding]
 
 
 def trained_task(values: Dict[str, object], checkpoint: str) -> str:
