@@ -64,7 +64,7 @@ def main(argv: List[str]) -> int:
     from src.devices.device_setup import all_ranks_sum, model_runtime, setup_device
     from src.model.pretraining_heads import AlbertPretrainEvalCell
     from src.training.checkpoints import checkpoint_step
-    from src.training.network_config import checked_network, network_source
+    from src.training.network_config import checked_network, network_note, network_source
     from src.training.summaries import write_metrics
 
     net, _, _ = checked_network(config, config.eval_data_dir, PRETRAINING.names, config.eval_ckpt, config.schema_dir)
@@ -77,7 +77,7 @@ def main(argv: List[str]) -> int:
                           config.cpu_threads, config.seed)
     cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))
     cell.set_train(False)
-    load_weights(cell, config.eval_ckpt)
+    load_weights(cell, config.eval_ckpt, network_note=network_note(config, config.eval_ckpt))
     if device.is_main:
         log_to(os.path.dirname(output))
     sums = evaluate(cell, config.eval_data_dir, config.eval_batch_size, device.rank, device.group_size)

@@ -94,6 +94,19 @@ albert_move_aside() {
   mv -- "$1" "$aside"
 }
 
+# albert_hold_launch_lock LOCK_FILE: hold an exclusive lock on LOCK_FILE while this script and the job it starts
+# live (the fd is inherited): the workers take OUTPUT_DIR's own lock only once the cluster has formed, so a second
+# start of this node on the same OUTPUT_DIR would otherwise move the first one's logs aside meanwhile.
+albert_hold_launch_lock() {
+  command -v flock >/dev/null 2>&1 || return 0
+  exec {ALBERT_LAUNCH_LOCK}>>"$1"
+  if ! flock -n "$ALBERT_LAUNCH_LOCK"; then
+    echo "error: another start of this node is launching into $(dirname "$(dirname "$1")") (lock $1): wait for" \
+         "it to end, or use another OUTPUT_DIR" >&2
+    return 2
+  fi
+}
+
 # albert_log_file LOG_FILE: return 2 with one line when LOG_FILE is a symbolic link, or exists as anything but a
 # regular file: a log is never written through a link planted where it goes (its target would get the output).
 albert_log_file() {
@@ -186,6 +199,7 @@ albert_run_distributed() {
   albert_log_file "$logs/launcher_node$node_rank.log" || return 2
   if [[ "$launcher" == mpirun ]]; then
     mkdir -p "$logs"
+    albert_hold_launch_lock "$logs/.launcher_node$node_rank.lock" || return 2
     albert_move_aside "$logs/launcher_node$node_rank.log"
     echo "logs: $logs (this node's launcher output: $logs/launcher_node$node_rank.log)"
     { "${cmd[@]}" 2>&1 | tee -i "$logs/launcher_node$node_rank.log"; status=${PIPESTATUS[0]}; } || true
@@ -193,6 +207,7 @@ albert_run_distributed() {
   fi
   albert_launch_check preflight "${settings[@]}" || return 2
   mkdir -p "$logs"
+  albert_hold_launch_lock "$logs/.launcher_node$node_rank.lock" || return 2
   echo "logs: $logs (this node's launcher output: $logs/launcher_node$node_rank.log)"
   albert_follow_msrun "$logs" "$node_rank" "$device_num" "${env[@]}" "${cmd[@]}" && status=0 || status=$?
   if [[ "$status" == 130 || "$status" == 143 ]]; then

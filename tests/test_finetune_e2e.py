@@ -111,6 +111,8 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
     assert results["assessment_method"] == "f1" and results["rows"] == 40 and results["devices"] == 1
     final = tmp_path / "run" / "checkpoints" / "albert_classifier-6.ckpt"  # was: "the fine-tuned weights of this run"
     assert results["checkpoint"] == str(final) and f"with {final}" in train.stdout + train.stderr
+    from src.common.checkpoint_io import contents_digest, read_checkpoint
+    assert results["checkpoint_sha256"] == contents_digest(read_checkpoint(str(final)))  # what the HF export checks
     check_classification_scores(tmp_path / "run" / "eval", source_labels(mrpc["dev"].with_suffix(".tsv"), 0, True),
                                 ["0", "1"])
     assert (tmp_path / "run" / "predict" / "predictions.tsv").read_text() == \

@@ -580,20 +580,22 @@ def test_a_card_never_publishes_the_evaluation_of_another_task():
     check_evaluation(None, "race", "", "R")
 
 
-def test_the_evaluated_checkpoint_is_found_where_the_run_folder_went(tmp_path):
-    """eval_results.json names the evaluated checkpoint by its path (it said "the fine-tuned weights of this run");
-    a run folder moved or copied since still finds it in its checkpoint folder, by name."""
-    from src.export.model_card import evaluated_checkpoint
-    from src.training.finetune import RUN_WEIGHTS
+def test_the_cards_evaluation_is_of_the_same_weights_wherever_the_run_folder_went(tmp_path):
+    """eval_results.json records the evaluated weights' digest (its checkpoint was the text "the fine-tuned weights of
+    this run", then a path): a run folder copied or moved keeps its evaluation, and an evaluation of other weights
+    under the same checkpoint name (a folder trained again after its checkpoints were deleted) is not published."""
+    from src.export.model_card import find_eval_results
 
-    folder = tmp_path / "moved" / "checkpoints"
-    folder.mkdir(parents=True)
-    for step in (4, 6):
-        (folder / f"albert_classifier-{step}.ckpt").write_bytes(b"x")
-    gone = str(tmp_path / "old_place" / "checkpoints" / "albert_classifier-4.ckpt")
-    assert evaluated_checkpoint(gone, str(folder), "albert_classifier") == str(folder / "albert_classifier-4.ckpt")
-    here = str(folder / "albert_classifier-6.ckpt")
-    assert evaluated_checkpoint(here, str(folder), "albert_classifier") == here
-    assert evaluated_checkpoint(RUN_WEIGHTS, str(folder), "albert_classifier") == here  # runs before: the newest
-    assert evaluated_checkpoint(str(tmp_path / "elsewhere.ckpt"), str(folder), "albert_classifier") == \
-        str(tmp_path / "elsewhere.ckpt")  # not in the folder: stays what it was (and is then not this checkpoint)
+    run = tmp_path / "copy_of_run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "eval").mkdir()
+    checkpoint = run / "checkpoints" / "albert_classifier-300.ckpt"
+    checkpoint.write_bytes(b"x")
+    results = {"task": "mrpc", "accuracy": 0.775, "checkpoint": "/elsewhere/run/checkpoints/albert_classifier-300.ckpt",
+               "checkpoint_sha256": "digest-of-the-evaluated-weights"}
+    (run / "eval" / "eval_results.json").write_text(json.dumps(results))
+    found = find_eval_results("", str(checkpoint), "albert_classifier", "digest-of-the-evaluated-weights")
+    assert found.values["accuracy"] == 0.775
+    other = find_eval_results("", str(checkpoint), "albert_classifier", "digest-of-weights-trained-since")
+    assert other.values is None and other.source == ("the run's eval_results.json is of other weights than "
+                                                     "albert_classifier-300.ckpt's (--eval_results takes it anyway)")

@@ -186,6 +186,18 @@ def test_a_second_start_keeps_the_logs_of_the_first(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+    # Before the workers lock OUTPUT_DIR (once the cluster formed), the launching script holds a lock of its own.
+    launching = subprocess.Popen(["bash", "-c", f'exec 9>>"{logs}/.launcher_node0.lock"; flock 9; echo held; '
+                                  "sleep 60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert launching.stdout.readline() == "held\n"
+        refused = common_sh(f'DEVICE_TARGET=CPU MASTER_PORT={free_port()} albert_run_distributed 2 "{out}" '
+                            f'run_pretrain.py')
+        assert refused.returncode == 2 and f"another start of this node is launching into {out}" in refused.stderr
+        assert sorted(p.name for p in logs.iterdir()) == [".launcher_node0.lock", "launcher_node0.log", "msrun_node0"]
+    finally:
+        launching.kill()
+        launching.wait()
     fake_msrun = f'bash -c "mkdir -p {logs}/msrun_node0; echo new > {logs}/msrun_node0/worker_0.log; echo started"'
     done = common_sh(f'albert_follow_msrun "{logs}" 0 1 X=1 {fake_msrun}')
     assert done.returncode == 0 and "started" in done.stdout

@@ -101,13 +101,14 @@ def config_beside(checkpoint: str) -> str:
 
 def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, np.ndarray, Tensor]]],
                  allow_missing: Sequence[str] = (), required_prefix: str = BACKBONE_PREFIX,
-                 name: str = "") -> LoadReport:
+                 name: str = "", network_note: str = "") -> LoadReport:
     """Load a checkpoint into `net`, failing loudly instead of silently keeping random weights.
 
     Every parameter of `net` must come from the checkpoint, except names starting with one of `allow_missing`
     (a new task head); a name under `required_prefix` (the backbone) can never be missing. Shapes must match.
     Optimizer state in the checkpoint is ignored; other unused names are reported in the returned LoadReport.
-    `name`: the file a mapping `source` was read from, so that errors name it.
+    `name`: the file a mapping `source` was read from, so that errors name it; `network_note`: where the network
+    came from, added to a shape mismatch (see network_config.network_note).
     """
     where = source if isinstance(source, str) else name or "checkpoint"
     values = read_checkpoint(source) if isinstance(source, str) else dict(source)
@@ -116,12 +117,8 @@ def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, 
     mismatched = [f"{name}: checkpoint {tuple(np.shape(values[name]))} vs network {tuple(p.shape)}"
                   for name, p in params.items() if name in values and tuple(np.shape(values[name])) != tuple(p.shape)]
     if mismatched:
-        alone = os.path.isfile(where) and not config_beside(where)
         raise UserError(f"{where}: shapes do not match the network (a checkpoint of another config?): "
-                        f"{_listing(mismatched)}" + ("; no albert_config.json or .ckpt.json is beside it, so the "
-                                                     "network came from the yaml (albert_config_file, else "
-                                                     "albert_network): pass the run's albert_config.json with "
-                                                     "--albert_config_file" if alone else ""))
+                        f"{_listing(mismatched)}{network_note}")
     missing = [name for name in params if name not in values]
     required = [name for name in missing
                 if name.startswith(required_prefix) or not name.startswith(tuple(allow_missing))]

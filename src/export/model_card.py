@@ -238,10 +238,11 @@ def check_evaluation(values: Optional[Dict[str, object]], task: str, task_name: 
                         f"pass the evaluation of the {task_name} run")
 
 
-def find_eval_results(given: str, checkpoint: str, prefix: str) -> EvalResults:
+def find_eval_results(given: str, checkpoint: str, prefix: str, digest: str) -> EvalResults:
     """--eval_results when given; else the run's OUTPUT_DIR/eval/eval_results.json beside OUTPUT_DIR/checkpoints,
-    when it evaluated this checkpoint: named as its checkpoint, or the run's own final weights (the newest
-    `prefix` checkpoint of the folder)."""
+    when it evaluated this checkpoint: the same weights (`digest`, the checkpoint's contents_digest, as evaluations
+    record it), or for evaluations of older versions, named as its checkpoint or as the run's own final weights
+    (the newest `prefix` checkpoint of the folder)."""
     if given:
         if not os.path.isfile(given):
             raise UserError(f"eval_results not found: {given}")
@@ -251,6 +252,11 @@ def find_eval_results(given: str, checkpoint: str, prefix: str) -> EvalResults:
     if not os.path.isfile(beside):
         return EvalResults(None, "no eval_results.json in the checkpoint's run (OUTPUT_DIR/eval) and no --eval_results")
     values = read_eval_results(beside)
+    if values.get("checkpoint_sha256"):
+        if values["checkpoint_sha256"] == digest:
+            return EvalResults(values, "eval_results.json")
+        return EvalResults(None, f"the run's eval_results.json is of other weights than "
+                                 f"{os.path.basename(checkpoint)}'s (--eval_results takes it anyway)")
     recorded = evaluated_checkpoint(values.get("checkpoint"), folder, prefix)
     if not (os.path.isfile(recorded) and os.path.samefile(recorded, checkpoint)):
         which = os.path.basename(recorded) or "another checkpoint"
@@ -260,19 +266,15 @@ def find_eval_results(given: str, checkpoint: str, prefix: str) -> EvalResults:
 
 
 def evaluated_checkpoint(recorded: object, folder: str, prefix: str) -> str:
-    """The checkpoint eval_results.json's `checkpoint` names: a path (found in the checkpoint folder `folder` when
-    the run's folder has moved), or (older runs) the run's own final weights, saved last as the newest `prefix`
-    checkpoint of `folder`."""
+    """The checkpoint an older eval_results.json's `checkpoint` names: a path, or the run's own final weights,
+    which the run saved last as the newest `prefix` checkpoint of its checkpoint folder `folder`."""
     from src.training.checkpoints import list_checkpoints
     from src.training.finetune import RUN_WEIGHTS
 
     if recorded == RUN_WEIGHTS:
         newest = list_checkpoints(folder, prefix)
         return newest[-1][1] if newest else ""
-    if not isinstance(recorded, str):
-        return ""
-    moved = os.path.join(folder, os.path.basename(recorded))  # the run's folder since moved or copied elsewhere
-    return moved if not os.path.isfile(recorded) and os.path.isfile(moved) else recorded
+    return recorded if isinstance(recorded, str) else ""
 
 
 def checkpoint_progress(values: Dict[str, object], keys: Sequence[str]) -> Dict[str, int]:

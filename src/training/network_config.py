@@ -56,6 +56,15 @@ def checked_network(config: Config, data_file: str, columns: Sequence[str], chec
     return net, meta, shape
 
 
+def network_note(config: Config, checkpoint: str) -> str:
+    """For a checkpoint that does not fit the network: when the network is the yaml's preset because no config json
+    lies beside the checkpoint (copied away from its run's albert_config.json), say so and how to give it."""
+    if config.albert_config_file or config_beside(checkpoint):
+        return ""
+    return (f"; the network is the preset {config.albert_network}, as no albert_config.json or .ckpt.json is beside "
+            f"the checkpoint: pass the run's albert_config.json with --albert_config_file")
+
+
 def network_source(config: Config, checkpoint: str) -> str:
     """Where `network_config` takes the network from, for a run's log: the yaml's json file, the json beside
     `checkpoint`, else the preset's name."""
