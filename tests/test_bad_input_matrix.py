@@ -364,8 +364,8 @@ MATRIX: List[Row] = [
     row(EVAL, "checkpoint of another config", "--eval_ckpt {fx}/wide.ckpt",
         ["{fx}/wide.ckpt: shapes do not match the network"]),
     row(EVAL, "checkpoint copied without its config json (was: no word of it)", "--eval_ckpt {bad}",
-        ["{bad}: shapes do not match the network", "no albert_config.json or .ckpt.json is beside it, so the network "
-         "came from the yaml (albert_config_file, else albert_network): pass the run's albert_config.json"],
+        ["{bad}: shapes do not match the network", "the network is the preset albert_tiny, as no albert_config.json "
+         "or .ckpt.json is beside the checkpoint: pass the run's albert_config.json with --albert_config_file"],
         lambda bad, fx: shutil.copy(fx / "wide.ckpt", bad), bad="alone.ckpt"),
     row(EVAL, "checkpoint of a fine-tuning task", "--eval_ckpt {fx}/cls.ckpt",
         ["{fx}/cls.ckpt: 7 network parameters are not in the checkpoint", "predictions.bias"]),

@@ -221,6 +221,8 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
         if save_dir and not Lineage.read(save_dir) and RUN_ID_KEY in values:
             lineage = Lineage(values[RUN_ID_KEY])
         return _resume(train_cell, values, plan, start, settings, identity, log), lineage
+    from src.training.network_config import network_note
+
     report = load_weights(network, values, allow_missing=settings.allow_missing, name=start,
                           network_note=network_note(settings.config, start))
     new = f"; new head: {', '.join(report.missing)}" if report.missing else ""

@@ -178,7 +178,7 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
     from src.devices.device_setup import model_runtime
     from src.tasks.registry import trained_task
     from src.training.checkpoints import checkpoint_step, newest_train_checkpoint
-    from src.training.network_config import checked_network
+    from src.training.network_config import checked_network, network_note
 
     task, config, device, log = this_run.task, this_run.config, this_run.device, this_run.log
     save_dir, output_dir = this_run.settings.save_dir, this_run.settings.output_dir
@@ -212,7 +212,7 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
         model = task.build_model(config, net, False, runtime)
     model.set_train(False)
     load_weights(model, {p.name: p for p in trained.head.get_parameters()} if trained is not None else weights,
-                 name=source)
+                 name=source, network_note="" if trained is not None else network_note(config, checkpoint))
     total = count_rows(data_file)
     if total < device.group_size:
         raise UserError(f"{data_file} has {total} rows, fewer than the {device.group_size} devices")
