@@ -375,6 +375,11 @@ class ArgumentParser(argparse.ArgumentParser):
         self._negative_number_matcher = self.NEGATIVE_NUMBER  # argparse's own pattern lacks the exponent
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        unknown = re.match(r"unrecognized arguments: (--[^\s=]+)", message)
+        if unknown:  # the closest flag, as the yaml-driven command lines suggest it
+            flags = [option[2:] for action in self._actions for option in action.option_strings
+                     if option.startswith("--")]
+            message += suggestion(unknown.group(1)[2:], flags, prefix="--")
         raise ConfigError(message)
 
 

@@ -69,14 +69,14 @@ albert_check_mpirun() {
   fi
 }
 
-# albert_check_places NAME=VALUE...: the positional arguments before the flags. One that starts with '-' means the
+# albert_check_places NAME=VALUE...: the positional arguments before the flags. One that starts with '--' means the
 # flags came first (realpath would call it an unrecognized option); an OUTPUT_DIR that is a file cannot become the
 # run's folder. Returns 2 with one line.
 albert_check_places() {
   local pair name value
   for pair in "$@"; do
     name="${pair%%=*}"; value="${pair#*=}"
-    if [[ "$value" == -* ]]; then
+    if [[ "$value" == --* ]]; then
       echo "error: $name comes before the flags, got '$value' (see --help)" >&2; return 2
     fi
     if [[ "$name" == OUTPUT_DIR && -e "$value" && ! -d "$value" ]]; then

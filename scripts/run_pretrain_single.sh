@@ -28,7 +28,7 @@ USAGE
 
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then usage; exit 0; fi
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+ROOT="$ALBERT_ROOT"
 PYTHON="${PYTHON:-python}"
 DEVICE_TARGET="${DEVICE_TARGET:-auto}"
 DEVICE_ID="${DEVICE_ID:-0}"

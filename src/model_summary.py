@@ -5,12 +5,12 @@
 The share_type table uses BERT-base sizes with the albert_zh vocabulary (21128), as albert_zh_pytorch's table.
 Counts cover the pretraining network (backbone + MLM and SOP heads); "backbone" excludes the heads.
 """
-import argparse
 import sys
 from typing import Iterable, List, Sequence
 
 from mindspore.nn.utils import no_init_parameters
 
+from model_utils.config import ArgumentParser
 from model_utils.errors import run_cli
 from src.model.albert import PRESETS, AlbertConfig
 from src.model.pretraining_heads import AlbertPreTraining
@@ -55,7 +55,7 @@ def render(header: Sequence[str], rows: Iterable[Sequence[str]], markdown: bool)
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m src.model_summary", description=__doc__.split("\n")[0])
+    parser = ArgumentParser(prog="python -m src.model_summary", description=__doc__.split("\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print markdown tables (as in the README)")
     args = parser.parse_args(argv)
     print(render(["preset", "layers", "hidden", "embedding", "heads", "vocab", "backbone", "with heads"],

@@ -5,12 +5,12 @@
 A resumed run appends to the same file and may repeat steps logged after its last checkpoint; the newest row of
 each step wins, so the curves show the trajectory the checkpoints continued.
 """
-import argparse
 import json
 import os
 import sys
 from typing import Dict, List
 
+from model_utils.config import ArgumentParser
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import atomic_path, check_file_output
 from src.common.run_log import log_to
@@ -67,7 +67,7 @@ def plot(rows: List[Dict[str, float]], output: str, title: str) -> None:
 
 
 def main(argv: List[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("metrics_file", help="metrics.jsonl written by run_pretrain.py (or a fine-tuning run)")
     parser.add_argument("--output", default="", help="PNG to write (default: beside the metrics file)")
     args = parser.parse_args(argv)

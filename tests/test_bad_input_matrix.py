@@ -391,6 +391,9 @@ MATRIX: List[Row] = [
     row(PLOT, "output is a folder (was: named a temporary file)", "--output {tmp}/pngs", ["{tmp}/pngs is a folder"],
         lambda bad, fx: (bad.write_text('{"step": 1, "loss": 2.0, "lr": 0.1}\n'), (bad.parent / "pngs").mkdir()),
         bad="metrics.jsonl"),
+    row(PLOT, "misspelled flag (was: argparse's usage text, no suggestion)", "--outptu x.png",
+        ["unrecognized arguments: --outptu x.png; did you mean '--output'?"],
+        text('{"step": 1, "loss": 2.0, "lr": 0.1}\n'), bad="metrics.jsonl"),
     row(PLOT, "not UTF-8 (was: traceback)", "", ["{bad}: not a metrics.jsonl (not UTF-8 text"],
         raw(b'{"step": 1, "loss": 2.0}\n\xff\xfe\n'), bad="metrics.jsonl"),
     # ---------------------------------------------------------------------------------------------- run_classifier.py
@@ -808,6 +811,8 @@ MATRIX: List[Row] = [
         "--overwrite true", ["{bad} is --config ({bad}): an output never replaces what the run reads"],
         lambda bad, fx: shutil.copy(fx / "pre.ckpt.json", bad), bad="out/c.ckpt.json"),
     # ---------------------------------------------------------------------------------------------- src.predict
+    row(PREDICT, "misspelled flag (was: no suggestion)", "--text_a hi --precison int8",
+        ["unrecognized arguments: --precison int8; did you mean '--precision'?"]),
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "OpenVINO for a checkpoint", "--engine openvino --text_a hi",
         ["--engine chooses the engine of an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt runs in this "

@@ -7,8 +7,8 @@ optimizer state, loss scale and progress, newest N kept).
 """
 import json
 import math
-import shutil
 import os
+import shutil
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -337,7 +337,7 @@ def trim_metrics(path: str, step: int, log: Callable[[str], None] = print) -> No
         return
     with open_regular(path) as handle:
         handle.reconfigure(errors="surrogateescape")  # a damaged byte spoils its line only
-        lines = handle.read().splitlines(keepends=True)
+        lines = handle.readlines()
     kept, damaged = [], []
     for number, line in enumerate(lines, 1):
         row = _metrics_row(line)
