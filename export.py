@@ -114,27 +114,30 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str, str]:
     elif config_path:
         task, source = infer_task(config_path), config_path
     else:
-        task, theirs = detect_task(args.export_ckpt_file, theirs)
+        task, theirs, detected = detect_task(args.export_ckpt_file, theirs)
         source = f"the head detected in {args.export_ckpt_file}"
     task_file = TASK_CONFIGS[task]
     _check_flags(theirs, export_keys, list(flatten(load_yaml_documents(task_file)[0])))
     task_argv = (["--config_path", config_path] if config_path else []) + theirs
-    return args, parse_cli(task_file, task_argv), task, source, config_path
+    task_config = parse_cli(task_file, task_argv)
+    if not (args.task or config_path):
+        print(detected)  # once the flags are known good: a misspelled flag is the one line of a failed run
+    return args, task_config, task, source, config_path
 
 
-def detect_task(checkpoint: str, flags: List[str]) -> Tuple[str, List[str]]:
-    """The task of a checkpoint exported without --config_path or --task, told by its weights and said in a line,
-    and the task yaml flags with a classifier's class count added (unless they set num_class)."""
+def detect_task(checkpoint: str, flags: List[str]) -> Tuple[str, List[str], str]:
+    """The task of a checkpoint exported without --config_path or --task, told by its weights, the task yaml flags
+    with a classifier's class count added (unless they set num_class), and the line that says so."""
     from src.common.checkpoint_io import read_checkpoint
     from src.serving.finetuned_heads import detected_task
 
     check_checkpoint_given(checkpoint)
     values = read_checkpoint(checkpoint)
     task, why = detected_task(values, checkpoint)
-    print(f"task: {task}, detected from the weights of {checkpoint} ({why}); --task or --config_path chooses")
+    detected = f"task: {task}, detected from the weights of {checkpoint} ({why}); --task or --config_path chooses"
     if task == "classifier" and not any(flag.split("=", 1)[0] == "--num_class" for flag in flags):
         flags = [*flags, "--num_class", str(int(values["classifier.weight"].shape[0]))]
-    return task, flags
+    return task, flags, detected
 
 
 def check_checkpoint_given(checkpoint: str) -> None:

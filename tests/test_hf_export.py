@@ -525,6 +525,12 @@ def test_the_folder_carries_a_model_card_the_hub_reads(spm_path, tmp_path):
                                 spm_path, "--base_model", "albert/albert-base-v2")
     assert "task: classifier, detected from the weights of" in printed
     assert "(classifier.* weights of 2 classes)" in printed
+    import export
+    said = io.StringIO()  # a misspelled flag: the error alone (the detection line came first, as if all were well)
+    with contextlib.redirect_stdout(said), pytest.raises(UserError, match="did you mean '--base_model'"):
+        export.main(["--file_format", "HF", "--export_ckpt_file", str(run / "checkpoints" / "albert_classifier-500.ckpt"),
+                     "--export_file_name", str(tmp_path / "hf2"), "--spm_model_file", spm_path, "--base_modl", "x"])
+    assert said.getvalue() == ""
     assert "note: model card README.md: the metrics of eval_results.json" in printed
     assert json.loads((folder / "config.json").read_text())["transformers_version"] == "4.57.6"
     text = (folder / "README.md").read_text(encoding="utf-8")
