@@ -226,7 +226,7 @@ def check_data_parallel(task: str, work: Path, flags: List[str], head: Sequence[
     alone = ok(bash([script(task, "single"), "alone", *flags, "--do_train", "false",
                      "--load_finetune_checkpoint_path", f"dp/{checkpoint}"], {"DEVICE_TARGET": "CPU"}, cwd=work))
     assert (work / "alone" / "logs" / f"{task}.log").read_text().count("wrote ") >= 2
-    assert f"with dp/{checkpoint}" in alone.stdout
+    assert f"with {work / 'dp' / checkpoint}" in alone.stdout  # the path as eval_results.json records it
     alone_results = json.loads((work / "alone" / "eval" / "eval_results.json").read_text())
     assert alone_results["rows"] == eval_rows and alone_results["devices"] == 1
     for name in prediction_files:
