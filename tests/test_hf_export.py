@@ -566,6 +566,13 @@ def test_the_folder_carries_a_model_card_the_hub_reads(spm_path, tmp_path):
     export_in_process(*earlier, "--eval_results", str(run / "eval" / "eval_results.json"))
     card = ModelCard.load(folder / "README.md").data
     assert {result.metric_name: result.metric_value for result in card.eval_results} == metrics
+    assert {result.dataset_split for result in card.eval_results} == {None}  # the evaluated data is not here
+    # where it is, its split goes with the scores (an evaluation on training data was listed as "GLUE MRPC")
+    (run / "mrpc_dev.mindrecord.meta.json").write_text(json.dumps({"files": ["mrpc_dev.mindrecord"],
+                                                                  "split": "train"}))
+    export_in_process(*earlier, "--eval_results", str(run / "eval" / "eval_results.json"))
+    card = ModelCard.load(folder / "README.md").data
+    assert {(result.dataset_config, result.dataset_split) for result in card.eval_results} == {("mrpc", "train")}
 
 
 def test_a_card_never_publishes_the_evaluation_of_another_task():

@@ -21,8 +21,8 @@ from model_utils import json_input
 from model_utils.config import Config, flatten
 from model_utils.errors import UserError
 
-# GLUE's tasks as src.create_finetune_data names them -> the Hub data set's config (the split evaluated on is not
-# known to the export: run_*.py evaluates whatever data it is given)
+# GLUE's tasks as src.create_finetune_data names them -> the Hub data set's config (the split evaluated on comes from
+# the evaluated data's .meta.json, where it is at hand: run_*.py evaluates whatever data it is given)
 GLUE_CONFIGS = {"cola": "cola", "sst-2": "sst2", "mrpc": "mrpc", "qqp": "qqp", "mnli": "mnli", "mnli-mm": "mnli",
                 "qnli": "qnli", "rte": "rte", "wnli": "wnli", "sts-b": "stsb"}
 TASK_DATASETS = {"race": ("ehovy/race", "RACE"), "squad_v1": ("rajpurkar/squad", "SQuAD v1.1")}
@@ -83,6 +83,21 @@ def dataset_of(facts: CardFacts) -> Optional[Dict[str, str]]:
     return None
 
 
+def evaluated_split(values: Optional[Dict[str, object]]) -> str:
+    """The split the evaluation ran on, as the .meta.json of its data says (src.create_finetune_data records it),
+    else "": scores on training data are then not published as if they were the benchmark's."""
+    from src.data.pipelines import load_data_meta
+
+    data = (values or {}).get("data")
+    if not isinstance(data, str):
+        return ""
+    try:
+        split = load_data_meta(data).get("split")
+    except (UserError, OSError):  # the data is not on this machine
+        return ""
+    return split if isinstance(split, str) else ""
+
+
 def published_metrics(values: Optional[Dict[str, object]]) -> List[Tuple[str, float]]:
     """(our name, value) of every metric of an eval_results.json."""
     return [(key, float(value)) for key, value in (values or {}).items()
@@ -103,7 +118,9 @@ def card_metadata(facts: CardFacts) -> Dict[str, object]:
         metadata["base_model"] = facts.base_model
     if metrics:
         metadata["metrics"] = list(dict.fromkeys(HUB_METRICS.get(name, name) for name, _ in metrics))
+    split = evaluated_split(facts.evaluation.values)
     if metrics and dataset:
+        dataset = {**dataset, "split": split} if split else dataset
         metadata["model-index"] = [{"name": facts.name, "results": [{
             "task": {"type": facts.pipeline}, "dataset": dataset,
             "metrics": [{"type": HUB_METRICS.get(name, name), "name": name, "value": value}
