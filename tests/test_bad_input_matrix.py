@@ -215,6 +215,21 @@ def classifier_checkpoint(classes: int) -> Maker:
     return make
 
 
+def trained_with_spm(bad: Path, fx: Path) -> None:
+    """{bad}: the tiny classifier as a fine-tuning run here writes it: recording the tokenizer of its data (ALBERT's
+    SentencePiece model)."""
+    from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
+    from src.data.tokenization import FullTokenizer
+    from src.training.checkpoints import trained_tokenizer
+
+    tokenizer = FullTokenizer(None, True, str(ASSETS / "tokenizer" / "albert_30k-clean.model"))
+    values = read_checkpoint(str(fx / "cls.ckpt"))
+    save_checkpoint_atomic([{"name": name, "data": value} for name, value in values.items()], str(bad),
+                           append_dict={"run_tokenizer": json.dumps(trained_tokenizer({"tokenizer":
+                                                                                        tokenizer.describe()}))})
+    shutil.copy(fx / "cls.ckpt.json", f"{bad}.json")
+
+
 def flipped_checkpoint(source: str) -> Maker:
     """{bad}: the fixture checkpoint `source` (config beside it) with 512 bytes inside its word embeddings inverted,
     as a failing disk or copy leaves a file: MindSpore still loads it (tests/test_checkpoint_trust.py shows so)."""
@@ -813,6 +828,14 @@ MATRIX: List[Row] = [
     # ---------------------------------------------------------------------------------------------- src.predict
     row(PREDICT, "misspelled flag (was: no suggestion)", "--text_a hi --precison int8",
         ["unrecognized arguments: --precison int8; did you mean '--precision'?"]),
+    row(PREDICT, "another tokenizer than the run's data (was: answered)", "--model {bad} --text_a hi --spm_model_file "
+        "'' --vocab_file {assets}/tokenizer/albert_zh_vocab.txt",
+        ["{bad} was trained on data made with albert_30k-clean.model (sha256 ", "not with albert_zh_vocab.txt",
+         "pass the tokenizer the run's data was made with"], trained_with_spm, bad="trained.ckpt"),
+    row(EXPORT, "HF: the run's vocabulary uncased (was: exported)", "--file_format HF --export_ckpt_file {bad} "
+        "--spm_model_file {spm} --do_lower_case false --export_file_name {out}/hf",
+        ["{bad} was trained on data made with albert_30k-clean.model", "do_lower_case True), not with "
+         "albert_30k-clean.model", "do_lower_case False)"], trained_with_spm, bad="trained.ckpt"),
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "OpenVINO for a checkpoint", "--engine openvino --text_a hi",
         ["--engine chooses the engine of an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt runs in this "

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.finetune_helpers import ASSETS, TINY_FINETUNE, make_glue, make_glue_like, make_race, make_squad
+from tests.finetune_helpers import ASSETS, SPM, TINY_FINETUNE, make_glue, make_glue_like, make_race, make_squad
 from tests.pretrain_helpers import check_curves, metrics_by_step, ok, run, tensorboard, tool
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
@@ -113,6 +113,10 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
     assert results["checkpoint"] == str(final) and f"with {final}" in train.stdout + train.stderr
     from src.common.checkpoint_io import contents_digest, read_checkpoint
     assert results["checkpoint_sha256"] == contents_digest(read_checkpoint(str(final)))  # what the HF export checks
+    import hashlib
+    recorded = json.loads(str(read_checkpoint(str(final))["run_tokenizer"]))  # what serving checks its tokenizer by
+    assert recorded["model_file"] == "albert_30k-clean.model" and recorded["do_lower_case"] is True
+    assert recorded["model_sha256"] == hashlib.sha256(Path(SPM).read_bytes()).hexdigest()[:16]
     check_classification_scores(tmp_path / "run" / "eval", source_labels(mrpc["dev"].with_suffix(".tsv"), 0, True),
                                 ["0", "1"])
     assert (tmp_path / "run" / "predict" / "predictions.tsv").read_text() == \

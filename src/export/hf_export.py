@@ -26,7 +26,7 @@ from src.export.hf_tokenizer import TOKENIZER_FILES, tokenizer_files
 from src.export.model_card import (CardFacts, EvalResults, check_evaluation, checkpoint_progress, find_eval_results,
                                    model_card)
 from src.serving.finetuned_heads import HEAD_OWNERS, check_head, fitting_task
-from src.tasks.registry import TASKS
+from src.tasks.registry import TASKS, check_trained_tokenizer
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,7 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
     net = network_config(task_config, None, config_beside(checkpoint))
     check_expressible(net)
     check_vocabulary(tokenizer, values, checkpoint)
+    check_trained_tokenizer(values, tokenizer, checkpoint)
     hf_class = HF_CLASSES[task]
     tensors = hf_tensors(values, task, task_config, net, checkpoint)
     labels = task_labels(tensors, args.task_name, task)

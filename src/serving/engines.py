@@ -225,6 +225,7 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     from src.devices.device_setup import kernels_status, serving_runtime, setup_device
     from src.model import cpu_kernels
     from src.serving.finetuned_heads import build_head, head_network
+    from src.tasks.registry import check_trained_tokenizer
 
     device = setup_device(args.device_target, cpu_threads=args.threads)
     values = read_checkpoint(args.model)
@@ -237,6 +238,7 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
         raise UserError(f"--seq_length {shape.seq} exceeds the network's max_position_embeddings "
                         f"{net.max_position_embeddings}")
     check_vocabulary(tokenizer, net.vocab_size)
+    check_trained_tokenizer(values, tokenizer, args.model)
     if args.precision != "float32":
         check_low_precision_products(device.target, args.precision)
     if device.target == "CPU":  # --precision decides, whatever compute type the checkpoint was trained in

@@ -8,6 +8,7 @@ here: the entry points' `--help` and input checks stay free of MindSpore's impor
 loads nothing of SQuAD or of training. The columns come from the record schemas (src/data/schema.py).
 """
 import functools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,3 +339,23 @@ def trained_task(values: Dict[str, object], checkpoint: str) -> str:
     Tells a RACE head from a one-output classifier (a regression's), whose weights look alike."""
     prefix = str(values.get("run_kind") or os.path.basename(checkpoint).rsplit("-", 1)[0])
     return next((name for name, task in TASKS.items() if task.checkpoint_prefix == prefix), "")
+
+
+def check_trained_tokenizer(values: Dict[str, object], tokenizer, checkpoint: str) -> None:
+    """A checkpoint trained here records the tokenizer its data was made with (run_tokenizer): another vocabulary or
+    casing would feed it ids that mean other words, and it would answer without a word of warning."""
+    recorded = values.get("run_tokenizer")
+    if tokenizer is None or recorded is None:
+        return  # converted public weights, or a checkpoint of an earlier version: nothing to compare with
+    trained = json.loads(str(recorded))
+    given = tokenizer.describe()
+    if not trained.get("model_sha256"):
+        return
+    if (given["model_sha256"], given["do_lower_case"]) != (trained["model_sha256"],
+                                                           trained.get("do_lower_case", given["do_lower_case"])):
+        raise UserError(
+            f"{checkpoint} was trained on data made with {trained.get('model_file', 'another vocabulary')} (sha256 "
+            f"{trained['model_sha256']}, do_lower_case {trained.get('do_lower_case')}), not with "
+            f"{os.path.basename(str(given['model_file']))} (sha256 {given['model_sha256']}, do_lower_case "
+            f"{given['do_lower_case']}): its ids would mean other words; pass the tokenizer the run's data was "
+            f"made with")

@@ -35,7 +35,7 @@ PROGRESS_KEYS = ("micro_step", "overflow_count")
 RUN_ID_KEY = "run_id"  # the lineage a train checkpoint belongs to (see Lineage)
 LINEAGE_FILE = "run_lineage.json"  # in the save folder
 # What a train checkpoint records of the run that wrote it (RunIdentity), beside its progress: strings.
-IDENTITY_KEYS = ("run_network", "run_optimizer", "run_data", "run_kind", "run_settings")
+IDENTITY_KEYS = ("run_network", "run_optimizer", "run_data", "run_kind", "run_settings", "run_tokenizer")
 # Network settings a resumed run may change: the weights come from the checkpoint (initializer_range), or the change
 # is one of how to train, said in a warning (precision, dropout).
 NETWORK_MAY_CHANGE = ("initializer_range",)
@@ -151,10 +151,12 @@ class RunIdentity:
     data: str
     kind: str
     settings: Dict[str, object] = field(default_factory=dict)  # the run's settings (run_settings), for its model card
+    tokenizer: Dict[str, object] = field(default_factory=dict)  # the data's (trained_tokenizer), for serving's check
 
     def entries(self) -> Dict[str, str]:
         return dict(zip(IDENTITY_KEYS, (json.dumps(self.network, sort_keys=True), self.optimizer, self.data,
-                                        self.kind, json.dumps(self.settings, sort_keys=True))))
+                                        self.kind, json.dumps(self.settings, sort_keys=True),
+                                        json.dumps(self.tokenizer, sort_keys=True))))
 
     def check(self, values: Dict, path: str, settings: TrainSettings, log: Callable[[str], None]) -> None:
         """Refuse to resume from `values` (read from `path`) when they were trained as another run, naming each
@@ -180,6 +182,16 @@ class RunIdentity:
         if warned:
             log(f"warning: resuming {path} with other settings ({'; '.join(warned)}): the steps up to it ran with "
                 f"the checkpoint's, the rest run with these")
+
+
+def trained_tokenizer(data_meta: Dict[str, object]) -> Dict[str, object]:
+    """What a checkpoint records of the tokenizer its data was made with (the data's .meta.json says): enough to
+    tell another vocabulary (its file's digest) or casing, without a path of this machine."""
+    tokenizer = data_meta.get("tokenizer") or {}
+    kept = {key: tokenizer[key] for key in ("kind", "model_sha256", "do_lower_case", "vocab_size") if key in tokenizer}
+    if tokenizer.get("model_file"):
+        kept["model_file"] = os.path.basename(str(tokenizer["model_file"]))
+    return kept
 
 
 def run_settings(values: Dict[str, object]) -> Dict[str, object]:
