@@ -220,7 +220,8 @@ albert_run_distributed() {
 }
 
 # albert_follow_msrun LOGS NODE_RANK DEVICE_NUM NAME=VALUE MSRUN_COMMAND...: run msrun in the background (with the
-# variable set and ALBERT_LAUNCHER_PID, which its workers check) and its output in LOGS/launcher_node<K>.log; show
+# variable set and ALBERT_LAUNCHER_PID, which its workers check; stopped if this script dies, see distributed_launch.py
+# with_parent) and its output in LOGS/launcher_node<K>.log; show
 # that log and this node's worker logs here until msrun exits. msrun's own `tail -f` of the worker logs would
 # outlive a killed msrun and hold this script forever. Returns msrun's exit code (130 after Ctrl-C, 143 after
 # SIGTERM or SIGHUP, which is passed on to msrun: its workers die with it).
@@ -235,7 +236,10 @@ albert_follow_msrun() {
   # show their old lines first, and msrun would rewrite them.
   albert_move_aside "$launcher_log"
   albert_move_aside "$logs/msrun_node$node_rank"
-  (export ALBERT_LAUNCHER_PID="$BASHPID" "$variable"; exec "$@") >"$launcher_log" 2>&1 &
+  local script_pid=$BASHPID  # msrun's parent: msrun is stopped when it dies (even by SIGKILL)
+  (export ALBERT_LAUNCHER_PID="$BASHPID" "$variable"
+   exec "${PYTHON:-python}" "$ALBERT_ROOT/src/devices/distributed_launch.py" with_parent "$script_pid" "$@"
+  ) >"$launcher_log" 2>&1 &
   pid=$!
   trap 'stopped=130' INT  # the terminal's Ctrl-C reaches msrun too: it stops its workers and exits
   trap 'stopped=143; kill -TERM "$pid" 2>/dev/null' TERM HUP

@@ -205,3 +205,35 @@ def test_a_second_start_keeps_the_logs_of_the_first(tmp_path):
     assert (logs / "msrun_node0.previous" / "worker_1.log").read_text() == "rank 1's last words\n"
     assert not (logs / "msrun_node0" / "worker_1.log").exists()  # no stale log of a worker count since changed
     assert (logs / "launcher_node0.log").read_text() == "started\n"
+
+
+def test_msrun_stops_when_the_script_that_started_it_is_killed(tmp_path):
+    """`kill -9` of a *_distribute.sh script left msrun and its workers training on, detached (the workers die with
+    msrun, msrun did not die with the script). msrun now gets SIGTERM when the script dies, even by SIGKILL."""
+    import signal
+    import time
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    fake_msrun = "bash -c 'echo msrun pid $$; exec sleep 120'"
+    script = subprocess.Popen(["bash", "-c", f'source scripts/common.sh; albert_follow_msrun "{logs}" 0 1 X=1 '
+                               f'{fake_msrun}'], cwd=ROOT, env=dict(ENV, PYTHON=sys.executable),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    launcher_log = logs / "launcher_node0.log"
+    deadline = time.time() + 30
+    while "msrun pid" not in (launcher_log.read_text() if launcher_log.exists() else "") and time.time() < deadline:
+        time.sleep(0.1)
+    msrun = int(launcher_log.read_text().split("msrun pid ")[1].split()[0])
+    os.kill(script.pid, signal.SIGKILL)
+    script.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and os.path.exists(f"/proc/{msrun}") and \
+            Path(f"/proc/{msrun}/stat").read_text().split()[2] != "Z":
+        time.sleep(0.1)
+    gone = not os.path.exists(f"/proc/{msrun}") or Path(f"/proc/{msrun}/stat").read_text().split()[2] == "Z"
+    for pid, kill in ((msrun, os.kill), (script.pid, os.killpg)):  # whatever is left (tail, the filter, a fake msrun)
+        try:
+            kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert gone, "msrun outlived the script that started it"

@@ -4,6 +4,7 @@ src/common/atomic_files.py only, so it answers in a fraction of a second, before
     python src/devices/distributed_launch.py preflight [--offline] --nnodes N --node_rank K --master_addr A
         --master_port P --cluster_timeout S --node_timeout S
     python src/devices/distributed_launch.py in_use --output_dir DIR
+    python src/devices/distributed_launch.py with_parent PID msrun ...   (msrun, stopped when PID dies)
     python src/devices/distributed_launch.py explain --logs DIR --node_rank K --device_num D --master_addr A
         --master_port P --status CODE
 
@@ -14,8 +15,10 @@ for at most CLUSTER_TIMEOUT seconds. `explain` reads this node's launcher and wo
 on node 0) and names the rank or node that failed first and its log, and says how to resume.
 """
 import argparse
+import ctypes
 import errno
 import ipaddress
+import os
 import re
 import signal
 import socket
@@ -288,8 +291,26 @@ def parse(argv: List[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def run_with_parent(parent: int, command: List[str]) -> int:
+    """Become `command` (msrun), set to get SIGTERM when `parent` (the launch script) dies: a script killed with
+    SIGKILL left msrun and its workers training on, detached (SIGTERM makes msrun stop its workers; they also die
+    with it). Linux only; elsewhere a plain exec."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG, kept by exec
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the script was gone before the line above
+        print("error: the launch script is gone: not starting msrun", file=sys.stderr, flush=True)
+        return EXIT_CLUSTER_FAILED
+    os.execvp(command[0], command)
+    return EXIT_USER_ERROR  # not reached: execvp raises OSError or does not return
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parse(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["with_parent"]:
+        return run_with_parent(int(argv[1]), argv[2:])
+    args = parse(argv)
     try:
         if args.command == "preflight":
             preflight(args)
