@@ -3,7 +3,7 @@ that verifies it, and loading that refuses to half-load."""
 import hashlib
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import mindspore as ms
 import numpy as np
@@ -44,6 +44,23 @@ def read_checkpoint(path: str) -> Dict[str, Parameter]:
     """ms.load_checkpoint with a one-line error naming the file when it is missing, unreadable or damaged (its
     stored digest does not match its contents). A file without a digest (a checkpoint MindSpore or an older
     version of this package wrote) is read as it is."""
+    values, stored = _load_checkpoint(path)
+    if stored is not None:
+        _check_digest(path, stored, contents_digest(values))
+    return values
+
+
+def read_checkpoint_and_digest(path: str) -> Tuple[Dict[str, Parameter], str]:
+    """read_checkpoint, and the contents_digest of what it read (hashed once: the stored digest is checked against
+    it): what an evaluation records of the weights it scored and an export compares."""
+    values, stored = _load_checkpoint(path)
+    digest = contents_digest(values)
+    if stored is not None:
+        _check_digest(path, stored, digest)
+    return values, digest
+
+
+def _load_checkpoint(path: str) -> Tuple[Dict[str, Parameter], Optional[str]]:
     if not os.path.isfile(path):
         raise UserError(f"checkpoint not found: {path}")
     if os.path.getsize(path) == 0:
@@ -53,11 +70,13 @@ def read_checkpoint(path: str) -> Dict[str, Parameter]:
     except Exception as err:  # MindSpore raises ValueError/RuntimeError with multi-line text for corrupt files
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserError(f"cannot read checkpoint {path}: {reason}") from err
-    stored = values.pop(DIGEST_KEY, None)
-    if stored is not None and stored != contents_digest(values):
+    return values, values.pop(DIGEST_KEY, None)
+
+
+def _check_digest(path: str, stored: str, digest: str) -> None:
+    if stored != digest:
         raise UserError(f"checkpoint {path} is damaged: its contents do not match the sha256 stored in it when it "
                         f"was written (a disk or copy that changed bytes)")
-    return values
 
 
 def contents_digest(values: Mapping[str, Value]) -> str:

@@ -110,16 +110,16 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
               settings_file: str = "") -> HfExport:
     """Check the checkpoint against the task and the vocabulary, then write the model folder `folder`, its model card
     telling the settings of `settings_file` (the task yaml given as the run's, if any)."""
-    from src.common.checkpoint_io import config_beside, contents_digest, read_checkpoint
+    from src.common.checkpoint_io import config_beside, read_checkpoint_and_digest
     from src.training.network_config import network_config
 
     checkpoint = args.export_ckpt_file
     tokenizer = read_tokenizer(args)
     # a fine-tuning run's evaluation (pretraining runs write pretrain_eval.json: --eval_results takes it)
     prefix = TASKS[task].checkpoint_prefix if task in TASKS else ""
-    values = read_checkpoint(checkpoint)
+    values, digest = read_checkpoint_and_digest(checkpoint)
     check_task(values, task, task_config, checkpoint, source, by_flag=bool(args.task))
-    evaluation = find_eval_results(args.eval_results, checkpoint, prefix, contents_digest(values))
+    evaluation = find_eval_results(args.eval_results, checkpoint, prefix, digest)
     check_evaluation(evaluation.values, task, args.task_name, args.eval_results or "the run's eval/eval_results.json")
     net = network_config(task_config, None, config_beside(checkpoint))
     check_expressible(net)

@@ -174,7 +174,7 @@ def _train(this_run: FinetuneRun) -> TrainedHead:
 
 def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str, data_file: str) -> None:
     """`action` (eval or predict) on `data_file` with the head this run `trained`, else with a checkpoint."""
-    from src.common.checkpoint_io import contents_digest, load_weights, read_checkpoint
+    from src.common.checkpoint_io import load_weights, read_checkpoint_and_digest
     from src.devices.device_setup import model_runtime
     from src.tasks.registry import trained_task
     from src.training.checkpoints import checkpoint_step, newest_train_checkpoint
@@ -194,8 +194,7 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
                             f"this task in {save_dir} either)")
         net, _, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
         source, step = os.path.abspath(checkpoint), checkpoint_step(checkpoint)
-        weights = read_checkpoint(checkpoint)
-        digest = contents_digest(weights)
+        weights, digest = read_checkpoint_and_digest(checkpoint)
         fine_tuned_by = trained_task(weights, checkpoint)
         if fine_tuned_by and fine_tuned_by != task.name:  # a head of the same shape (RACE's, a regression's) loads
             raise UserError(f"{checkpoint} was fine-tuned by run_{fine_tuned_by}.py, not run_{task.name}.py: "
@@ -204,7 +203,7 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
         net, step = trained.net, trained.steps
         final = os.path.join(save_dir, f"{task.checkpoint_prefix}-{step}.ckpt")  # these weights, as saved
         if os.path.isfile(final):
-            source, digest = os.path.abspath(final), contents_digest(read_checkpoint(final))
+            source, digest = os.path.abspath(final), read_checkpoint_and_digest(final)[1]
         else:
             source, digest = RUN_WEIGHTS, None
     runtime = model_runtime(device.target, net.compute_type)
