@@ -195,6 +195,15 @@ def test_a_loss_that_stays_nan_stops_after_nonfinite_stop_steps(data, tmp_path):
     one_line_error(result, "step 8: the loss has been nan for 3 batches in a row (nonfinite_stop_steps 3)",
                    f"the last good checkpoint is {tmp_path / 'checkpoints' / 'albert_pretrain-4.ckpt'}")
     assert steps_in(tmp_path / "checkpoints") == [4]
+    # metrics.jsonl stays standard JSON (was: NaN, which JSON has not; strict parsers refused the whole file): a
+    # nan loss, and the speed before any timed step, are null.
+    rows = [json.loads(line, parse_constant=refuse) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows if row["loss"] is None] == [6, 7, 8] and rows[0]["samples_per_s"] is None
+    assert all(isinstance(row["loss"], float) for row in rows if row["step"] < 6)
+
+
+def refuse(constant: str):
+    raise ValueError(f"{constant} is not JSON")
 
 
 def test_a_loss_turning_nan_without_loss_scaling_stops_and_keeps_the_last_good_checkpoint(data, tmp_path):

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -269,9 +270,25 @@ def save_text_atomic(text: str, path: str, replace: bool = True) -> None:
         out.write(text)
 
 
+def standard_json(values: object, **dumps_args) -> str:
+    """JSON that every parser reads: a float that is not finite (an inf/nan loss or metric) becomes null, where
+    Python's json would write NaN or Infinity, which JSON has not (JavaScript, Go, jq 1.6 and pandas refuse it)."""
+    return json.dumps(_finite_or_null(values), allow_nan=False, **dumps_args)
+
+
+def _finite_or_null(values: object) -> object:
+    if isinstance(values, float):
+        return values if math.isfinite(values) else None
+    if isinstance(values, dict):
+        return {key: _finite_or_null(value) for key, value in values.items()}
+    if isinstance(values, (list, tuple)):
+        return [_finite_or_null(value) for value in values]
+    return values
+
+
 def save_json_atomic(values: object, path: str, replace: bool = True) -> None:
     """Write json through a temporary file and a rename, so readers never see half a file."""
-    save_text_atomic(json.dumps(values, indent=2) + "\n", path, replace)
+    save_text_atomic(standard_json(values, indent=2) + "\n", path, replace)
 
 
 # -------------------------------------------------------------------------------------- lock, log and metrics files

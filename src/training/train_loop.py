@@ -20,7 +20,7 @@ from mindspore.train import Callback, Model
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
 from src.common.atomic_files import (check_not_in_use, claim_folder, free_name, move_aside, open_regular,
-                                     save_text_atomic)
+                                     save_text_atomic, standard_json)
 from src.common.checkpoint_io import save_checkpoint_atomic
 from src.common.run_log import log_to
 from src.data.pipelines import count_rows, load_data_meta, rows_fingerprint
@@ -142,7 +142,7 @@ class TrainMonitor(Callback):
                  f"{record['tokens_per_s']:.0f} tokens/s | eta {_clock(eta)}")
         if self.jsonl_path:
             with open_regular(self.jsonl_path, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
+                handle.write(standard_json(record) + "\n")
         for observe in self.observers:
             observe(record)
 
