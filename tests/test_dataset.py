@@ -119,6 +119,18 @@ def test_missing_data_wrong_columns_and_bad_shard_id_are_user_errors(data, tmp_p
         dataset.create_squad_dataset(data / "squad_dev.mindrecord", 2, num_shards=2, shard_id=2)
 
 
+def test_one_numbered_file_of_a_data_set_means_the_whole_data_set(data):
+    """ModelZoo users pass `X.mindrecord0` (MindSpore's MindDataset reads all shards of FileWriter(shard_num=N) data
+    given the first); was: that one file alone, so an evaluation of a partitioned data set scored a part of it."""
+    import mindspore.dataset as ds
+
+    files = sorted(str(p) for p in (data / "pretrain").glob("pt.mindrecord0000?"))
+    assert len(files) == 2
+    per_file = [ds.MindDataset(f, shuffle=False).get_dataset_size() for f in files]
+    assert dataset.resolve_mindrecord_files(files[1]) == dataset.resolve_mindrecord_files(files) == files
+    assert dataset.count_rows(files[1]) == sum(per_file)
+
+
 def test_data_meta_checks(data):
     meta = dataset.load_data_meta(data / "pretrain")
     assert meta == dataset.load_data_meta(data / "pretrain" / "pt.mindrecord00001")

@@ -4,7 +4,8 @@ Each function takes `data`: a MindRecord file, the `--output_file` given to a da
 through `<output_file>.meta.json`), a folder, or a list of these. A folder means the files its .meta.json files
 list: one data set, or the parts of one made by `src.create_pretraining_data --num_shards N` on several
 processes or machines (read as their union; mixed settings or a missing part are refused, naming the files); a
-folder without any .meta.json (data from other tools) means every MindRecord file in it. It returns a
+folder without any .meta.json (data from other tools) means every MindRecord file in it. One numbered file of a
+data set (`X.mindrecord0`) means the whole data set, as ModelZoo users expect from MindSpore's MindDataset. It returns a
 batched dataset whose columns come in the order stated in the function's docstring: the order the task networks
 take their inputs. Integer columns are cast to int32 and real-valued ones to float32, so data written by other
 tools (e.g. int64 records from TF-converted data) works too.
@@ -51,6 +52,7 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     if not items:
         raise UserError("no data files given")
     files: List[str] = []
+    whole_sets = set()  # the .meta.json of each data set already listed whole
     for item in items:
         path = Path(item).expanduser()
         meta = Path(str(path) + ".meta.json")
@@ -60,9 +62,10 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
         if path.is_dir():
             files += _folder_files(path)
         elif meta.is_file():
+            whole_sets.add(meta)
             files += [str(path.with_name(name)) for name in _read_meta(meta)["files"]]
         elif path.is_file():
-            files.append(str(path))
+            files += _whole_data_set(path, whole_sets)
         elif path.with_name(path.name + "0").is_file() or path.with_name(path.name + "00000").is_file():
             raise UserError(f"{path} was not completely written ({meta.name} does not exist: an interrupted "
                             f"src.create_* run?); make the data again with --overwrite true")
@@ -72,6 +75,21 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     if missing:
         raise UserError(f"MindRecord file missing: {missing[0]} (incomplete copy of the data?)")
     return files
+
+
+def _whole_data_set(path: Path, whole_sets: set) -> List[str]:
+    """A numbered file of a data set (`X.mindrecord0`, `X.mindrecord00001`, listed in `X.mindrecord.meta.json`)
+    means the whole data set (none of it again when `whole_sets` holds it already): ModelZoo users pass
+    `X.mindrecord0`, as MindSpore's MindDataset reads all shards of data written with FileWriter(shard_num=N) given
+    the first; reading that one file alone evaluated a part of the data as if it were all."""
+    stem = path.name.rstrip("0123456789")
+    meta = path.with_name(stem + ".meta.json")
+    if stem == path.name or not meta.is_file() or path.name not in _read_meta(meta)["files"]:
+        return [str(path)]
+    if meta in whole_sets:
+        return []
+    whole_sets.add(meta)
+    return [str(path.with_name(name)) for name in _read_meta(meta)["files"]]
 
 
 def data_paths(data: DataSource) -> List[str]:
