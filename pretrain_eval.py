@@ -57,17 +57,18 @@ def main(argv: List[str]) -> int:
             raise UserError(f"set --{key}")
 
     from src.common.atomic_files import check_file_output, save_json_atomic
-    from src.common.checkpoint_io import load_weights
+    from src.common.checkpoint_io import load_weights, read_checkpoint
     from src.common.run_log import log_to
     from src.data.pipelines import data_paths
     from src.data.schema import PRETRAINING
     from src.devices.device_setup import all_ranks_sum, model_runtime, setup_device
     from src.model.pretraining_heads import AlbertPretrainEvalCell
-    from src.training.checkpoints import checkpoint_step
+    from src.training.checkpoints import check_data_tokenizer, checkpoint_step, checkpoint_tokenizer
     from src.training.network_config import checked_network, network_note, network_source
     from src.training.summaries import write_metrics
 
-    net, _, _ = checked_network(config, config.eval_data_dir, PRETRAINING.names, config.eval_ckpt, config.schema_dir)
+    net, meta, _ = checked_network(config, config.eval_data_dir, PRETRAINING.names, config.eval_ckpt,
+                                   config.schema_dir)
     source = network_source(config, config.eval_ckpt)
     output = os.path.abspath(config.eval_output_file or os.path.join(config.output_dir, "pretrain_eval.json"))
     inputs = {"--eval_ckpt": config.eval_ckpt, "the network's config": source if os.path.isfile(source) else ""}
@@ -75,9 +76,12 @@ def main(argv: List[str]) -> int:
     check_file_output(output, inputs)
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
+    weights = read_checkpoint(config.eval_ckpt)
+    check_data_tokenizer(checkpoint_tokenizer(weights), meta, f"{config.eval_ckpt} was trained on data made with",
+                         config.eval_data_dir)
     cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))
     cell.set_train(False)
-    load_weights(cell, config.eval_ckpt, network_note=network_note(config, config.eval_ckpt))
+    load_weights(cell, weights, name=config.eval_ckpt, network_note=network_note(config, config.eval_ckpt))
     if device.is_main:
         log_to(os.path.dirname(output))
     sums = evaluate(cell, config.eval_data_dir, config.eval_batch_size, device.rank, device.group_size)

@@ -215,19 +215,33 @@ def classifier_checkpoint(classes: int) -> Maker:
     return make
 
 
-def trained_with_spm(bad: Path, fx: Path) -> None:
-    """{bad}: the tiny classifier as a fine-tuning run here writes it: recording the tokenizer of its data (ALBERT's
-    SentencePiece model)."""
-    from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
-    from src.data.tokenization import FullTokenizer
-    from src.training.checkpoints import trained_tokenizer
+def recorded_tokenizer(source: str, do_lower_case: bool = True) -> Maker:
+    """{bad}: the fixture checkpoint `source` as a training run here writes it: recording the tokenizer of its data
+    (ALBERT's SentencePiece model, `do_lower_case`), its config beside it."""
+    def make(bad: Path, fx: Path) -> None:
+        from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
+        from src.data.tokenization import FullTokenizer
+        from src.training.checkpoints import trained_tokenizer
 
-    tokenizer = FullTokenizer(None, True, str(ASSETS / "tokenizer" / "albert_30k-clean.model"))
-    values = read_checkpoint(str(fx / "cls.ckpt"))
-    save_checkpoint_atomic([{"name": name, "data": value} for name, value in values.items()], str(bad),
-                           append_dict={"run_tokenizer": json.dumps(trained_tokenizer({"tokenizer":
-                                                                                        tokenizer.describe()}))})
-    shutil.copy(fx / "cls.ckpt.json", f"{bad}.json")
+        tokenizer = FullTokenizer(None, do_lower_case, str(ASSETS / "tokenizer" / "albert_30k-clean.model"))
+        values = read_checkpoint(str(fx / source))
+        record = json.dumps(trained_tokenizer({"tokenizer": tokenizer.describe()}))
+        save_checkpoint_atomic([{"name": name, "data": value} for name, value in values.items()], str(bad),
+                               append_dict={"run_tokenizer": record})
+        shutil.copy(fx / f"{source}.json", f"{bad}.json")
+    return make
+
+
+trained_with_spm = recorded_tokenizer("cls.ckpt")
+
+
+def uncased_data(bad: Path, fx: Path) -> None:
+    """{bad}: the MRPC dev data made with --do_lower_case false (the fixtures' data is lowercased)."""
+    from src import create_finetune_data
+
+    assert create_finetune_data.main(["--task_name", "mrpc", "--input_file", str(fx / "mrpc.tsv"), "--split", "dev",
+                                      "--output_file", str(bad), "--max_seq_length", "32", "--do_lower_case", "false",
+                                      "--spm_model_file", str(ASSETS / "tokenizer" / "albert_30k-clean.model")]) == 0
 
 
 def flipped_checkpoint(source: str) -> Maker:
@@ -375,6 +389,10 @@ MATRIX: List[Row] = [
     # ---------------------------------------------------------------------------------------------- pretrain_eval.py
     row(EVAL, "missing checkpoint", "--eval_ckpt {tmp}/missing.ckpt", ["checkpoint not found: {tmp}/missing.ckpt"],
         process=True),
+    row(EVAL, "data of another casing than the checkpoint's (was: scored)", "--eval_ckpt {bad}",
+        ["{fx}/pt.mindrecord was made with albert_30k-clean.model (sha256 ", "do_lower_case True), but {bad} was "
+         "trained on data made with albert_30k-clean.model", "do_lower_case False): its ids would mean other words"],
+        recorded_tokenizer("pre.ckpt", do_lower_case=False), bad="uncased.ckpt"),
     row(EVAL, "empty checkpoint", "--eval_ckpt {bad}", ["cannot read checkpoint {bad}"], raw(b""), bad="bad.ckpt"),
     row(EVAL, "checkpoint of another config", "--eval_ckpt {fx}/wide.ckpt",
         ["{fx}/wide.ckpt: shapes do not match the network"]),
@@ -414,6 +432,18 @@ MATRIX: List[Row] = [
     # ---------------------------------------------------------------------------------------------- run_classifier.py
     row(CLS, "missing data file", "--train_data_file_path {tmp}/missing.mindrecord",
         ["data not found: {tmp}/missing.mindrecord"]),
+    row(CLS, "pretrained on data of another casing (was: fine-tuned)", "--load_pretrain_checkpoint_path {bad}",
+        ["{fx}/mrpc_train.mindrecord was made with albert_30k-clean.model", "do_lower_case True), but {bad} was "
+         "trained on data made with", "do_lower_case False)"], recorded_tokenizer("pre.ckpt", do_lower_case=False),
+        bad="uncased.ckpt"),
+    row(CLS, "evaluated on data of another casing (was: scored)", "--do_train false --load_finetune_checkpoint_path "
+        "{bad}", ["{fx}/mrpc_dev.mindrecord was made with", "do_lower_case True), but {bad} was trained on data made "
+                  "with", "do_lower_case False)"], recorded_tokenizer("cls.ckpt", do_lower_case=False),
+        bad="uncased.ckpt"),
+    row(CLS, "eval data of another casing than the training data (was: scored)", "--eval_data_file_path {bad}",
+        ["{bad} was made with albert_30k-clean.model", "do_lower_case False), but this run trains on "
+         "{fx}/mrpc_train.mindrecord, made with albert_30k-clean.model", "do_lower_case True)"], uncased_data,
+        bad="dev_uncased.mindrecord"),
     row(CLS, "empty data file", "--eval_data_file_path {bad}", ["{bad}: empty file"], raw(b""),
         bad="bad.mindrecord"),
     row(CLS, "malformed yaml", "--config_path {bad}", ["{bad} line 2: malformed yaml"], text("do_train: [\n"),

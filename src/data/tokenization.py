@@ -10,6 +10,7 @@ join back into text) lives here, so the data-creation modules never branch on th
 """
 import collections
 import hashlib
+import os
 import re
 import string
 import unicodedata
@@ -446,6 +447,22 @@ class FullTokenizer:
         return {"kind": self.kind, "model_file": self.model_file, "model_sha256": digest, "vocab_size": self.vocab_size,
                 "do_lower_case": self.do_lower_case, "pad_id": self.pad_id, "cls_id": self.cls_id,
                 "sep_id": self.sep_id, "mask_id": self.mask_id}
+
+
+def same_ids(trained: Dict[str, object], given: Dict[str, object]) -> bool:
+    """Whether two tokenizer records (a data set's .meta.json `tokenizer`, `describe()`, a checkpoint's
+    run_tokenizer) turn text into the same ids: the same vocabulary file contents and casing. A record without the
+    file's digest (data or checkpoints of earlier versions, converted weights) cannot be compared and passes."""
+    if not trained.get("model_sha256") or not given.get("model_sha256"):
+        return True
+    return (trained["model_sha256"], trained.get("do_lower_case", given.get("do_lower_case"))) == \
+        (given["model_sha256"], given.get("do_lower_case", trained.get("do_lower_case")))
+
+
+def tokenizer_record(record: Dict[str, object]) -> str:
+    """A tokenizer record as messages name it: the vocabulary's file name, digest and casing."""
+    name = os.path.basename(str(record.get("model_file") or "another vocabulary"))
+    return f"{name} (sha256 {record.get('model_sha256')}, do_lower_case {record.get('do_lower_case')})"
 
 
 class UnknownTokens:

@@ -20,6 +20,7 @@ from model_utils.config import Config
 from model_utils.errors import UserError
 from src.common.atomic_files import save_text_atomic
 from src.data import schema
+from src.data.tokenization import same_ids, tokenizer_record
 
 ROOT = Path(__file__).resolve().parents[2]
 # (config, outputs of the head for every row, data file, output folder, score against labels?, log) -> metrics
@@ -347,15 +348,8 @@ def check_trained_tokenizer(values: Dict[str, object], tokenizer, checkpoint: st
     recorded = values.get("run_tokenizer")
     if tokenizer is None or recorded is None:
         return  # converted public weights, or a checkpoint of an earlier version: nothing to compare with
-    trained = json.loads(str(recorded))
-    given = tokenizer.describe()
-    if not trained.get("model_sha256"):
-        return
-    if (given["model_sha256"], given["do_lower_case"]) != (trained["model_sha256"],
-                                                           trained.get("do_lower_case", given["do_lower_case"])):
-        raise UserError(
-            f"{checkpoint} was trained on data made with {trained.get('model_file', 'another vocabulary')} (sha256 "
-            f"{trained['model_sha256']}, do_lower_case {trained.get('do_lower_case')}), not with "
-            f"{os.path.basename(str(given['model_file']))} (sha256 {given['model_sha256']}, do_lower_case "
-            f"{given['do_lower_case']}): its ids would mean other words; pass the tokenizer the run's data was "
-            f"made with")
+    trained, given = json.loads(str(recorded)), tokenizer.describe()
+    if not same_ids(trained, given):
+        raise UserError(f"{checkpoint} was trained on data made with {tokenizer_record(trained)}, not with "
+                        f"{tokenizer_record(given)}: its ids would mean other words; pass the tokenizer the run's "
+                        f"data was made with")

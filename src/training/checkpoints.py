@@ -26,6 +26,7 @@ from mindspore import nn
 from model_utils.errors import UserError
 from src.common.atomic_files import save_json_atomic
 from src.common.checkpoint_io import contents_digest, load_weights, read_checkpoint
+from src.data.tokenization import same_ids, tokenizer_record
 from src.devices.device_setup import Device, all_ranks_sum
 from src.training.settings import TrainSettings
 from src.training.step_plan import PLAN_KEYS, Progress, StepPlan
@@ -194,6 +195,24 @@ def trained_tokenizer(data_meta: Dict[str, object]) -> Dict[str, object]:
     return kept
 
 
+def check_data_tokenizer(trained: Dict[str, object], data_meta: Dict[str, object], trained_by: str, data: str) -> None:
+    """Data made with another vocabulary or casing than the weights were trained on (`trained`: a checkpoint's
+    run_tokenizer, or the training data's tokenizer record; `trained_by` says which, ending in "made with") feeds
+    them ids that mean other words: fine-tuning, evaluation and pretrain_eval ran on it without a word, scoring
+    near chance."""
+    given = data_meta.get("tokenizer") or {}
+    if not same_ids(trained, given):
+        raise UserError(f"{data} was made with {tokenizer_record(given)}, but {trained_by} "
+                        f"{tokenizer_record(trained)}: its ids would mean other words to the network; make the data "
+                        f"with that vocabulary and casing")
+
+
+def checkpoint_tokenizer(values: Dict[str, object]) -> Dict[str, object]:
+    """The tokenizer record a train checkpoint carries ({} for converted weights and earlier versions)."""
+    recorded = values.get("run_tokenizer")
+    return json.loads(str(recorded)) if recorded is not None else {}
+
+
 def run_settings(values: Dict[str, object]) -> Dict[str, object]:
     """A run's settings as a checkpoint records them: every dotted key but the paths (files and folders of this
     machine have no place in a file that is shared)."""
@@ -235,6 +254,8 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
         return _resume(train_cell, values, plan, start, settings, identity, log), lineage
     from src.training.network_config import network_note
 
+    check_data_tokenizer(checkpoint_tokenizer(values), {"tokenizer": identity.tokenizer},
+                         f"{start} was trained on data made with", settings.data)
     report = load_weights(network, values, allow_missing=settings.allow_missing, name=start,
                           network_note=network_note(settings.config, start))
     new = f"; new head: {', '.join(report.missing)}" if report.missing else ""

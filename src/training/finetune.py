@@ -96,8 +96,7 @@ def _check_config(task: Task, config: Config) -> List[tuple]:
         if config[f"do_{action}"]:
             _need(config, key, f"do_{action}")
             check_schema(config[key], "", task.eval_columns)
-            check_data_fits_task(task, config[key], action,
-                                 config.train_data_file_path if config.do_train and action == "eval" else "")
+            check_data_fits_task(task, config[key], action, config.train_data_file_path if config.do_train else "")
             task.check_eval_inputs(config, config[key], action)
             jobs.append((action, config[key]))
     return jobs
@@ -110,7 +109,9 @@ DATA_TASKS = {"classifier": ("classifier",), "race": ("race",), "squad": ("squad
 def check_data_fits_task(task: Task, data_file: str, action: str, trained_on: str = "") -> None:
     """What the data's .meta.json says must fit: its kind the task (RACE data ran into the classifier's graph, SQuAD
     v2.0 data into v1.1 scoring, each as a traceback), its split labelled unless only predicted (a GLUE test split
-    holds placeholder labels, scored without a word), and an evaluation's GLUE task the one trained on."""
+    holds placeholder labels, scored without a word), an evaluation's GLUE task the one trained on, and the
+    tokenizer of data evaluated or predicted after training the one of the training data."""
+    from src.training.checkpoints import check_data_tokenizer, trained_tokenizer
     from src.training.network_config import data_meta
 
     meta = data_meta(data_file)
@@ -125,10 +126,15 @@ def check_data_fits_task(task: Task, data_file: str, action: str, trained_on: st
         raise UserError(f"{data_file}: the {meta.get('task_name', kind)} test split, whose labels are placeholders: "
                         f"{'train' if action == 'train' else 'evaluate'} on the train or dev split; predict the test "
                         f"split with do_predict")
-    trained = data_meta(trained_on).get("task_name") if trained_on else None
-    if trained and meta.get("task_name") and _glue_task(meta["task_name"]) != _glue_task(trained):
+    if not trained_on:
+        return
+    trained_meta = data_meta(trained_on)
+    trained = trained_meta.get("task_name")
+    if action == "eval" and trained and meta.get("task_name") and _glue_task(meta["task_name"]) != _glue_task(trained):
         raise UserError(f"{data_file} is {meta['task_name']} data but the run trains on {trained} "
                         f"({trained_on}): evaluate on the {trained} dev split")
+    check_data_tokenizer(trained_tokenizer(trained_meta), meta, f"this run trains on {trained_on}, made with",
+                         data_file)
 
 
 def _placeholder_labels(meta: dict) -> bool:
@@ -177,7 +183,8 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
     from src.common.checkpoint_io import load_weights, read_checkpoint_and_digest
     from src.devices.device_setup import model_runtime
     from src.tasks.registry import trained_task
-    from src.training.checkpoints import checkpoint_step, newest_train_checkpoint
+    from src.training.checkpoints import (check_data_tokenizer, checkpoint_step, checkpoint_tokenizer,
+                                          newest_train_checkpoint)
     from src.training.network_config import checked_network, network_note
 
     task, config, device, log = this_run.task, this_run.config, this_run.device, this_run.log
@@ -192,9 +199,11 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
         if not checkpoint:
             raise UserError(f"do_{action} without do_train needs --load_finetune_checkpoint_path (no checkpoint of "
                             f"this task in {save_dir} either)")
-        net, _, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
+        net, meta, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
         source, step = os.path.abspath(checkpoint), checkpoint_step(checkpoint)
         weights, digest = read_checkpoint_and_digest(checkpoint)
+        check_data_tokenizer(checkpoint_tokenizer(weights), meta, f"{checkpoint} was trained on data made with",
+                             data_file)
         fine_tuned_by = trained_task(weights, checkpoint)
         if fine_tuned_by and fine_tuned_by != task.name:  # a head of the same shape (RACE's, a regression's) loads
             raise UserError(f"{checkpoint} was fine-tuned by run_{fine_tuned_by}.py, not run_{task.name}.py: "
