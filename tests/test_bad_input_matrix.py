@@ -553,6 +553,12 @@ MATRIX: List[Row] = [
         ["{fx}/sq_eval.mindrecord: SQuAD v1.1 data (made with --version_2_with_negative false): run_squad_v1.py takes "
          "it"]),
     # ---------------------------------------------------------------------------------------------- create_pretraining
+    row(MAKE_PT, "SentencePiece model as --vocab_file (was: traceback)", "--spm_model_file '' --vocab_file {spm}",
+        ["{spm}: not a WordPiece vocab.txt (not UTF-8 text at byte ", "a SentencePiece .model goes to "
+         "--spm_model_file"]),
+    row(MAKE_PT, "albert_zh's vocab.txt beside the SentencePiece model (was: ignored)", "--vocab_file "
+        "{assets}/tokenizer/albert_zh_vocab.txt", ["--vocab_file {assets}/tokenizer/albert_zh_vocab.txt is not the "
+                                                   "pieces file of --spm_model_file {spm}: pass one vocabulary"]),
     row(MAKE_PT, "missing input", "--input_file {tmp}/missing.txt", ["input_file: nothing matches '{tmp}/missing.txt'"]),
     row(MAKE_PT, "empty corpus", "--input_file {bad}", ["empty corpus: no text in {bad}"], text("\n \n"),
         bad="bad.txt"),

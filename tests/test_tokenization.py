@@ -131,3 +131,14 @@ def test_missing_files_are_user_errors(tmp_path):
     vocab.write_text("[PAD]\n[UNK]\nhello\n", encoding="utf-8")
     with pytest.raises(UserError, match="CLS"):
         FullTokenizer(str(vocab))
+
+
+def test_googles_pieces_file_beside_the_sentencepiece_model_is_accepted(spm_path, hf_albert, assets):
+    """Google's run scripts pass `--vocab_file 30k-clean.vocab --spm_model_file 30k-clean.model`: the same ids as
+    HF's tokenizer on the model alone; any other vocabulary beside the model is refused (was: silently ignored)."""
+    pieces = str(assets / "tokenizer" / "albert_30k-clean.vocab")
+    both = FullTokenizer(pieces, do_lower_case=True, spm_model_file=spm_path)
+    lines = (assets / "pretrain" / "bert_sample_text.txt").read_text(encoding="utf-8").splitlines()[:50]
+    _assert_same_ids(both, hf_albert, [line for line in lines if line.strip()])
+    with pytest.raises(UserError, match="is not the pieces file of --spm_model_file"):
+        FullTokenizer(str(assets / "tokenizer" / "albert_zh_vocab.txt"), do_lower_case=True, spm_model_file=spm_path)

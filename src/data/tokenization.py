@@ -171,12 +171,16 @@ def load_vocab(vocab_file: str) -> Dict[str, int]:
     if not Path(vocab_file).is_file():
         raise UserError(f"vocab file not found: {vocab_file}")
     vocab: Dict[str, int] = collections.OrderedDict()
-    with open(vocab_file, encoding="utf-8") as handle:
-        for index, line in enumerate(handle):
-            token = line.rstrip("\n").strip()
-            if token in vocab:
-                raise UserError(f"{vocab_file} line {index + 1}: duplicate token {token!r}")
-            vocab[token] = index
+    try:
+        with open(vocab_file, encoding="utf-8") as handle:
+            for index, line in enumerate(handle):
+                token = line.rstrip("\n").strip()
+                if token in vocab:
+                    raise UserError(f"{vocab_file} line {index + 1}: duplicate token {token!r}")
+                vocab[token] = index
+    except UnicodeDecodeError as err:
+        raise UserError(f"{vocab_file}: not a WordPiece vocab.txt (not UTF-8 text at byte {err.start}); a "
+                        f"SentencePiece .model goes to --spm_model_file") from None
     if not vocab:
         raise UserError(f"{vocab_file}: empty vocabulary")
     return vocab
@@ -339,6 +343,23 @@ class WordPieceVocabTokenizer:
         return "".join(chars), origin
 
 
+def _check_pieces_file(vocab_file: str, impl: "SentencePieceTokenizer", spm_model_file: str) -> None:
+    """With a SentencePiece model, Google's scripts also pass its pieces file (`30k-clean.vocab`: piece<TAB>score
+    per line), which adds nothing; any other vocabulary beside it (albert_zh's vocab.txt) was silently ignored,
+    and the data made with the SentencePiece model instead."""
+    try:
+        with open(vocab_file, encoding="utf-8") as handle:
+            pieces = [line.rstrip("\n").split("\t")[0] for line in handle]
+    except FileNotFoundError:
+        raise UserError(f"vocab file not found: {vocab_file}") from None
+    except UnicodeDecodeError:
+        pieces = []
+    if pieces != [impl.inv_vocab[i] for i in range(len(impl.inv_vocab))]:
+        raise UserError(f"--vocab_file {vocab_file} is not the pieces file of --spm_model_file {spm_model_file}: "
+                        f"pass one vocabulary (--spm_model_file for English ALBERT, --vocab_file alone for a "
+                        f"WordPiece vocab.txt such as albert_zh's)")
+
+
 class FullTokenizer:
     """Google's entry point: SentencePiece when `spm_model_file` is given, else WordPiece from `vocab_file`.
 
@@ -352,6 +373,8 @@ class FullTokenizer:
                  spm_model_file: Optional[str] = None, keep_accents: bool = False):
         if spm_model_file:
             self.impl = SentencePieceTokenizer(spm_model_file, do_lower_case, keep_accents)
+            if vocab_file:
+                _check_pieces_file(vocab_file, self.impl, spm_model_file)
             self.kind = "sentencepiece"
             self.model_file = str(spm_model_file)
             pad_token = "<pad>"
