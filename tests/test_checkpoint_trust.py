@@ -177,6 +177,17 @@ def test_what_a_resumed_run_may_change_and_what_it_is_told():
     RunIdentity(AlbertConfig(num_hidden_layers=3).to_dict(), "AdamWeightDecay", "4567", "albert_pretrain").check(
         {}, "old.ckpt", settings, lines.append)
     assert len(lines) == 1
+    # A changed learning rate or clipping of the run's optimizer is said too (was: unsaid); another optimizer's
+    # settings are not the run's.
+    before = {"optimizer": "Lamb", "optimizer_cfg.Lamb.learning_rate": 0.1, "clip_norm": 1.0,
+              "optimizer_cfg.AdamWeightDecay.learning_rate": 1.0, "log_steps": 10}
+    after = {**before, "optimizer_cfg.Lamb.learning_rate": 0.2, "optimizer_cfg.AdamWeightDecay.learning_rate": 2.0,
+             "log_steps": 1}
+    network = AlbertConfig().to_dict()
+    written = RunIdentity(network, "Lamb", "0123", "albert_pretrain", before).entries()
+    RunIdentity(network, "Lamb", "0123", "albert_pretrain", after).check(written, "c.ckpt", settings, lines.append)
+    assert lines[1:] == ["warning: resuming c.ckpt with other settings (optimizer_cfg.Lamb.learning_rate: checkpoint "
+                         "0.1, now 0.2): the steps up to it ran with the checkpoint's, the rest run with these"]
 
 
 def test_weights_turning_nan_with_loss_scaling_are_never_saved(data, tmp_path):

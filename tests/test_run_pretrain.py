@@ -222,7 +222,18 @@ def test_checkpoint_of_another_config_or_plan_is_refused(data, tmp_path):
     one_line_error(run(wider), f"{checkpoint} was written by a run that trained something else "
                    "(net_cfg.hidden_size: checkpoint 32, now 48)")
     other_batch = pretrain(data, tmp_path / "a", "--train_steps", "4", "--batch_size", "4")
-    one_line_error(run(other_batch), "read its data differently", "batch_size: checkpoint 8, now 4")
+    one_line_error(run(other_batch), "read its data differently", "batch_size: checkpoint 8, now 4",
+                   "start a new run in another save_checkpoint_path")
+    # Continued pretraining from that run's checkpoint with other settings, in a new folder: the advice was to use
+    # another save folder, which it did; its weights alone can be taken.
+    continued = pretrain(data, tmp_path / "d", "--train_steps", "1", "--batch_size", "4", "--load_checkpoint_path",
+                         str(checkpoint))
+    one_line_error(run(continued), "batch_size: checkpoint 8, now 4", "start from its weights only (step 0, fresh "
+                   "optimizer state) with --load_weights_only true")
+    assert f"initialised the network from {checkpoint} (weights only" in ok(run(continued + [
+        "--load_weights_only", "true"])).stdout
+    one_line_error(run(pretrain(data, tmp_path / "e", "--load_weights_only", "true")),
+                   "load_weights_only is true but --load_checkpoint_path is not set")
     one_line_error(run(pretrain(data, tmp_path / "c", "--load_checkpoint_path", str(tmp_path / "missing.ckpt"))),
                    "checkpoint not found")
 

@@ -161,7 +161,8 @@ class RunIdentity:
 
     def check(self, values: Dict, path: str, settings: TrainSettings, log: Callable[[str], None]) -> None:
         """Refuse to resume from `values` (read from `path`) when they were trained as another run, naming each
-        difference; warn of a changed precision or dropout. Checkpoints written before runs recorded this pass."""
+        difference; warn of a changed precision, dropout or learning setting (_changed_learning). Checkpoints
+        written before runs recorded this pass."""
         network, optimizer, data = IDENTITY_KEYS[:3]
         refused, warned = [], []
         if network in values:
@@ -176,13 +177,23 @@ class RunIdentity:
         if data in values and str(values[data]) != self.data:
             refused.append(f"{settings.flag('data')}: {settings.data} holds other rows than the data the checkpoint "
                            f"was trained on")
+        warned += _changed_learning(values, self.settings)
         if refused:
             raise UserError(f"{path} was written by a run that trained something else ({'; '.join(refused)}); "
-                            f"resume with the same settings, or start a new run in another "
-                            f"{settings.flag('save_dir')}")
+                            f"{other_start(settings, path)}")
         if warned:
             log(f"warning: resuming {path} with other settings ({'; '.join(warned)}): the steps up to it ran with "
                 f"the checkpoint's, the rest run with these")
+
+
+def _changed_learning(values: Dict, settings: Dict[str, object]) -> List[str]:
+    """The settings that change how the rest of a resumed run learns (its optimizer's, e.g. the learning rate, and
+    gradient clipping) where they differ from the checkpoint's: allowed, said in a warning (was: unsaid)."""
+    if "run_settings" not in values:
+        return []
+    stored, prefix = json.loads(str(values["run_settings"])), f"optimizer_cfg.{settings.get('optimizer')}."
+    return [f"{key}: checkpoint {stored.get(key)}, now {settings.get(key)}" for key in sorted(set(stored) | set(settings))
+            if (key == "clip_norm" or key.startswith(prefix)) and stored.get(key) != settings.get(key)]
 
 
 def trained_tokenizer(data_meta: Dict[str, object]) -> Dict[str, object]:
@@ -362,7 +373,17 @@ def _check_plan(values: Dict, plan: StepPlan, path: str, settings: TrainSettings
                for key in PLAN_KEYS if key in values and int(_scalar(values[key])) != mine[key]]
     if changed:
         raise UserError(f"{path} was written by a run that read its data differently ({'; '.join(changed)}); "
-                        f"resume with the same settings, or start a new run in another {settings.flag('save_dir')}")
+                        f"{other_start(settings, path)}")
+
+
+def other_start(settings: TrainSettings, path: str) -> str:
+    """What a run refused to resume `path` can do instead. Resumed from its own save folder: start a new run
+    elsewhere; from the checkpoint given as the initial one (continued pretraining on other data, say): take its
+    weights only (that run had a new save folder already)."""
+    if path == settings.init_checkpoint and "init_only" in settings.flags:
+        return (f"resume with the same settings, or start from its weights only (step 0, fresh optimizer state) with "
+                f"--{settings.flag('init_only')} true")
+    return f"resume with the same settings, or start a new run in another {settings.flag('save_dir')}"
 
 
 def check_checkpoint_space(directory: str, cell: nn.Cell, save_flag: str = "save_checkpoint_path") -> None:

@@ -22,6 +22,8 @@ def run(argv: Sequence[str], description: str) -> int:
     config = parse_cli(CONFIG_FILE, argv, description)
     if not config.data_dir:
         raise UserError("set --data_dir to the pretraining MindRecord (see src.create_pretraining_data)")
+    if config.load_weights_only and not config.load_checkpoint_path:
+        raise UserError("load_weights_only is true but --load_checkpoint_path is not set: whose weights?")
 
     from src.data.pipelines import create_pretraining_dataset
     from src.devices.device_setup import kernels_status, start_device

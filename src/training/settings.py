@@ -14,7 +14,8 @@ from typing import Dict, Sequence, Tuple
 from model_utils.config import Config
 
 PRETRAIN_FLAGS = {"data": "data_dir", "batch_size": "batch_size", "epochs": "epoch_size", "shuffle": "do_shuffle",
-                  "save_dir": "save_checkpoint_path", "init_checkpoint": "load_checkpoint_path"}
+                  "save_dir": "save_checkpoint_path", "init_checkpoint": "load_checkpoint_path",
+                  "init_only": "load_weights_only"}
 FINETUNE_FLAGS = {"data": "train_data_file_path", "batch_size": "train_batch_size", "epochs": "epoch_num",
                   "shuffle": "train_data_shuffle", "save_dir": "save_finetune_checkpoint_path",
                   "init_checkpoint": "load_pretrain_checkpoint_path"}
@@ -33,7 +34,7 @@ class TrainSettings:
     save_dir: str  # absolute; "" = no checkpoints (pretraining with enable_save_ckpt false)
     checkpoint_prefix: str
     init_checkpoint: str  # where the weights start from (a train checkpoint there is resumed, unless init_only)
-    init_only: bool = False  # fine-tuning: the initial checkpoint gives weights only, never progress
+    init_only: bool = False  # the initial checkpoint gives weights only, never progress (always so in fine-tuning)
     allow_missing: Tuple[str, ...] = ()  # parameter names that may be absent from init_checkpoint (a new head)
     part_names: Tuple[str, ...] = ()  # the loss parts the network returns after the total, for the log
     flags: Dict[str, str] = field(default_factory=dict)
@@ -50,8 +51,8 @@ def pretrain_settings(config: Config, checkpoint_prefix: str) -> TrainSettings:
     return TrainSettings(config=config, data=config.data_dir, batch_size=config.batch_size, epochs=config.epoch_size,
                          shuffle=config.do_shuffle, output_dir=output_dir,
                          save_dir=save_dir if config.enable_save_ckpt else "", checkpoint_prefix=checkpoint_prefix,
-                         init_checkpoint=config.load_checkpoint_path, part_names=("mlm_loss", "sop_loss"),
-                         flags=PRETRAIN_FLAGS)
+                         init_checkpoint=config.load_checkpoint_path, init_only=config.load_weights_only,
+                         part_names=("mlm_loss", "sop_loss"), flags=PRETRAIN_FLAGS)
 
 
 def finetune_settings(config: Config, checkpoint_prefix: str, allow_missing: Sequence[str] = ("",)) -> TrainSettings:
