@@ -958,6 +958,10 @@ MATRIX: List[Row] = [
         ["{bad} is a squad_v1 or squad_v2 task yaml, not a classifier one: pass the task yaml the checkpoint was "
          "fine-tuned with, or the --task it fits (squad_v1, squad_v2)"],
         text("eval_json_path: dev-v1.1.json\nn_best_size: 10\n"), bad="mine.yaml"),
+    row(PREDICT, "SQuAD v1.1's yaml for a v2.0 model (was: its settings taken silently)", "--task squad_v2 "
+        "--config_path {root}/task_squad_v1_config.yaml --question Who? --context 'The cat.'",
+        ["{root}/task_squad_v1_config.yaml is a squad_v1 task yaml (it holds every key of task_squad_v1_config.yaml), "
+         "not a squad_v2 one: pass the task yaml the checkpoint was fine-tuned with, or the --task it fits"]),
     row(PREDICT, "a text flag of another task (was: ignored)", "--text_a hi --context paragraph",
         ["--context is not a classifier input (a squad_v1 or squad_v2 one): drop it"]),
     row(PREDICT, "absurd thread count", "--threads 100000 --text_a hi", ["--threads must be in [0, 1024], got 100000"]),

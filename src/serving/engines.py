@@ -143,11 +143,11 @@ def fitting_tasks(inputs: List[Tuple[str, List[int]]], outputs: int) -> List[str
 def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Config:
     """.ckpt: the task yaml it was fine-tuned with (--config_path, else the shipped one)."""
     from model_utils.config import ConfigError, parse_cli
-    from src.tasks.registry import tasks_accepting
+    from src.tasks.registry import tasks_accepting, tasks_copied
 
     argv = ["--config_path", args.config_path] if args.config_path else []
     try:
-        return parse_cli(TASKS[args.task].config_file, argv + (["--num_class", str(num_class)] if num_class else []))
+        config = parse_cli(TASKS[args.task].config_file, argv + (["--num_class", str(num_class)] if num_class else []))
     except ConfigError as err:
         fitting = tasks_accepting(args.config_path, {name: task.config_file for name, task in TASKS.items()}) \
             if args.config_path and "unknown key" in str(err) else []
@@ -156,6 +156,13 @@ def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Co
                             f"the task yaml the checkpoint was fine-tuned with, or the --task it fits "
                             f"({', '.join(fitting)})") from None
         raise
+    copied = tasks_copied(args.config_path, {name: task.config_file for name, task in TASKS.items()}) \
+        if args.config_path else []
+    if copied and args.task not in copied:
+        raise UserError(f"{args.config_path} is a {' or '.join(copied)} task yaml (it holds every key of "
+                        f"{Path(TASKS[copied[0]].config_file).name}), not a {args.task} one: pass the task yaml the "
+                        f"checkpoint was fine-tuned with, or the --task it fits")
+    return config
 
 
 def model_shape(args: argparse.Namespace) -> ModelShape:

@@ -334,6 +334,16 @@ def tasks_accepting(path: os.PathLike, candidates: Dict[str, Path]) -> List[str]
     return [task for task, config_file in candidates.items() if config_file in holding]
 
 
+def tasks_copied(path: os.PathLike, candidates: Dict[str, Path]) -> List[str]:
+    """The tasks of `candidates` (task -> shipped yaml) whose whole yaml the yaml at `path` holds: a copy of it.
+    SQuAD v1.1's keys are a subset of v2.0's, so v1.1's yaml passes as a v2.0 one (its own settings, silently)."""
+    from model_utils.config import flatten, load_yaml_documents
+
+    keys = set(flatten(load_yaml_documents(path)[0]))
+    return [task for task, config_file in candidates.items()
+            if set(flatten(load_yaml_documents(config_file)[0])) <= keys]
+
+
 def trained_task(values: Dict[str, object], checkpoint: str) -> str:
     """The task a fine-tuning run wrote the checkpoint `values` for ("" when unknown), by the checkpoint prefix of
     that run: recorded in it (run_kind), else the start of a train checkpoint's name (albert_<task>-<step>.ckpt).
