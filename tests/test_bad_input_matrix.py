@@ -244,6 +244,15 @@ def uncased_data(bad: Path, fx: Path) -> None:
                                       "--spm_model_file", str(ASSETS / "tokenizer" / "albert_30k-clean.model")]) == 0
 
 
+def with_extra_question(bad: Path, fx: Path) -> None:
+    """{bad}: the SQuAD sample the fixtures' evaluation data was made from, with one question more."""
+    dataset = json.loads(Path(SQUAD_JSON.format(assets=ASSETS)).read_text(encoding="utf-8"))
+    paragraph = dataset["data"][0]["paragraphs"][0]
+    paragraph["qas"].append({"id": "not-in-the-data", "question": "Who?", "answers": [
+        {"text": paragraph["context"][:5], "answer_start": 0}]})
+    bad.write_text(json.dumps(dataset), encoding="utf-8")
+
+
 def flipped_checkpoint(source: str) -> Maker:
     """{bad}: the fixture checkpoint `source` (config beside it) with 512 bytes inside its word embeddings inverted,
     as a failing disk or copy leaves a file: MindSpore still loads it (tests/test_checkpoint_trust.py shows so)."""
@@ -519,6 +528,10 @@ MATRIX: List[Row] = [
     row(SQ1, "eval json of another data set", "--eval_json_path {assets}/squad/v2.0/dev-v2.0.subset_Normans_Rhine.json",
         ["117 questions of {fx}/sq_eval.mindrecord", "are not in eval_json_path", "another SQuAD file?"],
         process=True),
+    row(SQ1, "eval json with questions the data lacks (was: scored them 0, after the whole evaluation)",
+        "--eval_json_path {bad}", ["1 of the 118 questions of eval_json_path {bad} (e.g. not-in-the-data) are not in "
+                                   "{fx}/sq_eval.mindrecord, and would be scored as unanswered: pass the SQuAD file "
+                                   "the data was made from"], with_extra_question, bad="dev.json"),
     row(SQ1, "missing eval json", "--eval_json_path {tmp}/missing.json",
         ["eval_json_path not found: {tmp}/missing.json"]),
     row(SQ1, "empty eval json", "--eval_json_path {bad}", ["{bad}: empty file, expected json"], text(""),

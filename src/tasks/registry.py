@@ -257,8 +257,9 @@ def squad_eval_maps(data_file: str):
 
 
 def check_squad_eval_inputs(config: Config, data_file: str, action: str) -> None:
-    """Before training starts: the feature maps beside the data and, for scoring, a SQuAD json that holds the
-    data's questions."""
+    """Before training starts: the feature maps beside the data and, for scoring, a SQuAD json holding the data's
+    questions and no others (v1.1 scoring counts a question without a prediction as 0 and v2.0's refuses it, after
+    the whole evaluation)."""
     from src.tasks.squad_metrics import load_dataset, questions
     examples, _ = squad_eval_maps(data_file)
     if action == "eval":
@@ -266,11 +267,18 @@ def check_squad_eval_inputs(config: Config, data_file: str, action: str) -> None
             raise UserError("do_eval is true but --eval_json_path is not set")
         if not os.path.isfile(config.eval_json_path):
             raise UserError(f"eval_json_path not found: {config.eval_json_path}")
-        known = {qa["id"] for qa in questions(load_dataset(config.eval_json_path))}
+        listed = [qa["id"] for qa in questions(load_dataset(config.eval_json_path))]
+        known = set(listed)
         foreign = [example["qas_id"] for example in examples if example["qas_id"] not in known]
         if foreign:
             raise UserError(f"{len(foreign)} questions of {data_file} (e.g. {foreign[0]}) are not in eval_json_path "
                             f"{config.eval_json_path}: was the data made from another SQuAD file?")
+        made = {example["qas_id"] for example in examples}
+        extra = [qas_id for qas_id in listed if qas_id not in made]
+        if extra:
+            raise UserError(f"{len(extra)} of the {len(known)} questions of eval_json_path {config.eval_json_path} "
+                            f"(e.g. {extra[0]}) are not in {data_file}, and would be scored as unanswered: pass the "
+                            f"SQuAD file the data was made from")
 
 
 # -------------------------------------------------------------------------------------------- the exported outputs
