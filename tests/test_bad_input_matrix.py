@@ -647,6 +647,11 @@ MATRIX: List[Row] = [
     row(MAKE_SQ, "is_impossible as a string (was: \"false\" taken as impossible)", "--input_file {bad}",
         ["{bad}: data[0].paragraphs[0].qas[0]: field 'is_impossible' should be bool, got str"],
         text(SQUAD_ROW % '{"id": "1", "question": "q", "is_impossible": "false", "answers": []}'), bad="bad.json"),
+    row(MAKE_SQ, "an impossible question with answers (was: accepted)", "--input_file {bad} --version_2_with_negative "
+        "true", ["{bad}: data[0].paragraphs[0].qas[0]: question 1 is_impossible but has 1 answer(s): training would "
+                 "treat it as unanswerable, the official scoring as answerable"],
+        text(SQUAD_ROW % '{"id": "1", "question": "q", "is_impossible": true, '
+                         '"answers": [{"text": "abc", "answer_start": 0}]}'), bad="bad.json"),
     row(MAKE_SQ, "two questions of one id (was: accepted)", "--input_file {bad}",
         ["{bad}: data[0].paragraphs[0].qas[1]: question id 1 is also the id of {bad}: data[0].paragraphs[0].qas[0]"],
         text(SQUAD_ROW % ('{"id": "1", "question": "q", "answers": [{"text": "abc", "answer_start": 0}]}, '
