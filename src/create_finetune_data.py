@@ -31,7 +31,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -102,6 +102,7 @@ def _check_label(task: TsvTask, label: str, path: Path, line_no: int) -> str:
 
 # ----------------------------------------------------------------------------------------------- RACE
 RACE_SPLITS = ("train", "dev", "test")
+RACE_LEVELS = ("high", "middle")
 
 
 def race_files(data_dir: Path, split: str) -> List[Path]:
@@ -110,11 +111,23 @@ def race_files(data_dir: Path, split: str) -> List[Path]:
     if root == data_dir and data_dir.name in RACE_SPLITS and data_dir.name != split:
         raise UserError(f"{data_dir} is RACE's {data_dir.name} split but --split is {split}: pass the folder holding "
                         f"{split}/ (or {split}/ itself), or --split {data_dir.name}")
-    files = sorted(p for level in ("high", "middle") for p in (root / level).glob("*.txt"))
+    files = sorted(p for level in RACE_LEVELS for p in (root / level).glob("*.txt"))
     if not files:
         raise UserError(f"no RACE files of split {split} in {root}/high or {root}/middle (expected "
                         f"{data_dir}/{split}/high/*.txt and {data_dir}/{split}/middle/*.txt)")
     return files
+
+
+def race_level_warning(files: Sequence[Path]) -> Optional[str]:
+    """RACE has a high and a middle level; a split with files of one only (a partial download or copy) looks
+    complete otherwise. A warning, not an error: one level alone may be what the user wants."""
+    found = {path.parent.name for path in files}
+    missing = [level for level in RACE_LEVELS if level not in found]
+    if not files or not missing:
+        return None
+    root = files[0].parent.parent
+    return (f"no RACE files in {root / missing[0]} (RACE has levels {' and '.join(RACE_LEVELS)}): the data holds the "
+            f"{found.pop()} level only; a partial download?")
 
 
 def read_race_examples(path: Path) -> List[RaceExample]:
@@ -178,6 +191,7 @@ def create_finetune_data(config) -> Dict[str, object]:
         layout = schema.RACE
         records = _race_records(files, tokenizer, config)
         inputs = [str(p) for p in files]
+        warnings = [race_level_warning(files)]
     else:
         path = _input_path(config)
         labels = label_list(config.task_name)
@@ -186,6 +200,7 @@ def create_finetune_data(config) -> Dict[str, object]:
         records = ((classifier_feature(e, tokenizer, label_map, config.max_seq_length), e)
                    for e in read_tsv_examples(config.task_name, path, config.split))
         inputs = [str(path)]
+        warnings = []
     meta = {"kind": "race" if config.task_name == "race" else "classifier", "task_name": config.task_name,
             "split": config.split, "label_list": label_list(config.task_name), "columns": list(layout.names),
             "max_seq_length": config.max_seq_length, "tokenizer": tokenizer.describe(), "inputs": inputs}
@@ -201,7 +216,7 @@ def create_finetune_data(config) -> Dict[str, object]:
                 sources.write(jsonl_line({"guid": example.guid, "source": example.source}))
                 bar.update(1)
         meta["unknown_tokens_fraction"] = round(unknown.fraction, 4)
-        meta["warnings"] = [warning for warning in (unknown.warning(),) if warning]
+        meta["warnings"] = [warning for warning in (*warnings, unknown.warning()) if warning]
         return out.publish(meta)
 
 

@@ -256,3 +256,17 @@ def test_text_the_vocabulary_does_not_know_is_warned_about(tmp_path, assets, spm
     assert cfd.main(common + chinese) == 0
     assert "unknown to the vocabulary" not in capsys.readouterr().err
     assert json.loads((tmp_path / "zh.mindrecord.meta.json").read_text())["unknown_tokens_fraction"] < 0.05
+
+
+def test_race_with_one_level_warns_naming_the_missing_folder(tmp_path, assets, spm_path, capsys):
+    """was: a data_dir with only dev/high (a partial download) made data silently; RACE has high and middle."""
+    import shutil
+    shutil.copytree(assets / "race" / "RACE" / "dev" / "high", tmp_path / "RACE" / "dev" / "high")
+    argv = ["--task_name", "race", "--data_dir", str(tmp_path / "RACE"), "--split", "dev", "--max_seq_length", "64"]
+    assert cfd.main(_args(spm_path, tmp_path / "one.mindrecord", *argv)) == 0
+    expected = f"warning: no RACE files in {tmp_path / 'RACE' / 'dev' / 'middle'} (RACE has levels high and middle)"
+    assert expected in capsys.readouterr().err
+    assert any("middle" in w for w in json.loads((tmp_path / "one.mindrecord.meta.json").read_text())["warnings"])
+    argv[3] = str(assets / "race" / "RACE")  # both levels: no such warning
+    assert cfd.main(_args(spm_path, tmp_path / "both.mindrecord", *argv)) == 0
+    assert "no RACE files" not in capsys.readouterr().err

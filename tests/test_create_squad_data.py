@@ -337,3 +337,18 @@ def test_a_v1_file_made_into_v2_data_is_warned_about(tmp_path, assets, spm_path,
     assert csd.main(_args(spm_path, tmp_path / "predict.json", tmp_path / "p.mindrecord", "--is_training", "false",
                           "--version_2_with_negative", "true")) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_impossible_question_with_answers_is_refused(tmp_path, spm_path, assets):
+    """was: accepted; training took it as unanswerable and the official v2.0 scoring as answerable."""
+    for name in ("dev-v2.0.subset_Normans_Rhine.json", "dev-v2.0.subset_Normans_ComplexityTheory.json",
+                 "cs224n_bert_base/dev-v2.0.cs224n_split.json"):  # real files: answers [], plausible_answers
+        for is_training in (True, False):
+            examples, _ = _read_examples(assets / "squad" / "v2.0" / name, is_training, True)
+            assert any(e.is_impossible for e in examples)
+    qa = {"id": "q9", "question": "Who?", "is_impossible": True, "answers": [{"text": "Bob", "answer_start": 0}]}
+    doc = {"version": "v2.0", "data": [{"paragraphs": [{"context": "Bob went home.", "qas": [qa]}]}]}
+    for is_training in ("true", "false"):
+        _bad(tmp_path, spm_path, json.dumps(doc),
+             r"bad\.json: data\[0\]\.paragraphs\[0\]\.qas\[0\]: question q9 is_impossible but has 1 answer\(s\)",
+             "--version_2_with_negative", "true", "--is_training", is_training)

@@ -138,3 +138,34 @@ def test_bad_inputs_are_clear_errors(v2, tmp_path, assets):
     assert result.returncode == 2 and "no predictions" in result.stderr
     result = cli("--version", "1.1", "--data_file", tmp_path / "missing.json", "--pred_file", other)
     assert result.returncode == 2 and "data file not found" in result.stderr
+
+
+def test_v2_data_scored_as_v1_names_its_first_unanswerable_question(assets, tmp_path):
+    """was: a traceback (ValueError: max() arg is an empty sequence) after the version warning, exit 1."""
+    data_file = assets / "squad" / "v2.0" / "dev-v2.0.subset_Normans_Rhine.json"
+    dataset = json.loads(data_file.read_text())["data"]
+    first = next(qa for qa in questions(dataset) if qa.get("is_impossible"))  # the official marking, in file order
+    predicted = {qa["id"]: "x" for qa in questions(dataset)}
+    (tmp_path / "pred.json").write_text(json.dumps(predicted))
+    result = cli("--version", "1.1", "--data_file", data_file, "--pred_file", tmp_path / "pred.json")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert f"question {first['id']} has no gold answers" in result.stderr
+    assert "score this file with --version 2.0" in result.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--version", "2.0", "--na_prob_file", "NULL"], "--na_prob_file needs --na_prob_thresh: the run's "
+                                                     "null_score_diff_threshold (0.0 by default)"),
+    (["--version", "2.0", "--na_prob_thresh", "0"], "--na_prob_thresh goes with --na_prob_file"),
+    (["--version", "1.1", "--na_prob_thresh", "0"], "--na_prob_thresh is for --version 2.0"),
+])
+def test_null_odds_threshold_is_explicit(v2, flags, message):
+    """was: --na_prob_thresh defaulted to 1.0 (the official script's, for probabilities) while null_odds.json holds
+    null scores thresholded at the run's null_score_diff_threshold (0.0), and a threshold without null odds or with
+    v1.1 was ignored."""
+    flags = [str(v2["null_odds"]) if flag == "NULL" else flag for flag in flags]
+    result = cli("--data_file", v2["dev-v2.0.cs224n_split"], "--pred_file", v2["predictions"], *flags)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr
+

@@ -2,9 +2,10 @@
 checked (keys, types, sizes) and streamed so that memory does not grow with the file."""
 import argparse
 import difflib
+import hashlib
 import json
 import sys
-from typing import Dict, Iterator, Optional, Tuple
+from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from model_utils import json_input
 from model_utils.errors import UserError
@@ -41,20 +42,34 @@ TEXT_FLAGS = {"text_a": ("classifier",), "text_b": ("classifier",), "labels": ("
               "context": ("squad_v1", "squad_v2")}
 
 
+def blank(text: object) -> bool:
+    """Empty or whitespace only: the tokenizer makes no token of it, so the model would answer an empty input."""
+    return not text or (isinstance(text, str) and not text.strip())
+
+
+def _blank_flags(args: argparse.Namespace, flags: Sequence[str]) -> str:
+    """' (--context is blank)' when one of `flags` was given as whitespace only, to say why it counts as missing."""
+    given = [flag for flag in flags if getattr(args, flag) and blank(getattr(args, flag))]
+    return f" (--{given[0]} is blank)" if given else ""
+
+
 def flag_request(args: argparse.Namespace, choices: int) -> Dict[str, object]:
-    """The one request of the text flags."""
+    """The one request of the text flags; a blank text counts as missing."""
     if args.task == "classifier":
-        if not args.text_a:
-            raise UserError("--task classifier needs --text_a (and --text_b for a sentence-pair task)")
+        if blank(args.text_a):
+            raise UserError("--task classifier needs --text_a (and --text_b for a sentence-pair task)"
+                            + _blank_flags(args, ["text_a"]))
         return {"text_a": args.text_a, "text_b": args.text_b}
     if args.task == "race":
-        if not args.article or not args.question or not args.option:
-            raise UserError("--task race needs --article, --question and one --option per choice")
+        if blank(args.article) or blank(args.question) or not args.option:
+            raise UserError("--task race needs --article, --question and one --option per choice"
+                            + _blank_flags(args, ["article", "question"]))
         if len(args.option) != choices:
             raise UserError(f"the model chooses among {choices} options but {len(args.option)} --option were given")
         return {"article": args.article, "question": args.question, "options": list(args.option)}
-    if not args.question or not args.context:
-        raise UserError(f"--task {args.task} needs --question and --context")
+    if blank(args.question) or blank(args.context):
+        raise UserError(f"--task {args.task} needs --question and --context" +
+                        _blank_flags(args, ["question", "context"]))
     return {"question": args.question, "context": args.context}
 
 
@@ -68,9 +83,11 @@ def check_request(request: object, task: str, choices: int, where: str) -> None:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
             raise UserError(f"{where}: unknown key '{key}' for {task} (keys: {', '.join(known)})"
                             + (f"; did you mean '{close[0]}'?" if close else ""))
-    missing = [key for key in REQUEST_KEYS[task] if key != "text_b" and not request.get(key)]
+    missing = [key for key in REQUEST_KEYS[task] if key != "text_b" and blank(request.get(key))]
     if missing:
-        raise UserError(f"{where}: a {task} request needs {', '.join(missing)}")
+        blanks = [key for key in missing if request.get(key)]
+        raise UserError(f"{where}: a {task} request needs {', '.join(missing)}"
+                        + (f" ({blanks[0]} is blank)" if blanks else ""))
     if all(key in request for key in GOLD_KEYS):
         raise UserError(f"{where}: give the gold answer once, as label or as gold")
     for key, value in request.items():
@@ -104,6 +121,12 @@ def warn_single_sentences(args: argparse.Namespace, total: int, alone: Tuple[int
 def read_requests(path: str, task: str, choices: int) -> Iterator[Dict[str, object]]:
     """The requests of a JSON lines file, streamed (blank lines skipped), each checked and given its line number
     as id when it has none. A line over MAX_REQUEST_BYTES and JSON nested too deeply to parse are refused."""
+    for number, request in _numbered_requests(path, task, choices):
+        yield {"id": number, **request}
+
+
+def _numbered_requests(path: str, task: str, choices: int) -> Iterator[Tuple[int, Dict[str, object]]]:
+    """(line number, checked request as written) of each request line of `path`."""
     with open(path, "rb") as lines:  # decoded line by line, so a bad byte is named with its line
         for number, raw in enumerate(iter(lambda: lines.readline(MAX_REQUEST_BYTES + 1), b""), 1):
             where = f"{path} line {number}"
@@ -123,15 +146,35 @@ def read_requests(path: str, task: str, choices: int) -> Iterator[Dict[str, obje
             except RecursionError:
                 raise UserError(f"{where}: JSON nested too deeply (a request is a flat JSON object)") from None
             check_request(request, task, choices, where)
-            yield {"id": number, **request}
+            yield number, request
+
+
+def _id_key(request_id: object) -> bytes:
+    """A fixed-size key of an id (as JSON, so 3 and "3" differ as they do in the answers file): survey_requests
+    keeps one per request, not the id itself, which may be long."""
+    return hashlib.blake2b(json.dumps(request_id).encode("utf-8"), digest_size=16).digest()
+
+
+def _check_unique_id(seen: Dict[bytes, int], number: int, request: Dict[str, object], path: str) -> None:
+    """Answers are matched to requests by id: two requests of one id would be answered twice under it."""
+    request_id = request.get("id", number)
+    first = seen.setdefault(_id_key(request_id), number)
+    if first != number:
+        implicit = "" if "id" in request else " (its line number: it has no id)"
+        shown = json.dumps(request_id, ensure_ascii=False)
+        raise UserError(f"{path} line {number}: id {shown}{implicit} is also the id of line {first}: ids must be "
+                        f"unique (answers are matched to requests by id)")
 
 
 def survey_requests(path: str, task: str, choices: int) -> Tuple[int, Tuple[int, object]]:
-    """Read every request once before the model is loaded, keeping none (memory stays flat): a bad line stops the
-    run before any work. Returns the number of requests and, for the classifier, how many have no text_b and the
-    first one's id."""
+    """Read every request once before the model is loaded, keeping only a 16-byte key of each id (to refuse a
+    repeated id): a bad line stops the run before any work. Returns the number of requests and, for the
+    classifier, how many have no text_b and the first one's id."""
     total, alone, first = 0, 0, None
-    for request in read_requests(path, task, choices):
+    seen: Dict[bytes, int] = {}
+    for number, request in _numbered_requests(path, task, choices):
+        _check_unique_id(seen, number, request, path)
+        request = {"id": number, **request}
         total += 1
         if task == "classifier" and not request.get("text_b"):
             alone, first = alone + 1, first if alone else request["id"]

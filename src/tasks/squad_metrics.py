@@ -2,13 +2,15 @@
 
     python -m src.squad_postprocess --version 1.1 --data_file dev-v1.1.json --pred_file predictions.json
     python -m src.squad_postprocess --version 2.0 --data_file dev-v2.0.json --pred_file predictions.json \
-        --na_prob_file null_odds.json [--na_prob_thresh 1.0]
+        --na_prob_file null_odds.json --na_prob_thresh 0.0
 
 Prints one JSON object with the official scripts' keys and values:
 - v1.1: {"exact_match", "f1"} over all questions; a question without a prediction scores 0 and is reported on stderr
   ("Unanswered question ID will receive score 0.").
 - v2.0: {"exact", "f1", "total", "HasAns_*", "NoAns_*"} after the null-odds threshold, plus "best_exact",
-  "best_exact_thresh", "best_f1", "best_f1_thresh" when null odds are given. The official v2.0 script cannot score
+  "best_exact_thresh", "best_f1", "best_f1_thresh" when null odds are given. The threshold must be given with
+  the null odds: the run's null_score_diff_threshold for this package's null_odds.json (null scores, any real
+  number), 1.0 for the official script's probabilities. The official v2.0 script cannot score
   a data set with questions missing from the predictions (it reports "Missing prediction for ID" and then fails);
   here that is a clear error listing them.
 
@@ -170,6 +172,18 @@ def load_dataset(data_file: str) -> List[dict]:
     return data["data"]
 
 
+def check_answerable(dataset: List[dict], data_file: str) -> None:
+    """v1.1 scores a question by its best match among the gold answers: a question without any (SQuAD v2.0's
+    unanswerable ones) has nothing to score against, and the official v1.1 script crashes on it."""
+    for a, article in enumerate(dataset):
+        for p, paragraph in enumerate(article["paragraphs"]):
+            for q, qa in enumerate(paragraph["qas"]):
+                if not qa["answers"]:
+                    raise UserError(f"{data_file}: data[{a}].paragraphs[{p}].qas[{q}]: question {qa['id']} has no "
+                                    f"gold answers (an unanswerable SQuAD v2.0 question?): score this file with "
+                                    f"--version 2.0")
+
+
 def load_inputs(data_file: str, pred_file: str, na_prob_file: str = "") -> Tuple[List[dict], Dict[str, str],
                                                                                  Optional[Dict[str, float]]]:
     """The data set's `data` list, the predictions and the null odds, checked to belong together."""
@@ -186,8 +200,22 @@ def load_inputs(data_file: str, pred_file: str, na_prob_file: str = "") -> Tuple
     na_probs = load_json(na_prob_file, "null-odds file") if na_prob_file else None
     if na_probs is not None and not (isinstance(na_probs, dict) and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in na_probs.values())):
-        raise UserError(f"{na_prob_file}: expected a json object mapping question ids to null probabilities")
+        raise UserError(f"{na_prob_file}: expected a json object mapping question ids to null odds (numbers)")
     return dataset, predictions, na_probs
+
+
+def check_null_odds_flags(args) -> None:
+    """The threshold has no default: the official script's 1.0 is meant for probabilities, while this package's
+    null_odds.json holds null scores thresholded at the run's null_score_diff_threshold, so a default would
+    silently give other numbers than the run's eval_results.json. A flag that would be ignored is refused."""
+    if args.version == "1.1" and (args.na_prob_file or args.na_prob_thresh is not None):
+        raise UserError(f"{'--na_prob_file' if args.na_prob_file else '--na_prob_thresh'} is for --version 2.0")
+    if args.na_prob_thresh is not None and not args.na_prob_file:
+        raise UserError("--na_prob_thresh goes with --na_prob_file (the null odds it is compared with)")
+    if args.na_prob_file and args.na_prob_thresh is None:
+        raise UserError("--na_prob_file needs --na_prob_thresh: the run's null_score_diff_threshold (0.0 by default) "
+                        "for this package's null_odds.json (null scores, not probabilities), 1.0 for the official "
+                        "script's probabilities")
 
 
 def main(argv: List[str]) -> int:
@@ -195,13 +223,18 @@ def main(argv: List[str]) -> int:
     parser.add_argument("--version", required=True, choices=["1.1", "2.0"], help="SQuAD version of the data")
     parser.add_argument("--data_file", required=True, help="official-format SQuAD json (dev set)")
     parser.add_argument("--pred_file", required=True, help="predictions.json: {question id: answer text}")
-    parser.add_argument("--na_prob_file", default="", help="v2.0: null_odds.json {question id: P(no answer)}")
-    parser.add_argument("--na_prob_thresh", type=real, default=1.0,
-                        help="v2.0: predict 'no answer' when the null probability exceeds this")
+    parser.add_argument("--na_prob_file", default="",
+                        help="v2.0: {question id: null odds}; this package's null_odds.json holds null scores (the "
+                             "answer-class logit, any real number), the official script's file probabilities")
+    parser.add_argument("--na_prob_thresh", type=real, default=None,
+                        help="v2.0, required with --na_prob_file: a question counts as unanswered when its null odds "
+                             "exceed this; the run's null_score_diff_threshold (0.0 by default) for this package's "
+                             "null_odds.json, 1.0 for the official script's probabilities")
     args = parser.parse_args(argv)
-    if args.version == "1.1" and args.na_prob_file:
-        raise UserError("--na_prob_file is for --version 2.0")
+    check_null_odds_flags(args)
     dataset, predictions, na_probs = load_inputs(args.data_file, args.pred_file, args.na_prob_file)
+    if args.version == "1.1":
+        check_answerable(dataset, args.data_file)
     version = load_json(args.data_file, "data file").get("version")
     if args.version == "1.1" and version != "1.1":  # a warning, as in the official v1.1 script
         print(f"Evaluation expects v-1.1, but got dataset with v-{version}", file=sys.stderr)
