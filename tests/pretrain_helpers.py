@@ -124,10 +124,11 @@ def tensorboard(folder: Path):
 
 def check_curves(folder: Path, rows: Dict[int, dict], keys=("loss", "mlm_loss", "sop_loss", "lr", "loss_scale",
                                                              "overflow_count", "samples_per_s", "tokens_per_s")):
-    """OUTPUT_DIR/tensorboard holds train/<key> once at every step of metrics.jsonl, with its (finite) value."""
+    """OUTPUT_DIR/tensorboard holds train/<key> once at every step of metrics.jsonl, with its value; a value that
+    is no finite number (null in metrics.jsonl) is not logged."""
     events = tensorboard(folder / "tensorboard")
     for key in keys:
-        finite = {step: row[key] for step, row in rows.items() if np.isfinite(row[key])}
+        finite = {step: row[key] for step, row in rows.items() if row[key] is not None}
         logged = [(event.step, event.value) for event in events.Scalars(f"train/{key}")]
         assert [step for step, _ in logged] == sorted(finite), key
         for step, value in logged:
