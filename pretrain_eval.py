@@ -57,7 +57,7 @@ def main(argv: List[str]) -> int:
             raise UserError(f"set --{key}")
 
     from src.common.atomic_files import check_file_output, save_json_atomic
-    from src.common.checkpoint_io import load_weights, read_checkpoint
+    from src.common.checkpoint_io import load_weights, read_checkpoint_and_digest
     from src.common.run_log import log_to
     from src.data.pipelines import data_paths
     from src.data.schema import PRETRAINING
@@ -76,7 +76,7 @@ def main(argv: List[str]) -> int:
     check_file_output(output, inputs)
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
-    weights = read_checkpoint(config.eval_ckpt)
+    weights, digest = read_checkpoint_and_digest(config.eval_ckpt)
     check_data_tokenizer(checkpoint_tokenizer(weights), meta, f"{config.eval_ckpt} was trained on data made with",
                          config.eval_data_dir)
     cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))
@@ -89,7 +89,7 @@ def main(argv: List[str]) -> int:
         sums = all_ranks_sum(sums).astype(np.float64)
     metrics = metrics_from_sums(sums)
     if device.is_main:
-        save_json_atomic({**metrics, "checkpoint": os.path.abspath(config.eval_ckpt),
+        save_json_atomic({**metrics, "checkpoint": os.path.abspath(config.eval_ckpt), "checkpoint_sha256": digest,
                           "data": os.path.abspath(config.eval_data_dir), "network": source}, output)
         print(json.dumps(metrics, indent=2))
         print(f"wrote {output}")

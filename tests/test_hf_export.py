@@ -8,6 +8,7 @@ transformers and torch (no sentencepiece, protobuf, MindSpore or this package) g
 import contextlib
 import inspect
 import io
+import shutil
 import json
 import subprocess
 import sys
@@ -298,6 +299,11 @@ def test_wordpiece_tokenizer_files_encode_as_ours(tmp_path):
                       "--vocab_file", str(vocab))
     assert json.loads((tmp_path / "zh" / "config.json").read_text())["tokenizer_class"] == "BertTokenizer"
     hf_model(tmp_path / "zh")
+    from huggingface_hub import ModelCard
+
+    # the card says the model is Chinese and shows it on Chinese text (was: no language, an English example)
+    card = ModelCard.load(tmp_path / "zh" / "README.md")
+    assert card.data.language == ["zh"] and '"text": "今天天气怎么样？"' in card.text
     news = [line for line in (ASSETS / "pretrain" / "albert_zh_news_zh_1.txt").read_text(encoding="utf-8").splitlines()
             if line.strip()]  # all 213 of the sample
     assert_encodes_as_ours(tmp_path / "zh", FullTokenizer(str(vocab), True), "BertTokenizer", "BertTokenizerFast",
@@ -573,6 +579,31 @@ def test_the_folder_carries_a_model_card_the_hub_reads(spm_path, tmp_path):
     export_in_process(*earlier, "--eval_results", str(run / "eval" / "eval_results.json"))
     card = ModelCard.load(folder / "README.md").data
     assert {(result.dataset_config, result.dataset_split) for result in card.eval_results} == {("mrpc", "train")}
+
+
+def test_a_pretraining_card_takes_the_runs_pretrain_eval_of_the_same_weights(runs, data, tmp_path):
+    """pretrain_eval.py's default output, OUTPUT_DIR/pretrain_eval.json, is the pretraining run's evaluation (was: only
+    with --eval_results; the card said "no evaluation results"); as for fine-tuning, only for the weights it scored.
+    English ALBERT's vocabulary gives no language (Latin letters cannot tell which)."""
+    from huggingface_hub import ModelCard
+
+    out = tmp_path / "run"
+    shutil.copytree(runs["pretrain"].parent, out / "checkpoints")
+    ok(run(["pretrain_eval.py", "--eval_ckpt", str(out / "checkpoints" / "albert_pretrain-2.ckpt"),
+                 "--eval_data_dir", str(data["eval"]), "--output_dir", str(out), "--eval_batch_size", "8"]))
+    evaluation = json.loads((out / "pretrain_eval.json").read_text())
+    printed = export_in_process("--file_format", "HF", "--task", "pretrain", "--export_ckpt_file",
+                                str(out / "checkpoints" / "albert_pretrain-2.ckpt"), "--export_file_name",
+                                str(tmp_path / "hf"), "--spm_model_file", str(runs["spm_small"]))
+    assert "note: model card README.md: the metrics of pretrain_eval.json" in printed
+    card = ModelCard.load(tmp_path / "hf" / "README.md")
+    metrics = {"masked_lm_accuracy", "masked_lm_loss", "sentence_order_accuracy", "sentence_order_loss"}
+    assert set(card.data.metrics) == metrics and card.data.language is None
+    assert all(f"| {name} | {evaluation[name]:.4f} |" in card.text for name in metrics)
+    export_in_process("--file_format", "HF", "--task", "pretrain", "--export_ckpt_file",
+                      str(out / "checkpoints" / "albert_pretrain-3.ckpt"), "--export_file_name", str(tmp_path / "hf3"))
+    assert "No evaluation results: the run's pretrain_eval.json is of other weights than albert_pretrain-3.ckpt's" \
+        in (tmp_path / "hf3" / "README.md").read_text()
 
 
 def test_a_card_never_publishes_the_evaluation_of_another_task():

@@ -24,7 +24,7 @@ from src.conversion.convert_checkpoint import HF_HEADS, name_in_hf
 from src.data.tokenization import FullTokenizer
 from src.export.hf_tokenizer import TOKENIZER_FILES, tokenizer_files
 from src.export.model_card import (CardFacts, EvalResults, check_evaluation, checkpoint_progress, find_eval_results,
-                                   model_card)
+                                   model_card, vocabulary_language)
 from src.serving.finetuned_heads import HEAD_OWNERS, check_head, fitting_task
 from src.tasks.registry import TASKS, check_trained_tokenizer
 
@@ -115,12 +115,13 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
 
     checkpoint = args.export_ckpt_file
     tokenizer = read_tokenizer(args)
-    # a fine-tuning run's evaluation (pretraining runs write pretrain_eval.json: --eval_results takes it)
+    # the run's evaluation: a fine-tuning run's OUTPUT_DIR/eval/eval_results.json, pretrain_eval.py's default output
     prefix = TASKS[task].checkpoint_prefix if task in TASKS else ""
+    beside = "pretrain_eval.json" if task == "pretrain" else os.path.join("eval", "eval_results.json")
     values, digest = read_checkpoint_and_digest(checkpoint)
     check_task(values, task, task_config, checkpoint, source, by_flag=bool(args.task))
-    evaluation = find_eval_results(args.eval_results, checkpoint, prefix, digest)
-    check_evaluation(evaluation.values, task, args.task_name, args.eval_results or "the run's eval/eval_results.json")
+    evaluation = find_eval_results(args.eval_results, checkpoint, prefix, digest, beside)
+    check_evaluation(evaluation.values, task, args.task_name, args.eval_results or f"the run's {beside}")
     net = network_config(task_config, None, config_beside(checkpoint))
     check_expressible(net)
     check_vocabulary(tokenizer, values, checkpoint)
@@ -129,7 +130,7 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
     tensors = hf_tensors(values, task, task_config, net, checkpoint)
     labels = task_labels(tensors, args.task_name, task)
     config = hf_config(net, hf_class, task_config, tokenizer, labels)
-    card = card_facts(args, task, hf_class, net, values, tensors, labels, tokenizer is not None, evaluation, folder,
+    card = card_facts(args, task, hf_class, net, values, tensors, labels, tokenizer, evaluation, folder,
                       training_settings(values, settings_file, task_config))
     files = {"config.json": (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
              "README.md": model_card(card).encode("utf-8")}
@@ -146,8 +147,8 @@ def export_hf(args: Config, task: str, task_config: Config, source: str, folder:
 
 
 def card_facts(args: Config, task: str, hf_class: HfClass, net, values: Dict[str, object],
-               tensors: Dict[str, np.ndarray], labels: Dict[str, object], tokenizer: bool, evaluation: EvalResults,
-               folder: str, settings: Optional[Tuple[str, Config]]) -> CardFacts:
+               tensors: Dict[str, np.ndarray], labels: Dict[str, object], tokenizer: Optional[FullTokenizer],
+               evaluation: EvalResults, folder: str, settings: Optional[Tuple[str, Config]]) -> CardFacts:
     """What the model card of this export says (src/export/model_card.py)."""
     from src.training.step_plan import PLAN_KEYS
 
@@ -155,8 +156,9 @@ def card_facts(args: Config, task: str, hf_class: HfClass, net, values: Dict[str
     task_name = (args.task_name or str((evaluation.values or {}).get("task", ""))) if task == "classifier" else ""
     return CardFacts(os.path.basename(os.path.abspath(folder)), task, hf_class.architecture, hf_class.pipeline, net,
                      sum(int(value.size) for value in tensors.values()), labels, task_name, checkpoint,
-                     checkpoint_progress(values, ("micro_step", *PLAN_KEYS)), tokenizer, evaluation, settings,
-                     args.license, args.base_model)
+                     checkpoint_progress(values, ("micro_step", *PLAN_KEYS)), tokenizer is not None, evaluation,
+                     settings, args.license, args.base_model,
+                     vocabulary_language(list(tokenizer.vocab)) if tokenizer is not None else "")
 
 
 def training_settings(values: Dict[str, object], settings_file: str,

@@ -29,7 +29,7 @@ TASK_DATASETS = {"race": ("ehovy/race", "RACE"), "squad_v1": ("rajpurkar/squad",
 GLUE = "nyu-mll/glue"
 HUB_METRICS = {"mcc": "matthews_correlation", "macro_f1": "f1", "pearson_correlation": "pearsonr",
                "spearman_correlation": "spearmanr"}  # ours -> the Hub's metric id (the rest are the same)
-NOT_METRICS = ("score", "examples", "rows", "devices", "questions", "total")  # eval_results.json bookkeeping
+NOT_METRICS = ("score", "examples", "rows", "devices", "questions", "total", "masked_tokens")  # evaluation bookkeeping
 TRAINING_KEYS = ("optimizer", "train_steps", "epoch_num", "epoch_size", "batch_size", "train_batch_size",
                  "accumulation_steps", "classifier_dropout_prob", "seed")
 ALBERT_LICENSE = "apache-2.0"  # Google's ALBERT weights and the albert_zh releases
@@ -62,6 +62,7 @@ class CardFacts:
     settings: Optional[Tuple[str, Config]]  # (where they come from, values): recorded by the run, or its yaml
     license: str
     base_model: str
+    language: str = ""  # the Hub's code of the vocabulary's language, where it tells (vocabulary_language)
 
 
 def model_card(facts: CardFacts) -> str:
@@ -110,6 +111,8 @@ def card_metadata(facts: CardFacts) -> Dict[str, object]:
     metadata: Dict[str, object] = {"library_name": "transformers"}
     if facts.license:
         metadata["license"] = facts.license
+    if facts.language:
+        metadata["language"] = [facts.language]
     metadata["tags"] = ["albert", "mindspore", facts.pipeline] + ([facts.task_name] if facts.task_name else [])
     metadata["pipeline_tag"] = facts.pipeline
     if dataset:
@@ -184,6 +187,13 @@ USAGE = {
     "squad_v1": ['answer = pipeline("question-answering", model=MODEL)',
                  'print(answer(question="Who wrote it?", context="It was written by Ada in 1843."))'],
 }
+USAGE_ZH = {  # the same calls, with text a Chinese vocabulary can read
+    "pretrain": ['fill = pipeline("fill-mask", model=MODEL)', 'print(fill("北京是中国的首[MASK]。"))'],
+    "classifier": ['classify = pipeline("text-classification", model=MODEL)',
+                   'print(classify({"text": "今天天气怎么样？", "text_pair": "今天天气如何？"}))'],
+    "squad_v1": ['answer = pipeline("question-answering", model=MODEL)',
+                 'print(answer(question="这本书是谁写的？", context="这本书是艾达在1843年写的。"))'],
+}
 RACE_USAGE = ["import torch", "from transformers import AutoModelForMultipleChoice, AutoTokenizer", "",
               'MODEL = "user/model"  # or the folder', "tokenizer = AutoTokenizer.from_pretrained(MODEL)",
               "model = AutoModelForMultipleChoice.from_pretrained(MODEL)",
@@ -199,13 +209,21 @@ RACE_USAGE = ["import torch", "from transformers import AutoModelForMultipleChoi
 
 
 def usage_lines(facts: CardFacts) -> List[str]:
+    usage = USAGE_ZH if facts.language == "zh" else USAGE
     code = RACE_USAGE if facts.task == "race" else \
-        ["from transformers import pipeline", "", 'MODEL = "user/model"  # or the folder', *USAGE[facts.task]]
+        ["from transformers import pipeline", "", 'MODEL = "user/model"  # or the folder', *usage[facts.task]]
     tokenizer = "" if facts.tokenizer else ("This folder holds no tokenizer files (the export was given no "
                                             "vocabulary): save the tokenizer the model was trained with beside it "
                                             "first. ")
     return [f"{tokenizer}With transformers and torch (neither MindSpore nor sentencepiece is needed):", "",
             "```python", *code, "```"]
+
+
+def vocabulary_language(tokens: Sequence[str]) -> str:
+    """"zh" for a vocabulary mostly of CJK characters (albert_zh's: ~14,000 of its 21,128 tokens), else "": the
+    script alone cannot tell English from another language written in Latin letters."""
+    cjk = sum(1 for token in tokens if any("\u4e00" <= char <= "\u9fff" for char in token))
+    return "zh" if tokens and cjk / len(tokens) > 0.3 else ""
 
 
 def license_line(facts: CardFacts) -> str:
@@ -255,8 +273,10 @@ def check_evaluation(values: Optional[Dict[str, object]], task: str, task_name: 
                         f"pass the evaluation of the {task_name} run")
 
 
-def find_eval_results(given: str, checkpoint: str, prefix: str, digest: str) -> EvalResults:
-    """--eval_results when given; else the run's OUTPUT_DIR/eval/eval_results.json beside OUTPUT_DIR/checkpoints,
+def find_eval_results(given: str, checkpoint: str, prefix: str, digest: str,
+                      beside: str = os.path.join("eval", "eval_results.json")) -> EvalResults:
+    """--eval_results when given; else the run's evaluation `beside` in OUTPUT_DIR (a fine-tuning run's
+    eval/eval_results.json, pretrain_eval.py's pretrain_eval.json), the checkpoint being in OUTPUT_DIR/checkpoints,
     when it evaluated this checkpoint: the same weights (`digest`, the checkpoint's contents_digest, as evaluations
     record it), or for evaluations of older versions, named as its checkpoint or as the run's own final weights
     (the newest `prefix` checkpoint of the folder)."""
@@ -265,21 +285,22 @@ def find_eval_results(given: str, checkpoint: str, prefix: str, digest: str) -> 
             raise UserError(f"eval_results not found: {given}")
         return EvalResults(read_eval_results(given), os.path.basename(given))
     folder = os.path.dirname(os.path.abspath(checkpoint))
-    beside = os.path.join(os.path.dirname(folder), "eval", "eval_results.json")
-    if not os.path.isfile(beside):
-        return EvalResults(None, "no eval_results.json in the checkpoint's run (OUTPUT_DIR/eval) and no --eval_results")
-    values = read_eval_results(beside)
+    name = os.path.basename(beside)
+    path = os.path.join(os.path.dirname(folder), beside)
+    if not os.path.isfile(path):
+        return EvalResults(None, f"no {name} in the checkpoint's run (OUTPUT_DIR/{beside}) and no --eval_results")
+    values = read_eval_results(path)
     if values.get("checkpoint_sha256"):
         if values["checkpoint_sha256"] == digest:
-            return EvalResults(values, "eval_results.json")
-        return EvalResults(None, f"the run's eval_results.json is of other weights than "
-                                 f"{os.path.basename(checkpoint)}'s (--eval_results takes it anyway)")
+            return EvalResults(values, name)
+        return EvalResults(None, f"the run's {name} is of other weights than {os.path.basename(checkpoint)}'s "
+                                 f"(--eval_results takes it anyway)")
     recorded = evaluated_checkpoint(values.get("checkpoint"), folder, prefix)
     if not (os.path.isfile(recorded) and os.path.samefile(recorded, checkpoint)):
         which = os.path.basename(recorded) or "another checkpoint"
-        return EvalResults(None, f"the run's eval_results.json is of {which}, not of {os.path.basename(checkpoint)} "
+        return EvalResults(None, f"the run's {name} is of {which}, not of {os.path.basename(checkpoint)} "
                                  f"(--eval_results takes it anyway)")
-    return EvalResults(values, "eval_results.json")
+    return EvalResults(values, name)
 
 
 def evaluated_checkpoint(recorded: object, folder: str, prefix: str) -> str:

@@ -192,7 +192,8 @@ def _changed_learning(values: Dict, settings: Dict[str, object]) -> List[str]:
     if "run_settings" not in values:
         return []
     stored, prefix = json.loads(str(values["run_settings"])), f"optimizer_cfg.{settings.get('optimizer')}."
-    return [f"{key}: checkpoint {stored.get(key)}, now {settings.get(key)}" for key in sorted(set(stored) | set(settings))
+    return [f"{key}: checkpoint {stored.get(key)}, now {settings.get(key)}"
+            for key in sorted(set(stored) | set(settings))
             if (key == "clip_norm" or key.startswith(prefix)) and stored.get(key) != settings.get(key)]
 
 
