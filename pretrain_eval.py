@@ -63,7 +63,8 @@ def main(argv: List[str]) -> int:
     from src.data.schema import PRETRAINING
     from src.devices.device_setup import all_ranks_sum, model_runtime, setup_device
     from src.model.pretraining_heads import AlbertPretrainEvalCell
-    from src.training.checkpoints import check_data_tokenizer, checkpoint_step, checkpoint_tokenizer
+    from src.data.tokenization import checkpoint_tokenizer
+    from src.training.checkpoints import check_data_tokenizer, checkpoint_step
     from src.training.network_config import checked_network, network_note, network_source
     from src.training.summaries import write_metrics
 

@@ -90,8 +90,8 @@ def _read_question(qa: Any, context: str, where: str, is_training: bool,
     answers = require(qa, "answers", list, where) if is_training or "answers" in qa else []
     texts = [require(answer, "text", str, f"{where}.answers[{i}]") for i, answer in enumerate(answers)]
     if impossible and answers:
-        raise UserError(f"{where}: question {qas_id} is_impossible but has {len(answers)} answer(s): training would "
-                        f"treat it as unanswerable, the official scoring as answerable; an unanswerable question has "
+        raise UserError(f"{where}: question {qas_id} is_impossible but has {len(answers)} answer(s): training "
+                        f"takes it as unanswerable, the official scoring as answerable; an unanswerable question has "
                         f"answers [] (official v2.0 files keep its candidates under plausible_answers)")
     example = SquadExample(qas_id, question, context, texts, is_impossible=impossible, source=where)
     if not is_training or impossible:

@@ -697,8 +697,8 @@ MATRIX: List[Row] = [
         ["{bad}: data[0].paragraphs[0].qas[0]: field 'is_impossible' should be bool, got str"],
         text(SQUAD_ROW % '{"id": "1", "question": "q", "is_impossible": "false", "answers": []}'), bad="bad.json"),
     row(MAKE_SQ, "an impossible question with answers (was: accepted)", "--input_file {bad} --version_2_with_negative "
-        "true", ["{bad}: data[0].paragraphs[0].qas[0]: question 1 is_impossible but has 1 answer(s): training would "
-                 "treat it as unanswerable, the official scoring as answerable"],
+        "true", ["{bad}: data[0].paragraphs[0].qas[0]: question 1 is_impossible but has 1 answer(s): training "
+                 "takes it as unanswerable, the official scoring as answerable"],
         text(SQUAD_ROW % '{"id": "1", "question": "q", "is_impossible": true, '
                          '"answers": [{"text": "abc", "answer_start": 0}]}'), bad="bad.json"),
     row(MAKE_SQ, "two questions of one id (was: accepted)", "--input_file {bad}",
@@ -978,7 +978,8 @@ MATRIX: List[Row] = [
         text("eval_json_path: dev-v1.1.json\nn_best_size: 10\n"), bad="mine.yaml"),
     row(PREDICT, "SQuAD v1.1's yaml for a v2.0 model (was: its settings taken silently)", "--task squad_v2 "
         "--config_path {root}/task_squad_v1_config.yaml --question Who? --context 'The cat.'",
-        ["{root}/task_squad_v1_config.yaml is a squad_v1 task yaml (it holds every key of task_squad_v1_config.yaml), "
+        ["{root}/task_squad_v1_config.yaml is a squad_v1 task yaml (it holds every key of task_squad_v1_config.yaml "
+         "and none of squad_v2's own: classifier_dropout_prob, end_n_top, null_score_diff_threshold, start_n_top), "
          "not a squad_v2 one: pass the task yaml the checkpoint was fine-tuned with, or the --task it fits"]),
     row(PREDICT, "a text flag of another task (was: ignored)", "--text_a hi --context paragraph",
         ["--context is not a classifier input (a squad_v1 or squad_v2 one): drop it"]),

@@ -129,6 +129,24 @@ def test_one_numbered_file_of_a_data_set_means_the_whole_data_set(data):
     per_file = [ds.MindDataset(f, shuffle=False).get_dataset_size() for f in files]
     assert dataset.resolve_mindrecord_files(files[1]) == dataset.resolve_mindrecord_files(files) == files
     assert dataset.count_rows(files[1]) == sum(per_file)
+    # named twice, in either order or spelled otherwise: read once (was: the data set twice)
+    twice = [files[1], str(data / "pretrain" / "pt.mindrecord"),
+             str(data / "pretrain" / ".." / "pretrain" / "pt.mindrecord00000")]
+    assert dataset.count_rows(twice) == sum(per_file)
+
+
+def test_one_shard_of_modelzoo_data_means_all_its_shards(tmp_path):
+    """FileWriter(shard_num=N) data (ModelZoo's, no .meta.json): MindSpore's MindDataset reads every shard given
+    one of them; so does the package (was: that shard alone)."""
+    import mindspore.dataset as ds
+    from mindspore.mindrecord import FileWriter
+
+    writer = FileWriter(str(tmp_path / "zoo.mindrecord"), shard_num=3)
+    writer.add_schema({"input_ids": {"type": "int32", "shape": [-1]}}, "zoo")
+    writer.write_raw_data([{"input_ids": np.array([i], np.int32)} for i in range(10)])
+    writer.commit()
+    for shard in ("zoo.mindrecord0", "zoo.mindrecord2"):
+        assert dataset.count_rows(tmp_path / shard) == ds.MindDataset(str(tmp_path / shard)).get_dataset_size() == 10
 
 
 def test_data_meta_checks(data):

@@ -296,6 +296,23 @@ def test_errors_are_one_line_and_leave_no_file(case, heads, tmp_path):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_a_copy_of_another_tasks_yaml_is_told_from_a_yaml_of_ones_own(tmp_path, project_root):
+    """SQuAD v1.1's yaml (or a copy) holds only keys v2.0's has too: it is named as v1.1's for a v2.0 model; a v2.0
+    yaml of one's own (v1.1's keys plus a v2.0 one) and a copy of v2.0's are not; the classifier's and RACE's yamls
+    have the same keys, so neither is taken for the other."""
+    from src.tasks.registry import TASKS, task_copied
+
+    shipped = {name: task.config_file for name, task in TASKS.items()}
+    v1 = (project_root / "task_squad_v1_config.yaml").read_text()
+    (tmp_path / "v1.yaml").write_text(v1)
+    (tmp_path / "mine.yaml").write_text(v1.replace("n_best_size:", "null_score_diff_threshold: -1.5\nn_best_size:", 1))
+    assert task_copied(tmp_path / "v1.yaml", shipped, "squad_v2") == (
+        "squad_v1", ["classifier_dropout_prob", "end_n_top", "null_score_diff_threshold", "start_n_top"])
+    assert task_copied(tmp_path / "mine.yaml", shipped, "squad_v2") == ("", [])
+    assert task_copied(project_root / "task_squad_v2_config.yaml", shipped, "squad_v2") == ("", [])
+    assert task_copied(project_root / "task_race_config.yaml", shipped, "classifier") == ("", [])
+
+
 def test_task_from_yaml_keys_or_ambiguity(heads, tmp_path, project_root):
     """A copied yaml is recognised by its keys when only one task has them; otherwise --task is asked for."""
     (tmp_path / "mine.yaml").write_text((project_root / "task_squad_v2_config.yaml").read_text())

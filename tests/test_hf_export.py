@@ -606,6 +606,20 @@ def test_a_pretraining_card_takes_the_runs_pretrain_eval_of_the_same_weights(run
         in (tmp_path / "hf3" / "README.md").read_text()
 
 
+def test_the_cards_language_is_told_by_the_vocabulary_only_where_it_can_be(spm_path):
+    """albert_zh's vocabulary is Chinese; English ALBERT's pieces say nothing (Latin letters); a vocabulary of kanji
+    with many kana tokens is Japanese, not Chinese."""
+    import sentencepiece
+
+    from src.export.model_card import vocabulary_language
+
+    zh = (ASSETS / "tokenizer" / "albert_zh_vocab.txt").read_text(encoding="utf-8").splitlines()
+    english = sentencepiece.SentencePieceProcessor(model_file=spm_path)
+    assert vocabulary_language(zh) == "zh"
+    assert vocabulary_language([english.id_to_piece(i) for i in range(english.get_piece_size())]) == ""
+    assert vocabulary_language(zh + [chr(0x3042 + i % 80) + chr(0x30a2 + i // 80) for i in range(4000)]) == ""
+
+
 def test_a_card_never_publishes_the_evaluation_of_another_task():
     """--task_name cola on an MRPC run's checkpoint published its MRPC metrics as CoLA's, and a classifier's
     eval_results.json given to a pretraining export was published as the fill-mask model's."""

@@ -224,6 +224,10 @@ def test_checkpoint_of_another_config_or_plan_is_refused(data, tmp_path):
     other_batch = pretrain(data, tmp_path / "a", "--train_steps", "4", "--batch_size", "4")
     one_line_error(run(other_batch), "read its data differently", "batch_size: checkpoint 8, now 4",
                    "start a new run in another save_checkpoint_path")
+    # naming its own checkpoint too (ModelZoo's way to resume): the folder's own checkpoint is what is resumed, so
+    # taking the weights only would not help (was: advised, and refused the same way with it)
+    one_line_error(run(other_batch + ["--load_checkpoint_path", str(checkpoint)]), "batch_size: checkpoint 8, now 4",
+                   "start a new run in another save_checkpoint_path")
     # Continued pretraining from that run's checkpoint with other settings, in a new folder: the advice was to use
     # another save folder, which it did; its weights alone can be taken.
     continued = pretrain(data, tmp_path / "d", "--train_steps", "1", "--batch_size", "4", "--load_checkpoint_path",

@@ -67,6 +67,10 @@ def test_v2_without_null_odds_and_with_missing_predictions(v2, tmp_path):
     predictions = json.loads(v2["predictions"].read_text())
     assert evaluate_v2(dataset, predictions) == pytest.approx(hf_reference_v2(dataset, predictions, None, 1.0))
     assert "best_exact" not in evaluate_v2(dataset, predictions)
+    # the command line without null odds (was: a TypeError traceback once the threshold had no default)
+    scored = cli("--version", "2.0", "--data_file", v2["dev-v2.0.cs224n_split"], "--pred_file", v2["predictions"])
+    assert scored.returncode == 0, scored.stderr
+    assert json.loads(scored.stdout) == pytest.approx(hf_reference_v2(dataset, predictions, None, 1.0))
     partial = dict(list(predictions.items())[:100])
     (tmp_path / "partial.json").write_text(json.dumps(partial))
     result = cli("--version", "2.0", "--data_file", v2["dev-v2.0.cs224n_split"], "--pred_file",

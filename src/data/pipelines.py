@@ -5,7 +5,8 @@ through `<output_file>.meta.json`), a folder, or a list of these. A folder means
 list: one data set, or the parts of one made by `src.create_pretraining_data --num_shards N` on several
 processes or machines (read as their union; mixed settings or a missing part are refused, naming the files); a
 folder without any .meta.json (data from other tools) means every MindRecord file in it. One numbered file of a
-data set (`X.mindrecord0`) means the whole data set, as ModelZoo users expect from MindSpore's MindDataset. It returns a
+data set (`X.mindrecord0`) means the whole data set, as MindSpore's MindDataset reads it (ModelZoo scripts pass
+the first shard); a file named twice is read once. It returns a
 batched dataset whose columns come in the order stated in the function's docstring: the order the task networks
 take their inputs. Integer columns are cast to int32 and real-valued ones to float32, so data written by other
 tools (e.g. int64 records from TF-converted data) works too.
@@ -52,7 +53,6 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     if not items:
         raise UserError("no data files given")
     files: List[str] = []
-    whole_sets = set()  # the .meta.json of each data set already listed whole
     for item in items:
         path = Path(item).expanduser()
         meta = Path(str(path) + ".meta.json")
@@ -62,10 +62,9 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
         if path.is_dir():
             files += _folder_files(path)
         elif meta.is_file():
-            whole_sets.add(meta)
             files += [str(path.with_name(name)) for name in _read_meta(meta)["files"]]
         elif path.is_file():
-            files += _whole_data_set(path, whole_sets)
+            files += _whole_data_set(path)
         elif path.with_name(path.name + "0").is_file() or path.with_name(path.name + "00000").is_file():
             raise UserError(f"{path} was not completely written ({meta.name} does not exist: an interrupted "
                             f"src.create_* run?); make the data again with --overwrite true")
@@ -74,22 +73,39 @@ def resolve_mindrecord_files(data: DataSource) -> List[str]:
     missing = [f for f in files if not Path(f).is_file()]
     if missing:
         raise UserError(f"MindRecord file missing: {missing[0]} (incomplete copy of the data?)")
-    return files
+    unique: Dict[str, str] = {}  # each file once, where it first came
+    for name in files:
+        unique.setdefault(os.path.realpath(name), name)
+    return list(unique.values())
 
 
-def _whole_data_set(path: Path, whole_sets: set) -> List[str]:
-    """A numbered file of a data set (`X.mindrecord0`, `X.mindrecord00001`, listed in `X.mindrecord.meta.json`)
-    means the whole data set (none of it again when `whole_sets` holds it already): ModelZoo users pass
-    `X.mindrecord0`, as MindSpore's MindDataset reads all shards of data written with FileWriter(shard_num=N) given
-    the first; reading that one file alone evaluated a part of the data as if it were all."""
+def _whole_data_set(path: Path) -> List[str]:
+    """The data set one MindRecord file is part of, read whole as MindSpore's MindDataset reads it given that file
+    (ModelZoo scripts pass `X.mindrecord0`; reading the file alone evaluated a part of the data as if it were all):
+    a numbered file listed in `X.mindrecord.meta.json` (src.create_*) means every file it lists; otherwise every
+    shard of a FileWriter(shard_num=N) data set its header names."""
     stem = path.name.rstrip("0123456789")
     meta = path.with_name(stem + ".meta.json")
-    if stem == path.name or not meta.is_file() or path.name not in _read_meta(meta)["files"]:
-        return [str(path)]
-    if meta in whole_sets:
+    if stem != path.name and meta.is_file():
+        names = _read_meta(meta)["files"]
+        if path.name in names:
+            return [str(path.with_name(name)) for name in names]
+    return [str(path.with_name(name)) for name in _shard_addresses(path)] or [str(path)]
+
+
+def _shard_addresses(path: Path) -> List[str]:
+    """The file names of the shards a MindRecord file's header lists (its own format: the header's size in 8
+    little-endian bytes, then the header as JSON); [] when it lists fewer than two or cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            size = int.from_bytes(handle.read(8), "little")
+            header = json.loads(handle.read(size).rstrip(b"\0")) if 0 < size < 1 << 24 else {}
+    except (OSError, ValueError):
         return []
-    whole_sets.add(meta)
-    return [str(path.with_name(name)) for name in _read_meta(meta)["files"]]
+    names = header.get("shard_addresses") if isinstance(header, dict) else None
+    if not isinstance(names, list) or len(names) < 2 or not all(isinstance(name, str) and name for name in names):
+        return []
+    return [os.path.basename(name) for name in names]
 
 
 def data_paths(data: DataSource) -> List[str]:

@@ -10,6 +10,7 @@ join back into text) lives here, so the data-creation modules never branch on th
 """
 import collections
 import hashlib
+import json
 import os
 import re
 import string
@@ -480,6 +481,13 @@ def same_ids(trained: Dict[str, object], given: Dict[str, object]) -> bool:
         return True
     return (trained["model_sha256"], trained.get("do_lower_case", given.get("do_lower_case"))) == \
         (given["model_sha256"], given.get("do_lower_case", trained.get("do_lower_case")))
+
+
+def checkpoint_tokenizer(values: Dict[str, object]) -> Dict[str, object]:
+    """The tokenizer record a train checkpoint carries (run_tokenizer: that of its data; {} for converted weights
+    and checkpoints of earlier versions)."""
+    recorded = values.get("run_tokenizer")
+    return json.loads(str(recorded)) if recorded is not None else {}
 
 
 def tokenizer_record(record: Dict[str, object]) -> str:

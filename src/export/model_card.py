@@ -180,19 +180,16 @@ def evaluation_lines(facts: CardFacts) -> List[str]:
     return lines + [f"| {name} | {value:.4f} |" for name, value in published_metrics(values)]
 
 
-USAGE = {
-    "pretrain": ['fill = pipeline("fill-mask", model=MODEL)', 'print(fill("The capital of France is [MASK]."))'],
-    "classifier": ['classify = pipeline("text-classification", model=MODEL)',
-                   'print(classify({"text": "The cat sat.", "text_pair": "A cat was sitting."}))'],
-    "squad_v1": ['answer = pipeline("question-answering", model=MODEL)',
-                 'print(answer(question="Who wrote it?", context="It was written by Ada in 1843."))'],
-}
-USAGE_ZH = {  # the same calls, with text a Chinese vocabulary can read
-    "pretrain": ['fill = pipeline("fill-mask", model=MODEL)', 'print(fill("北京是中国的首[MASK]。"))'],
-    "classifier": ['classify = pipeline("text-classification", model=MODEL)',
-                   'print(classify({"text": "今天天气怎么样？", "text_pair": "今天天气如何？"}))'],
-    "squad_v1": ['answer = pipeline("question-answering", model=MODEL)',
-                 'print(answer(question="这本书是谁写的？", context="这本书是艾达在1843年写的。"))'],
+PIPELINES = {"pretrain": 'fill = pipeline("fill-mask", model=MODEL)',
+             "classifier": 'classify = pipeline("text-classification", model=MODEL)',
+             "squad_v1": 'answer = pipeline("question-answering", model=MODEL)'}
+EXAMPLES = {  # a call of each pipeline, on text the model's vocabulary reads ("" = English, "zh" = Chinese)
+    "": {"pretrain": 'print(fill("The capital of France is [MASK]."))',
+         "classifier": 'print(classify({"text": "The cat sat.", "text_pair": "A cat was sitting."}))',
+         "squad_v1": 'print(answer(question="Who wrote it?", context="It was written by Ada in 1843."))'},
+    "zh": {"pretrain": 'print(fill("北京是中国的首[MASK]。"))',
+           "classifier": 'print(classify({"text": "今天天气怎么样？", "text_pair": "今天天气如何？"}))',
+           "squad_v1": 'print(answer(question="这本书是谁写的？", context="这本书是艾达在1843年写的。"))'},
 }
 RACE_USAGE = ["import torch", "from transformers import AutoModelForMultipleChoice, AutoTokenizer", "",
               'MODEL = "user/model"  # or the folder', "tokenizer = AutoTokenizer.from_pretrained(MODEL)",
@@ -209,9 +206,9 @@ RACE_USAGE = ["import torch", "from transformers import AutoModelForMultipleChoi
 
 
 def usage_lines(facts: CardFacts) -> List[str]:
-    usage = USAGE_ZH if facts.language == "zh" else USAGE
     code = RACE_USAGE if facts.task == "race" else \
-        ["from transformers import pipeline", "", 'MODEL = "user/model"  # or the folder', *usage[facts.task]]
+        ["from transformers import pipeline", "", 'MODEL = "user/model"  # or the folder', PIPELINES[facts.task],
+         EXAMPLES[facts.language if facts.language in EXAMPLES else ""][facts.task]]
     tokenizer = "" if facts.tokenizer else ("This folder holds no tokenizer files (the export was given no "
                                             "vocabulary): save the tokenizer the model was trained with beside it "
                                             "first. ")
@@ -220,10 +217,14 @@ def usage_lines(facts: CardFacts) -> List[str]:
 
 
 def vocabulary_language(tokens: Sequence[str]) -> str:
-    """"zh" for a vocabulary mostly of CJK characters (albert_zh's: ~14,000 of its 21,128 tokens), else "": the
-    script alone cannot tell English from another language written in Latin letters."""
-    cjk = sum(1 for token in tokens if any("\u4e00" <= char <= "\u9fff" for char in token))
-    return "zh" if tokens and cjk / len(tokens) > 0.3 else ""
+    """"zh" for a vocabulary mostly of CJK characters (albert_zh's: ~14,000 of its 21,128 tokens) with few tokens
+    of Japanese kana or Korean Hangul (albert_zh's: 553 kana; a Japanese vocabulary, which writes kanji too, has far
+    more), else "": the script alone cannot tell English from another language written in Latin letters."""
+    def share(low: str, high: str) -> float:
+        return sum(1 for token in tokens if any(low <= char <= high for char in token)) / max(len(tokens), 1)
+
+    other = share("\u3040", "\u30ff") + share("\uac00", "\ud7af")
+    return "zh" if share("\u4e00", "\u9fff") > 0.3 and other < 0.1 else ""
 
 
 def license_line(facts: CardFacts) -> str:

@@ -143,25 +143,25 @@ def fitting_tasks(inputs: List[Tuple[str, List[int]]], outputs: int) -> List[str
 def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Config:
     """.ckpt: the task yaml it was fine-tuned with (--config_path, else the shipped one)."""
     from model_utils.config import ConfigError, parse_cli
-    from src.tasks.registry import tasks_accepting, tasks_copied
+    from src.tasks.registry import task_copied, tasks_accepting
 
     argv = ["--config_path", args.config_path] if args.config_path else []
+    shipped = {name: task.config_file for name, task in TASKS.items()}
     try:
         config = parse_cli(TASKS[args.task].config_file, argv + (["--num_class", str(num_class)] if num_class else []))
     except ConfigError as err:
-        fitting = tasks_accepting(args.config_path, {name: task.config_file for name, task in TASKS.items()}) \
-            if args.config_path and "unknown key" in str(err) else []
+        fitting = tasks_accepting(args.config_path, shipped) if args.config_path and "unknown key" in str(err) else []
         if fitting:
             raise UserError(f"{args.config_path} is a {' or '.join(fitting)} task yaml, not a {args.task} one: pass "
                             f"the task yaml the checkpoint was fine-tuned with, or the --task it fits "
                             f"({', '.join(fitting)})") from None
         raise
-    copied = tasks_copied(args.config_path, {name: task.config_file for name, task in TASKS.items()}) \
-        if args.config_path else []
-    if copied and args.task not in copied:
-        raise UserError(f"{args.config_path} is a {' or '.join(copied)} task yaml (it holds every key of "
-                        f"{Path(TASKS[copied[0]].config_file).name}), not a {args.task} one: pass the task yaml the "
-                        f"checkpoint was fine-tuned with, or the --task it fits")
+    other, missing = task_copied(args.config_path, shipped, args.task) if args.config_path else ("", [])
+    if other:
+        raise UserError(f"{args.config_path} is a {other} task yaml (it holds every key of "
+                        f"{Path(shipped[other]).name} and none of {args.task}'s own: {', '.join(missing)}), not a "
+                        f"{args.task} one: pass the task yaml the checkpoint was fine-tuned with, or the --task it "
+                        f"fits")
     return config
 
 

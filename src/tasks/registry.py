@@ -20,7 +20,7 @@ from model_utils.config import Config
 from model_utils.errors import UserError
 from src.common.atomic_files import save_text_atomic
 from src.data import schema
-from src.data.tokenization import same_ids, tokenizer_record
+from src.data.tokenization import checkpoint_tokenizer, same_ids, tokenizer_record
 
 ROOT = Path(__file__).resolve().parents[2]
 # (config, outputs of the head for every row, data file, output folder, score against labels?, log) -> metrics
@@ -274,7 +274,7 @@ def check_squad_eval_inputs(config: Config, data_file: str, action: str) -> None
             raise UserError(f"{len(foreign)} questions of {data_file} (e.g. {foreign[0]}) are not in eval_json_path "
                             f"{config.eval_json_path}: was the data made from another SQuAD file?")
         made = {example["qas_id"] for example in examples}
-        extra = [qas_id for qas_id in listed if qas_id not in made]
+        extra = [qas_id for qas_id in dict.fromkeys(listed) if qas_id not in made]
         if extra:
             raise UserError(f"{len(extra)} of the {len(known)} questions of eval_json_path {config.eval_json_path} "
                             f"(e.g. {extra[0]}) are not in {data_file}, and would be scored as unanswered: pass the "
@@ -342,14 +342,21 @@ def tasks_accepting(path: os.PathLike, candidates: Dict[str, Path]) -> List[str]
     return [task for task, config_file in candidates.items() if config_file in holding]
 
 
-def tasks_copied(path: os.PathLike, candidates: Dict[str, Path]) -> List[str]:
-    """The tasks of `candidates` (task -> shipped yaml) whose whole yaml the yaml at `path` holds: a copy of it.
-    SQuAD v1.1's keys are a subset of v2.0's, so v1.1's yaml passes as a v2.0 one (its own settings, silently)."""
+def task_copied(path: os.PathLike, candidates: Dict[str, Path], task: str) -> Tuple[str, List[str]]:
+    """(another task, the keys only `task`'s yaml has) when the yaml at `path` holds every key of that task's
+    shipped yaml and none of those: a copy of it. SQuAD v1.1's keys are a subset of v2.0's, so v1.1's yaml passed as
+    a v2.0 one (its own settings, silently). ("", []) otherwise."""
     from model_utils.config import flatten, load_yaml_documents
 
-    keys = set(flatten(load_yaml_documents(path)[0]))
-    return [task for task, config_file in candidates.items()
-            if set(flatten(load_yaml_documents(config_file)[0])) <= keys]
+    def keys(yaml_path: os.PathLike) -> set:
+        return set(flatten(load_yaml_documents(yaml_path)[0]))
+
+    given, own = keys(path), keys(candidates[task])
+    for other, config_file in candidates.items():
+        theirs = keys(config_file)
+        if other != task and theirs <= given and own - theirs and not given & (own - theirs):
+            return other, sorted(own - theirs)
+    return "", []
 
 
 def trained_task(values: Dict[str, object], checkpoint: str) -> str:
@@ -363,10 +370,8 @@ def trained_task(values: Dict[str, object], checkpoint: str) -> str:
 def check_trained_tokenizer(values: Dict[str, object], tokenizer, checkpoint: str) -> None:
     """A checkpoint trained here records the tokenizer its data was made with (run_tokenizer): another vocabulary or
     casing would feed it ids that mean other words, and it would answer without a word of warning."""
-    recorded = values.get("run_tokenizer")
-    if tokenizer is None or recorded is None:
-        return  # converted public weights, or a checkpoint of an earlier version: nothing to compare with
-    trained, given = json.loads(str(recorded)), tokenizer.describe()
+    trained = checkpoint_tokenizer(values)  # {}: converted public weights, a checkpoint of an earlier version
+    given = tokenizer.describe() if tokenizer is not None and trained else {}
     if not same_ids(trained, given):
         raise UserError(f"{checkpoint} was trained on data made with {tokenizer_record(trained)}, not with "
                         f"{tokenizer_record(given)}: its ids would mean other words; pass the tokenizer the run's "

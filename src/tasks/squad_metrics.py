@@ -241,7 +241,8 @@ def main(argv: List[str]) -> int:
     if args.version == "1.1":
         result = evaluate_v1(dataset, predictions, warn=lambda message: print(message, file=sys.stderr))
     else:
-        result = evaluate_v2(dataset, predictions, na_probs, args.na_prob_thresh)
+        result = evaluate_v2(dataset, predictions, na_probs,
+                             args.na_prob_thresh if na_probs is not None else 1.0)  # no odds: the threshold is moot
     print(json.dumps(result, indent=2))
     return 0
 

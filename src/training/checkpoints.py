@@ -26,7 +26,7 @@ from mindspore import nn
 from model_utils.errors import UserError
 from src.common.atomic_files import save_json_atomic
 from src.common.checkpoint_io import contents_digest, load_weights, read_checkpoint
-from src.data.tokenization import same_ids, tokenizer_record
+from src.data.tokenization import checkpoint_tokenizer, same_ids, tokenizer_record
 from src.devices.device_setup import Device, all_ranks_sum
 from src.training.settings import TrainSettings
 from src.training.step_plan import PLAN_KEYS, Progress, StepPlan
@@ -159,10 +159,12 @@ class RunIdentity:
                                         self.kind, json.dumps(self.settings, sort_keys=True),
                                         json.dumps(self.tokenizer, sort_keys=True))))
 
-    def check(self, values: Dict, path: str, settings: TrainSettings, log: Callable[[str], None]) -> None:
+    def check(self, values: Dict, path: str, settings: TrainSettings, log: Callable[[str], None],
+              from_init: bool = False) -> None:
         """Refuse to resume from `values` (read from `path`) when they were trained as another run, naming each
         difference; warn of a changed precision, dropout or learning setting (_changed_learning). Checkpoints
-        written before runs recorded this pass."""
+        written before runs recorded this pass. `from_init`: `path` is the initial checkpoint, not the save
+        folder's own (other_start)."""
         network, optimizer, data = IDENTITY_KEYS[:3]
         refused, warned = [], []
         if network in values:
@@ -180,7 +182,7 @@ class RunIdentity:
         warned += _changed_learning(values, self.settings)
         if refused:
             raise UserError(f"{path} was written by a run that trained something else ({'; '.join(refused)}); "
-                            f"{other_start(settings, path)}")
+                            f"{other_start(settings, from_init)}")
         if warned:
             log(f"warning: resuming {path} with other settings ({'; '.join(warned)}): the steps up to it ran with "
                 f"the checkpoint's, the rest run with these")
@@ -188,13 +190,13 @@ class RunIdentity:
 
 def _changed_learning(values: Dict, settings: Dict[str, object]) -> List[str]:
     """The settings that change how the rest of a resumed run learns (its optimizer's, e.g. the learning rate, and
-    gradient clipping) where they differ from the checkpoint's: allowed, said in a warning (was: unsaid)."""
+    gradient clipping) where they differ from the checkpoint's: allowed, said in a warning (was: unsaid). A key
+    the checkpoint's version did not record has nothing to compare with."""
     if "run_settings" not in values:
         return []
     stored, prefix = json.loads(str(values["run_settings"])), f"optimizer_cfg.{settings.get('optimizer')}."
-    return [f"{key}: checkpoint {stored.get(key)}, now {settings.get(key)}"
-            for key in sorted(set(stored) | set(settings))
-            if (key == "clip_norm" or key.startswith(prefix)) and stored.get(key) != settings.get(key)]
+    return [f"{key}: checkpoint {stored[key]}, now {settings[key]}" for key in sorted(set(stored) & set(settings))
+            if (key == "clip_norm" or key.startswith(prefix)) and stored[key] != settings[key]]
 
 
 def trained_tokenizer(data_meta: Dict[str, object]) -> Dict[str, object]:
@@ -217,12 +219,6 @@ def check_data_tokenizer(trained: Dict[str, object], data_meta: Dict[str, object
         raise UserError(f"{data} was made with {tokenizer_record(given)}, but {trained_by} "
                         f"{tokenizer_record(trained)}: its ids would mean other words to the network; make the data "
                         f"with that vocabulary and casing")
-
-
-def checkpoint_tokenizer(values: Dict[str, object]) -> Dict[str, object]:
-    """The tokenizer record a train checkpoint carries ({} for converted weights and earlier versions)."""
-    recorded = values.get("run_tokenizer")
-    return json.loads(str(recorded)) if recorded is not None else {}
 
 
 def run_settings(values: Dict[str, object]) -> Dict[str, object]:
@@ -263,7 +259,7 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     if not settings.init_only and all(key in values for key in PROGRESS_KEYS):
         if save_dir and not Lineage.read(save_dir) and RUN_ID_KEY in values:
             lineage = Lineage(values[RUN_ID_KEY])
-        return _resume(train_cell, values, plan, start, settings, identity, log), lineage
+        return _resume(train_cell, values, plan, start, settings, identity, log, from_init=True), lineage
     from src.training.network_config import network_note
 
     check_data_tokenizer(checkpoint_tokenizer(values), {"tokenizer": identity.tokenizer},
@@ -356,10 +352,10 @@ def _adopt(directory: str, prefix: str, path: str, values: Dict, log: Callable[[
 
 
 def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, settings: TrainSettings,
-            identity: RunIdentity, log: Callable[[str], None]) -> Progress:
+            identity: RunIdentity, log: Callable[[str], None], from_init: bool = False) -> Progress:
     """Weights, optimizer state, loss scale and progress from a train checkpoint written for this plan and run."""
-    _check_plan(values, plan, path, settings)
-    identity.check(values, path, settings, log)
+    _check_plan(values, plan, path, settings, from_init)
+    identity.check(values, path, settings, log, from_init)
     load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS}, name=path)
     progress = Progress(micro_step=int(_scalar(values["micro_step"])),
                         overflow_count=int(_scalar(values["overflow_count"])))
@@ -368,20 +364,20 @@ def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, settin
     return progress
 
 
-def _check_plan(values: Dict, plan: StepPlan, path: str, settings: TrainSettings) -> None:
+def _check_plan(values: Dict, plan: StepPlan, path: str, settings: TrainSettings, from_init: bool) -> None:
     mine = plan.signature()
     changed = [f"{key}: checkpoint {int(_scalar(values[key]))}, now {mine[key]}"
                for key in PLAN_KEYS if key in values and int(_scalar(values[key])) != mine[key]]
     if changed:
         raise UserError(f"{path} was written by a run that read its data differently ({'; '.join(changed)}); "
-                        f"{other_start(settings, path)}")
+                        f"{other_start(settings, from_init)}")
 
 
-def other_start(settings: TrainSettings, path: str) -> str:
-    """What a run refused to resume `path` can do instead. Resumed from its own save folder: start a new run
-    elsewhere; from the checkpoint given as the initial one (continued pretraining on other data, say): take its
-    weights only (that run had a new save folder already)."""
-    if path == settings.init_checkpoint and "init_only" in settings.flags:
+def other_start(settings: TrainSettings, from_init: bool) -> str:
+    """What a run refused to resume a checkpoint can do instead. Resuming its own save folder: start a new run
+    elsewhere; the checkpoint given as the initial one (continued pretraining on other data, say), the save folder
+    holding none of its own: take its weights only."""
+    if from_init and "init_only" in settings.flags:
         return (f"resume with the same settings, or start from its weights only (step 0, fresh optimizer state) with "
                 f"--{settings.flag('init_only')} true")
     return f"resume with the same settings, or start a new run in another {settings.flag('save_dir')}"

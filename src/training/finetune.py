@@ -183,8 +183,8 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
     from src.common.checkpoint_io import load_weights, read_checkpoint_and_digest
     from src.devices.device_setup import model_runtime
     from src.tasks.registry import trained_task
-    from src.training.checkpoints import (check_data_tokenizer, checkpoint_step, checkpoint_tokenizer,
-                                          newest_train_checkpoint)
+    from src.data.tokenization import checkpoint_tokenizer
+    from src.training.checkpoints import check_data_tokenizer, checkpoint_step, newest_train_checkpoint
     from src.training.network_config import checked_network, network_note
 
     task, config, device, log = this_run.task, this_run.config, this_run.device, this_run.log
