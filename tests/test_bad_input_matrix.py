@@ -244,6 +244,20 @@ def uncased_data(bad: Path, fx: Path) -> None:
                                       "--spm_model_file", str(ASSETS / "tokenizer" / "albert_30k-clean.model")]) == 0
 
 
+def same_text_twice(bad: Path, fx: Path) -> None:
+    """{bad}: a folder holding the fixtures' pretraining data and an evaluation set made from the same text with
+    another seed (as the quick start makes them, side by side)."""
+    from src import create_pretraining_data
+
+    bad.mkdir()
+    for made in fx.glob("pt.mindrecord*"):
+        shutil.copy(made, bad / made.name)
+    assert create_pretraining_data.main([
+        "--input_file", str(ASSETS / "pretrain" / "bert_sample_text.txt"), "--output_file", str(bad / "ev.mindrecord"),
+        "--max_seq_length", "32", "--max_predictions_per_seq", "5", "--dupe_factor", "1", "--random_seed", "7",
+        "--progress", "false", "--spm_model_file", str(ASSETS / "tokenizer" / "albert_30k-clean.model")]) == 0
+
+
 def with_extra_question(bad: Path, fx: Path) -> None:
     """{bad}: the SQuAD sample the fixtures' evaluation data was made from, with one question more."""
     dataset = json.loads(Path(SQUAD_JSON.format(assets=ASSETS)).read_text(encoding="utf-8"))
@@ -321,6 +335,10 @@ MATRIX: List[Row] = [
     # ---------------------------------------------------------------------------------------------- run_pretrain.py
     row(PRE, "missing data file", "--data_dir {tmp}/missing.mindrecord",
         ["data not found: {tmp}/missing.mindrecord"], process=True),
+    row(PRE, "a folder of the training set and an evaluation set of the same text (was: trained on both)",
+        "--data_dir {bad}", ["{bad}: ev.mindrecord and pt.mindrecord were made from the same text (input digest ",
+                             "one is another masking of the other (an evaluation set?)"], same_text_twice,
+        bad="data"),
     row(PRE, "empty data file", "--data_dir {bad}", ["{bad}: empty file, not MindRecord data"], raw(b""),
         bad="bad.mindrecord"),
     row(PRE, "truncated data file", "--data_dir {tmp}/pt.mindrecord", ["{bad}: not readable MindRecord data"],

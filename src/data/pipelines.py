@@ -177,8 +177,8 @@ def _first_difference(a: Dict[str, object], b: Dict[str, object]) -> str:
 
 def check_parts(metas: Dict[Path, Dict[str, object]]) -> None:
     """Several data sets in one folder train as one only when they are pretraining data made with the same
-    settings (sequence length, tokenizer, masking); the parts of one sharded data set must also agree on seed,
-    dupe_factor and input list, and all be there, each once."""
+    settings (sequence length, tokenizer, masking) from different text; the parts of one sharded data set must also
+    agree on seed, dupe_factor and input list, and all be there, each once."""
     (first_path, first), *others = metas.items()
     for path, meta in others:
         if "pretraining" != meta.get("kind") or "pretraining" != first.get("kind"):
@@ -188,6 +188,7 @@ def check_parts(metas: Dict[Path, Dict[str, object]]) -> None:
         if difference:
             raise UserError(f"{first_path} and {path} were made with different settings ({difference}); "
                             f"keep them in separate folders")
+    _check_distinct_text(metas)
     groups: Dict[Tuple[str, int], Dict[int, Path]] = {}
     for path, meta in metas.items():
         part = dict(meta.get("part") or {})
@@ -205,6 +206,21 @@ def check_parts(metas: Dict[Path, Dict[str, object]]) -> None:
         if missing:
             raise UserError(f"{first_path.parent}: part {missing[0]} of {count} of {name} is missing (found parts "
                             f"{sorted(group)}); wait until every part is made, or copy it here")
+
+
+def _check_distinct_text(metas: Dict[Path, Dict[str, object]]) -> None:
+    """Two data sets of one folder made from the same text (its digest), not as parts of one: another masking of
+    it, most likely the evaluation set beside the training set (the quick start makes them so); read as one, a run
+    trained on its evaluation data and pretrain_eval scored on its training data, without a word."""
+    first: Dict[str, str] = {}  # input digest -> the name of the first data set made from it
+    for path, meta in metas.items():
+        digest = str(dict(meta.get("input") or {}).get("digest") or "")
+        name = str(dict(meta.get("part") or {}).get("of") or path.name.removesuffix(".meta.json"))
+        other = first.setdefault(digest, name) if digest else name
+        if other != name:
+            raise UserError(f"{path.parent}: {other} and {name} were made from the same text (input digest "
+                            f"{digest}): one is another masking of the other (an evaluation set?), and read as one "
+                            f"a run would train on both; pass one output_file, or keep them in separate folders")
 
 
 def _part_identity(meta: Dict[str, object]) -> Dict[str, object]:
