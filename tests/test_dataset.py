@@ -169,3 +169,23 @@ def test_the_top_level_dataset_module_reexports_the_pipelines():
     import src.data.pipelines
 
     assert dataset.__all__ and all(getattr(dataset, name) is getattr(src.data.pipelines, name) for name in dataset.__all__)
+
+
+def test_modelzoo_berts_schema_json_fits_the_pretraining_data(data, tmp_path):
+    """ModelZoo BERT's schema gives int64 columns and its labels the shape [1]; the data's label is a scalar, which
+    the network reads the same way (was: refused, "is int [] but schema says int64 [1]")."""
+    import json
+
+    seq, predictions = 64, 10
+    columns = {"input_ids": [seq], "input_mask": [seq], "segment_ids": [seq], "next_sentence_labels": [1],
+               "masked_lm_positions": [predictions], "masked_lm_ids": [predictions]}
+    schema = {"datasetType": "TF", "numRows": 0,
+              "columns": {**{name: {"type": "int64", "rank": len(shape), "shape": shape}
+                             for name, shape in columns.items()},
+                          "masked_lm_weights": {"type": "float32", "rank": 1, "shape": [predictions]}}}
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    assert dataset.check_schema(data / "pretrain", str(tmp_path / "schema.json")) == (seq,)
+    schema["columns"]["next_sentence_labels"]["shape"] = [2]
+    (tmp_path / "schema.json").write_text(json.dumps(schema))
+    with pytest.raises(UserError, match=r"column 'next_sentence_labels' is int \[\] but schema .* says int64 \[2\]"):
+        dataset.check_schema(data / "pretrain", str(tmp_path / "schema.json"))

@@ -475,8 +475,9 @@ def read_rows(data: DataSource, columns: Sequence[str], limit: int) -> Dict[str,
 
 def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PRETRAIN_COLUMNS) -> Tuple[int, ...]:
     """Check that `data` holds `columns` (and, when `schema_file` is set, exactly the columns, kinds and shapes of
-    that ModelZoo-style schema json: {"columns": {name: {"type": "int64", "shape": [128]}}}); returns the shape of
-    the first column's rows (e.g. (max_seq_length,) for input_ids)."""
+    that ModelZoo-style schema json: {"columns": {name: {"type": "int64", "shape": [128]}}}, where shape [1] also
+    fits a scalar column, as ModelZoo BERT's schema gives its labels); returns the shape of the first column's rows
+    (e.g. (max_seq_length,) for input_ids)."""
     files = resolve_mindrecord_files(data)
     found = _mind_dataset(files, shuffle=False)
     names = found.get_col_names()
@@ -497,7 +498,8 @@ def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PR
             want_shape = tuple(spec.get("shape", ()))
             if name not in shapes:
                 raise UserError(f"{files[0]}: column '{name}' of schema {schema_file} is not in the data")
-            if kinds[name] != want_kind or (want_shape and shapes[name] != want_shape):
+            if kinds[name] != want_kind or (want_shape and shapes[name] != want_shape
+                                            and {shapes[name], want_shape} != {(), (1,)}):
                 raise UserError(f"{files[0]}: column '{name}' is {kinds[name]} {list(shapes[name])} but schema "
                                 f"{schema_file} says {spec.get('type')} {list(want_shape)}")
     return shapes[columns[0]]
