@@ -459,6 +459,17 @@ MATRIX: List[Row] = [
     # ---------------------------------------------------------------------------------------------- run_classifier.py
     row(CLS, "missing data file", "--train_data_file_path {tmp}/missing.mindrecord",
         ["data not found: {tmp}/missing.mindrecord"]),
+    row(CLS, "HF transformers folder as the pretrained checkpoint (was: not found)", "--load_pretrain_checkpoint_path "
+        "{bad}", ["{bad} is HF transformers / PyTorch weights, which MindSpore cannot read: convert it first with "
+                  "python -m src.convert_checkpoint --src hf --input {bad} --output model.ckpt, then pass model.ckpt"],
+        hf_folder(), bad="albert-base-v2"),
+    row(EVAL, "HF safetensors as the checkpoint (was: MindSpore's format message)", "--eval_ckpt {bad}",
+        ["{bad} is HF transformers / PyTorch weights, which MindSpore cannot read: convert it first"],
+        raw(b"weights"), bad="model.safetensors"),
+    row(PRE, "TensorFlow checkpoint of Google's release (was: not found)", "--load_checkpoint_path {tmp}/model.ckpt-best",
+        ["{tmp}/model.ckpt-best is a TensorFlow checkpoint, which MindSpore cannot read: convert it first with python -m "
+         "src.convert_checkpoint --src tf --input {tmp}/model.ckpt-best --config albert_config.json --output "
+         "model.ckpt"], raw(b"index"), bad="model.ckpt-best.index"),
     row(CLS, "pretrained on data of another casing (was: fine-tuned)", "--load_pretrain_checkpoint_path {bad}",
         ["{fx}/mrpc_train.mindrecord was made with albert_30k-clean.model", "do_lower_case True), but {bad} was "
          "trained on data made with", "do_lower_case False)"], recorded_tokenizer("pre.ckpt", do_lower_case=False),

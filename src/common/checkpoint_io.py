@@ -60,7 +60,26 @@ def read_checkpoint_and_digest(path: str) -> Tuple[Dict[str, Parameter], str]:
     return values, digest
 
 
+def foreign_weights(path: str) -> str:
+    """Why `path` is weights of another framework, which MindSpore cannot read ("" when it is not): an HF
+    transformers folder or file, a PyTorch file, a TensorFlow checkpoint (ALBERT's releases: model.ckpt-N.index and
+    .data-*), with the conversion that makes a MindSpore checkpoint of it."""
+    source = ("hf" if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
+              or path.endswith((".safetensors", ".bin", ".pt", ".pth")) and os.path.isfile(path)
+              else "tf" if os.path.isfile(path + ".index") or path.endswith(".index") else "")
+    if not source:
+        return ""
+    what = {"hf": "HF transformers / PyTorch weights", "tf": "a TensorFlow checkpoint"}[source]
+    given = path.removesuffix(".index") if source == "tf" else path
+    config = " --config albert_config.json" if source == "tf" else ""
+    return (f"{path} is {what}, which MindSpore cannot read: convert it first with python -m src.convert_checkpoint "
+            f"--src {source} --input {given}{config} --output model.ckpt, then pass model.ckpt")
+
+
 def _load_checkpoint(path: str) -> Tuple[Dict[str, Parameter], Optional[str]]:
+    foreign = foreign_weights(path)
+    if foreign:
+        raise UserError(foreign)
     if not os.path.isfile(path):
         raise UserError(f"checkpoint not found: {path}")
     if os.path.getsize(path) == 0:

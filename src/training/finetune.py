@@ -24,6 +24,7 @@ import numpy as np
 from model_utils.config import Config, parse_cli
 from model_utils.errors import UserError, as_user_error
 from src.common.atomic_files import save_json_atomic
+from src.common.checkpoint_io import foreign_weights
 from src.common.fixed_shape_batches import cell_runner, real_rows, run_padded
 from src.common.progress import progress
 from src.common.run_log import log_to
@@ -89,8 +90,9 @@ def _check_config(task: Task, config: Config) -> List[tuple]:
                             "fine-tune, start from --load_pretrain_checkpoint_path")
     elif config.load_finetune_checkpoint_path and not os.path.isfile(config.load_finetune_checkpoint_path):
         raise UserError(f"load_finetune_checkpoint_path not found: {config.load_finetune_checkpoint_path}")
-    if config.load_pretrain_checkpoint_path and not os.path.isfile(config.load_pretrain_checkpoint_path):
-        raise UserError(f"load_pretrain_checkpoint_path not found: {config.load_pretrain_checkpoint_path}")
+    start = config.load_pretrain_checkpoint_path
+    if start and (foreign_weights(start) or not os.path.isfile(start)):
+        raise UserError(foreign_weights(start) or f"load_pretrain_checkpoint_path not found: {start}")
     jobs = []
     for action, key in (("eval", "eval_data_file_path"), ("predict", "predict_data_file_path")):
         if config[f"do_{action}"]:
