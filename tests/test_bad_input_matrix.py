@@ -598,6 +598,11 @@ MATRIX: List[Row] = [
     row(MAKE_PT, "SentencePiece model as --vocab_file (was: traceback)", "--spm_model_file '' --vocab_file {spm}",
         ["{spm}: not a WordPiece vocab.txt (not UTF-8 text at byte ", "a SentencePiece .model goes to "
          "--spm_model_file"]),
+    row(MAKE_PT, "the SentencePiece pieces file alone as --vocab_file", "--spm_model_file '' --vocab_file "
+        "{assets}/tokenizer/albert_30k-clean.vocab", ["{assets}/tokenizer/albert_30k-clean.vocab: vocabulary lacks the "
+                                                     "special tokens", "it is a SentencePiece model's pieces file "
+                                                     "(piece<TAB>score lines): pass the .model beside it as "
+                                                     "--spm_model_file"]),
     row(MAKE_PT, "albert_zh's vocab.txt beside the SentencePiece model (was: ignored)", "--vocab_file "
         "{assets}/tokenizer/albert_zh_vocab.txt", ["--vocab_file {assets}/tokenizer/albert_zh_vocab.txt is not the "
                                                    "pieces file of --spm_model_file {spm}: pass one vocabulary"]),

@@ -290,7 +290,10 @@ class WordPieceVocabTokenizer:
         self.vocab = load_vocab(vocab_file)
         missing = [t for t in ("[UNK]",) + CONTROL_SYMBOLS if t not in self.vocab]
         if missing:
-            raise UserError(f"{vocab_file}: vocabulary lacks the special tokens {missing}")
+            pieces = sum("\t" in token for token in self.vocab) > len(self.vocab) // 2  # Google's 30k-clean.vocab
+            raise UserError(f"{vocab_file}: vocabulary lacks the special tokens {missing}" + (
+                "; it is a SentencePiece model's pieces file (piece<TAB>score lines): pass the .model beside it as "
+                "--spm_model_file" if pieces else ""))
         self.inv_vocab = {i: token for token, i in self.vocab.items()}
         self.do_lower_case = do_lower_case
         self.basic = BasicTokenizer(do_lower_case)
