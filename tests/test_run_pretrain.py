@@ -4,6 +4,7 @@ Evaluation is checked against HF transformers computing the same metrics, Tensor
 metrics.jsonl through TensorBoard's own reader; kill -9 and resume are in test_crash_safety.py.
 """
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -265,6 +266,11 @@ def test_weights_only_checkpoint_initialises_and_a_restart_continues_the_run(dat
     assert "already holds this run's checkpoints: continuing from them" in second.stdout
     assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'albert_pretrain-2.ckpt'}" in second.stdout
     assert sorted(metrics_by_step(tmp_path / "run" / "metrics.jsonl")) == [1, 2, 3]
+    # the same folder given other initial weights: said in a warning (was: the same plain line as a restart)
+    shutil.copy(tmp_path / "init.ckpt", tmp_path / "other.ckpt")
+    third = ok(run(args + ["--train_steps", "3", "--load_checkpoint_path", str(tmp_path / "other.ckpt")]))
+    assert (f"warning: {tmp_path / 'run' / 'checkpoints'} holds the checkpoints of a run that started from "
+            f"{tmp_path / 'init.ckpt'}: continuing that run, not starting from {tmp_path / 'other.ckpt'}") in third.stdout
 
 
 def test_a_fresh_run_moves_an_earlier_metrics_file_aside_and_leaves_no_lock(data, tmp_path):

@@ -76,6 +76,7 @@ class Lineage:
 
     run_id: str
     adopted: Dict[str, str] = field(default_factory=dict)  # file name -> contents digest
+    start: str = ""  # the initial checkpoint the run started from (absolute path; "" for none, or not recorded)
 
     @classmethod
     def new(cls) -> "Lineage":
@@ -90,13 +91,15 @@ class Lineage:
         try:
             with open(path, encoding="utf-8") as handle:
                 data = json.load(handle)
-            return cls(str(data["run_id"]), {str(k): str(v) for k, v in data.get("adopted", {}).items()})
+            return cls(str(data["run_id"]), {str(k): str(v) for k, v in data.get("adopted", {}).items()},
+                       str(data.get("start", "")))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise UserError(f"cannot read {path} (which run the checkpoints there belong to): {err}; restore it, "
                             f"or start a new run in another folder") from err
 
     def write(self, directory: str) -> None:
-        save_json_atomic({"run_id": self.run_id, "adopted": self.adopted}, os.path.join(directory, LINEAGE_FILE))
+        save_json_atomic({"run_id": self.run_id, "adopted": self.adopted, "start": self.start},
+                         os.path.join(directory, LINEAGE_FILE))
 
     def stranger(self, path: str, values: Dict) -> str:
         """Why the checkpoint `values` read from `path` is not of this lineage ("" when it is)."""
@@ -248,9 +251,10 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     own = newest_train_checkpoint(save_dir, settings.checkpoint_prefix, log) if save_dir else None
     if own:
         if start:
-            log(f"{save_dir} already holds this run's checkpoints: continuing from them, not from {start}")
+            log(_continuing(save_dir, start, own.lineage.start, settings))
         return _resume(train_cell, own.values, plan, own.path, settings, identity, log), own.lineage
     lineage = (Lineage.read(save_dir) if save_dir else None) or Lineage.new()
+    lineage.start = os.path.abspath(start) if start else ""
     if not start:
         if settings.init_only:  # fine-tuning without pretrained weights: rarely meant
             log(f"no {settings.flag('init_checkpoint')}: the whole network starts from random weights")
@@ -258,7 +262,7 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     values = read_checkpoint(start)
     if not settings.init_only and all(key in values for key in PROGRESS_KEYS):
         if save_dir and not Lineage.read(save_dir) and RUN_ID_KEY in values:
-            lineage = Lineage(values[RUN_ID_KEY])
+            lineage = Lineage(values[RUN_ID_KEY], start=lineage.start)
         return _resume(train_cell, values, plan, start, settings, identity, log, from_init=True), lineage
     from src.training.network_config import network_note
 
@@ -269,6 +273,17 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
     log(f"initialised the network from {start} (weights only: training starts at step 0{new})")
     return Progress(), lineage
+
+
+def _continuing(save_dir: str, start: str, started_from: str, settings: TrainSettings) -> str:
+    """The line of a run that continues the save folder's checkpoints though given an initial one: a warning when
+    the folder's run started from another checkpoint (a fine-tuning rerun from other pretrained weights trained
+    nothing and reported the old model's scores as the new one's)."""
+    if started_from and os.path.abspath(start) != started_from:
+        return (f"warning: {save_dir} holds the checkpoints of a run that started from {started_from}: continuing "
+                f"that run, not starting from {start}; to start from it, use a new {settings.flag('save_dir')} (or "
+                f"output_dir)")
+    return f"{save_dir} already holds this run's checkpoints: continuing from them, not from {start}"
 
 
 def check_same_start(progress: Progress, device: Device, settings: TrainSettings) -> None:
