@@ -283,6 +283,12 @@ def test_finetuning_starts_from_a_pretrained_checkpoint_with_only_the_head_new(d
     assert "new head: classifier.weight, classifier.bias" in result.stdout
     saved = json.loads((tmp_path / "out" / "checkpoints" / "albert_config.json").read_text())
     assert saved["hidden_size"] == 32 and saved["num_hidden_layers"] == 2
+    # that run's fine-tuned checkpoint as the start of another: its head is taken too, and said (was: unsaid)
+    tuned = tmp_path / "out" / "checkpoints" / "albert_classifier-2.ckpt"
+    again = ok(run(args[:args.index("--load_pretrain_checkpoint_path")] + [
+        "--load_pretrain_checkpoint_path", str(tuned), "--output_dir", str(tmp_path / "again"), "--do_eval", "false"]))
+    assert f"initialised the network from {tuned} (weights only: training starts at step 0; the task head too: it " \
+           f"holds one (fine-tuned already))" in again.stdout
 
     # Without a backbone weight the run stops before training, naming it.
     values = {p.name: p for p in network.get_parameters() if "pooler" not in p.name}

@@ -270,7 +270,8 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
                          f"{start} was trained on data made with", settings.data)
     report = load_weights(network, values, allow_missing=settings.allow_missing, name=start,
                           network_note=network_note(settings.config, start))
-    new = f"; new head: {', '.join(report.missing)}" if report.missing else ""
+    new = f"; new head: {', '.join(report.missing)}" if report.missing else \
+        "; the task head too: it holds one (fine-tuned already)" if settings.allow_missing else ""
     log(f"initialised the network from {start} (weights only: training starts at step 0{new})")
     return Progress(), lineage
 
