@@ -85,6 +85,26 @@ albert_check_places() {
   done
 }
 
+# albert_check_flags FLAG=PLACE... -- ARGS...: the flags after the script's arguments. A first one that is no flag
+# (ModelZoo's DEVICE_ID EPOCH_SIZE DATA_DIR ... order) failed in Python after OUTPUT_DIR/logs was made; a flag the
+# script sets from its argument PLACE, given again, won in Python while the logs went by the first (one run in two
+# folders). Returns 2 with one line.
+albert_check_flags() {
+  local pairs=() arg pair
+  while [[ "$1" != -- ]]; do pairs+=("$1"); shift; done
+  shift
+  if [[ $# -gt 0 && "$1" != --* ]]; then
+    echo "error: '$1' is no flag: after its arguments the script takes only flags (see --help)" >&2; return 2
+  fi
+  for arg in "$@"; do
+    for pair in "${pairs[@]}"; do
+      if [[ "$arg" == "${pair%%=*}" || "$arg" == "${pair%%=*}="* ]]; then
+        echo "error: ${pair%%=*} is ${pair#*=}, the script's argument: drop the flag (see --help)" >&2; return 2
+      fi
+    done
+  done
+}
+
 # albert_move_aside PATH: rename PATH, when there is one, to the first free PATH.previous, PATH.previous-1, ...: the
 # logs of an earlier start (a failed run's, which its error line named) are kept, never overwritten.
 albert_move_aside() {
@@ -394,6 +414,7 @@ albert_finetune_main() {
   if [[ "$mode" == single ]]; then
     local out
     albert_check_places "OUTPUT_DIR=$1" || exit 2
+    albert_check_flags --output_dir=OUTPUT_DIR -- "${@:2}" || exit 2
     out="$(realpath -m "$1")"
     shift
     albert_run_single "$out/logs/$task.log" "$TASK_SCRIPT" --output_dir "$out" \
@@ -401,6 +422,7 @@ albert_finetune_main() {
   else
     local device_num="$1" out
     albert_check_places "DEVICE_NUM=$1" "OUTPUT_DIR=$2" || exit 2
+    albert_check_flags --output_dir=OUTPUT_DIR --device_num=DEVICE_NUM -- "${@:3}" || exit 2
     out="$(realpath -m "$2")"
     shift 2
     albert_run_distributed "$device_num" "$out" "$TASK_SCRIPT" --output_dir "$out" "$@"

@@ -20,5 +20,6 @@ USAGE
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then usage; exit 0; fi
 if [[ $# -lt 3 ]]; then usage >&2; exit 2; fi
 albert_check_places "DEVICE_NUM=$1" "DATA_DIR=$2" "OUTPUT_DIR=$3" || exit 2
+albert_check_flags --data_dir=DATA_DIR --output_dir=OUTPUT_DIR --device_num=DEVICE_NUM -- "${@:4}" || exit 2
 DEVICE_NUM="$1"; DATA_DIR="$(realpath -m "$2")"; OUT="$(realpath -m "$3")"; shift 3
 albert_run_distributed "$DEVICE_NUM" "$OUT" run_pretrain.py --data_dir "$DATA_DIR" --output_dir "$OUT" "$@"

@@ -47,6 +47,7 @@ if [[ $# -eq 1 ]]; then usage >&2; exit 2; fi
 
 if [[ $# -ge 2 ]]; then
   albert_check_places "DATA_DIR=$1" "OUTPUT_DIR=$2" || exit 2
+  albert_check_flags --data_dir=DATA_DIR --output_dir=OUTPUT_DIR -- "${@:3}" || exit 2
   DATA_DIR="$(realpath -m "$1")"; OUT="$(realpath -m "$2")"; shift 2
   mkdir -p "$OUT/logs"
   echo "logs: $OUT/logs/pretrain.log"

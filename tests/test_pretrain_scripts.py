@@ -56,10 +56,21 @@ def test_scripts_name_misplaced_arguments_before_anything_is_written(tmp_path):
               "DATA_DIR comes before the flags, got '--batch_size'"),
              (["run_classifier_single.sh", "--train_data_file_path", "x"], {},
               "OUTPUT_DIR comes before the flags, got '--train_data_file_path'"),
-             (["run_squad_v2_distribute.sh", "2", a_file], {}, f"OUTPUT_DIR {a_file} is a file, not a folder")]
+             (["run_squad_v2_distribute.sh", "2", a_file], {}, f"OUTPUT_DIR {a_file} is a file, not a folder"),
+             # a flag the script sets from its arguments (was: logs in one folder, the run's outputs in another)
+             (["run_classifier_single.sh", "out", "--output_dir", "other"], {},
+              "--output_dir is OUTPUT_DIR, the script's argument: drop the flag"),
+             (["run_pretrain_single.sh", "data", "out", "--data_dir=other"], {},
+              "--data_dir is DATA_DIR, the script's argument: drop the flag"),
+             (["run_race_distribute.sh", "2", "out", "--device_num", "4"], {},
+              "--device_num is DEVICE_NUM, the script's argument: drop the flag"),
+             # ModelZoo's order DEVICE_ID EPOCH_SIZE DATA_DIR SCHEMA_DIR (was: OUTPUT_DIR 1/logs made, then Python's
+             # "unrecognized arguments")
+             (["run_pretrain_single.sh", "0", "1", "data", "schema.json"], {},
+              "'data' is no flag: after its arguments the script takes only flags")]
     for (script, *args), env, message in cases:
         result = bash([SCRIPTS / script, *args], env)
-        hint = " (see --help)" if "comes before" in message else ""
+        hint = " (see --help)" if "comes before" in message or "flag" in message else ""
         assert (result.returncode, result.stderr) == (2, f"error: {message}{hint}\n"), (script, args)
     assert sorted(os.listdir(tmp_path)) == ["a_file"]
 
