@@ -34,7 +34,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
-from model_utils.config import Config, flatten, load_yaml_documents, parse_cli, suggestion
+from model_utils.config import (Config, check_not_network_config, flatten, load_yaml_documents, parse_cli,
+                                suggestion)
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
                                      replace_folder)
@@ -109,6 +110,9 @@ def read_configs(argv: Sequence[str]) -> Tuple[Config, Config, str, str, str]:
         if not (ROOT / config_path).is_file():  # a shipped task yaml named from another working directory
             raise UserError(f"config_path not found: {config_path}")
         config_path = str(ROOT / config_path)
+    if config_path:  # before its task is inferred from its keys
+        check_not_network_config(config_path, load_yaml_documents(config_path)[0], "pass it as --albert_config_file "
+                                 "(--config_path takes the task yaml the checkpoint was fine-tuned with)")
     if args.task:
         task, source = args.task, f"--task {args.task}"
     elif config_path:

@@ -11,6 +11,7 @@ Nothing here runs at import time; scripts call `parse_cli(default_yaml, argv)`.
 """
 import argparse
 import difflib
+import fnmatch
 import math
 import os
 import re
@@ -34,6 +35,34 @@ FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max: every flo
 SHOWN_CHARS = 60  # of a value in an error message
 ALIASES = {"lr": "learning_rate"}  # names users type for keys spelled otherwise here
 MAX_SUGGESTED = 3  # keys named in one "did you mean"
+_WARMUP = "optimizer_cfg.*.warmup_steps"
+_FROM_FRACTION = (("optimizer_cfg.*.warmup_proportion", ""),
+                  (_WARMUP, "given in steps here, not as a fraction of training"))
+_PRETRAINED = ("a MindSpore checkpoint; src.convert_checkpoint converts Google's TF and HF's ALBERT weights")
+_DATA_SETTING = ("", "it is the data's here: set it when making the data (src.create_pretraining_data, "
+                     "src.create_finetune_data, src.create_squad_data); runs read it from the data")
+_EVAL_BATCH = ("eval_batch_size",)
+# The flags of Google's ALBERT/BERT scripts, HF's run_glue/run_squad and ModelZoo's BERT spelled otherwise here ->
+# the keys of ours that do their work, in order: the first the yaml in use has is suggested ('*': the optimizer
+# section the run uses), with its note; a candidate ("", note) is a note alone (a setting of no key of this yaml).
+FOREIGN_FLAGS: Dict[str, Tuple[Union[str, Tuple[str, str]], ...]] = {
+    "num_train_epochs": ("epoch_num", "epoch_size"), "epoch_size": ("epoch_num",), "epoch_num": ("epoch_size",),
+    "train_step": ("train_steps",), "num_train_steps": ("train_steps",), "max_steps": ("train_steps",),
+    "warmup_step": (_WARMUP,), "num_warmup_steps": (_WARMUP,),
+    "warmup_proportion": _FROM_FRACTION, "warmup_ratio": _FROM_FRACTION,
+    "save_steps": ("save_checkpoint_steps",), "save_checkpoints_steps": ("save_checkpoint_steps",),
+    "keep_checkpoint_max": ("save_checkpoint_num",), "save_total_limit": ("save_checkpoint_num",),
+    "adam_epsilon": ("optimizer_cfg.*.eps",), "max_grad_norm": ("clip_norm",),
+    "init_checkpoint": (("load_pretrain_checkpoint_path", _PRETRAINED), ("load_checkpoint_path", _PRETRAINED)),
+    "model_name_or_path": (("load_pretrain_checkpoint_path", _PRETRAINED), ("load_checkpoint_path", _PRETRAINED)),
+    "train_batch_size": ("batch_size",), "per_device_train_batch_size": ("train_batch_size", "batch_size"),
+    "per_gpu_train_batch_size": ("train_batch_size", "batch_size"), "per_device_eval_batch_size": _EVAL_BATCH,
+    "per_gpu_eval_batch_size": _EVAL_BATCH, "predict_batch_size": _EVAL_BATCH,
+    "input_file": ("data_dir",), "bert_network": ("albert_network",),
+    "max_seq_length": ("export_seq_length", _DATA_SETTING), "max_predictions_per_seq": (_DATA_SETTING,),
+    "do_lower_case": (_DATA_SETTING,), "vocab_file": (_DATA_SETTING,), "spm_model_file": (_DATA_SETTING,),
+    "task_name": (_DATA_SETTING,),
+}
 
 
 class ConfigError(UserError):
@@ -94,17 +123,22 @@ def _set_dotted(values: Dict[str, Any], dotted: str, value: Any) -> None:
     values[last] = value
 
 
+def _visible(name: str, candidates: Sequence[str], unused: AbstractSet[str]) -> List[str]:
+    """`candidates` less the keys under sections the run does not use (`unused`, e.g. the optimizers not chosen),
+    unless `name` itself names that section."""
+    hidden = unused - set(name.split(".")[:-1])
+    return [key for key in candidates if not hidden & set(key.split(".")[:-1])]
+
+
 def closest_keys(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset()) -> List[str]:
-    """The keys an unknown `name` most likely meant, leaving out keys under sections the run does not use
-    (`unused`, e.g. the optimizers not chosen) unless `name` itself names that section: `optimizer_cfg.AdamW.
-    learning_rate` with optimizer AdamWeightDecay suggests AdamWeightDecay's key, not Lamb's.
+    """The keys an unknown `name` most likely meant, among the _visible ones: `optimizer_cfg.AdamW.learning_rate`
+    with optimizer AdamWeightDecay suggests AdamWeightDecay's key, not Lamb's.
 
     A plain name that is the last part of nested keys means those (`learning_rate`, `lr`: `optimizer_cfg.Lamb.
     learning_rate`), else the keys it ends (`batch_size`: `train_batch_size` before `eval_batch_size`, in the
     yaml's order); spelling similarity would pick the wrong one (`warmup_steps` is closest to `train_steps`).
     Otherwise, or when too many keys fit, the one spelled most alike."""
-    hidden = unused - set(name.split(".")[:-1])
-    shown = [key for key in candidates if not hidden & set(key.split(".")[:-1])]
+    shown = _visible(name, candidates, unused)
     if "." not in name:
         word = ALIASES.get(name, name)
         leaves = [key.rsplit(".", 1)[-1] for key in shown]
@@ -115,8 +149,31 @@ def closest_keys(name: str, candidates: Sequence[str], unused: AbstractSet[str] 
     return difflib.get_close_matches(name, shown, n=1, cutoff=0.5)
 
 
+def _foreign_hint(name: str, shown: Sequence[str], prefix: str) -> Optional[str]:
+    """The hint of FOREIGN_FLAGS for `name`: its first candidate the yaml has (with its note), or its note that
+    needs no key; None when the table has nothing for this yaml. absl's `--noX` is `X false`."""
+    if name.startswith("no") and (name[2:] in shown or name[2:] in FOREIGN_FLAGS):
+        negated = name[2:] if name[2:] in shown else None
+        return (f"; did you mean {prefix + negated + (' false' if prefix else ': false')!r}?" if negated
+                else _foreign_hint(name[2:], shown, prefix))
+    for candidate in FOREIGN_FLAGS.get(name, ()):
+        pattern, note = (candidate, "") if isinstance(candidate, str) else candidate
+        keys = fnmatch.filter(shown, pattern)[:MAX_SUGGESTED] if pattern else []
+        if keys:
+            return (f"; did you mean {' or '.join(repr(prefix + key) for key in keys)}"
+                    f"{f' ({note})' if note else ''}?")
+        if not pattern:
+            return f"; {note}"
+    return None
+
+
 def suggestion(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset(), prefix: str = "") -> str:
-    """"; did you mean 'KEY'?" for the closest_keys of `name` (each written with `prefix`, "--" for flags), or ""."""
+    """"; did you mean 'KEY'?" for `name` (each key written with `prefix`, "--" for flags), or "": the well-known
+    flag of another implementation first (FOREIGN_FLAGS: closeness misleads there, `num_train_epochs` is nearest
+    `train_steps`), else the closest_keys."""
+    hint = _foreign_hint(name, _visible(name, candidates, unused), prefix)
+    if hint is not None:
+        return hint
     keys = closest_keys(name, candidates, unused)
     return f"; did you mean {' or '.join(repr(prefix + key) for key in keys)}?" if keys else ""
 
@@ -309,21 +366,60 @@ def in_interval(value: Any, spec: str) -> bool:
     return (low <= value if low_closed else low < value) and (value <= high if high_closed else value < high)
 
 
-def _check_choice(key: str, value: Any, choices: Dict[str, Allowed], source: str) -> None:
-    """`value` must be one of the key's choices or lie in its interval (null always passes an interval: it means
-    'take the default from elsewhere', e.g. net_cfg keys)."""
+def spelled_choice(value: Any, allowed: Sequence[Any]) -> Any:
+    """The choice of `allowed` that `value` spells in another case or without its '-' and '_' (Google's
+    run_classifier lowercases `--task_name MRPC`; HF and GLUE write sst2, stsb for sst-2, sts-b), else `value`."""
+    if not isinstance(value, str) or value in allowed:
+        return value
+    folded = [choice for choice in allowed if isinstance(choice, str) and _folded(choice) == _folded(value)]
+    return folded[0] if len(folded) == 1 else value
+
+
+def _folded(text: str) -> str:
+    return re.sub(r"[-_]", "", text).lower()
+
+
+def _check_choice(key: str, value: Any, choices: Dict[str, Allowed], source: str) -> Any:
+    """`value` (in its spelled_choice) if it is one of the key's choices or lies in its interval (null always passes
+    an interval: it means 'take the default from elsewhere', e.g. net_cfg keys)."""
     allowed = choices.get(key)
     if isinstance(allowed, str):
         if value is not None and not in_interval(value, allowed):
             raise ConfigError(f"{source}: key '{key}' must be in {allowed.strip()}, got {_shown(value)}")
-    elif allowed and value not in allowed:
-        raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {_shown(value)}")
+    elif allowed:
+        value = spelled_choice(value, allowed)
+        if value not in allowed:
+            raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {_shown(value)}")
+    return value
 
 
 # The yamls the project ships beside its scripts: a user's yaml copied from one of them can be named by its keys.
 SHIPPED_YAMLS = ("pretrain_config.yaml", "task_classifier_config.yaml", "task_race_config.yaml",
                  "task_squad_v1_config.yaml", "task_squad_v2_config.yaml", "export_config.yaml",
                  "create_data_config.yaml")
+
+
+# The top keys of a network config json (Google's albert_config.json, HF's config.json, the X.ckpt.json beside a
+# checkpoint) that no yaml of ours has at its top: HF's names, or the sizes every network config holds.
+HF_CONFIG_KEYS = {"architectures", "model_type"}
+NETWORK_SIZE_KEYS = {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads"}
+
+
+def check_not_network_config(path: os.PathLike, values: Dict[str, Any], advice: str) -> None:
+    """A network config json passed as --config_path (json is yaml, so it would read as unknown keys, or suggest
+    net_cfg.vocab_size) is named as such, with `advice`: where the script takes it, if it does."""
+    keys = set(values)
+    if keys & HF_CONFIG_KEYS or NETWORK_SIZE_KEYS <= keys:
+        raise ConfigError(f"{path} is a network config (ALBERT's config json), not a yaml of this script: {advice}")
+
+
+def _network_config_advice(values: Dict[str, Any], default_config: os.PathLike) -> str:
+    """Where a script with the schema `values` takes a network config json."""
+    if "albert_config_file" in values:
+        return "pass it as --albert_config_file"
+    size = ("; give the network's max_position_embeddings as --max_position_embeddings"
+            if "max_position_embeddings" in values else "")
+    return f"--config_path takes a yaml like {Path(default_config).name} (this script takes no network config{size})"
 
 
 def yamls_holding(keys: Iterable[str], files: Iterable[Path]) -> List[Path]:
@@ -355,8 +451,7 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
                                   f"one's is {shipped.name})")
             unused = _unused_options({**flat_schema, **flatten(user)}, choices)
             raise ConfigError(f"{source}: unknown key '{key}'{suggestion(key, list(flat_schema), unused)}")
-        value = coerce(key, value, flat_schema[key], source)
-        _check_choice(key, value, choices, source)
+        value = _check_choice(key, coerce(key, value, flat_schema[key], source), choices, source)
         _set_dotted(merged, key, value)
     return merged
 
@@ -458,6 +553,7 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
         if not user_path.is_absolute():
             user_path = Path.cwd() / user_path
         user_values, _, _ = load_yaml_documents(user_path)
+        check_not_network_config(user_path, user_values, _network_config_advice(values, default_config))
         if section is not None and section in user_values and isinstance(user_values[section], dict):
             user_values = user_values[section]
         values = merge_user_yaml(values, user_values, choices, str(user_path), Path(default_config))
@@ -465,7 +561,8 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         flag = next((a for a in unknown if a.startswith("-")), unknown[0])
-        name = flag.lstrip("-").split("=", 1)[0]
+        flag = flag.split("=", 1)[0] if flag.startswith("-") else flag  # `--x=True` is the option --x
+        name = flag.lstrip("-")
         unused = _unused_options({**flatten(values), **vars(args)}, choices)
         hint = suggestion(name, list(flatten(values)), unused, prefix="--")
         raise ConfigError(f"unknown option '{flag}'{hint}"
@@ -474,8 +571,7 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
     flat = flatten(values)
     for key, raw in overrides.items():
         value = coerce(key, _from_cli(key, raw, flat[key]), flat[key], "command line")
-        _check_choice(key, value, choices, "command line")
-        _set_dotted(values, key, value)
+        _set_dotted(values, key, _check_choice(key, value, choices, "command line"))
     for key, value in flatten(values).items():
         _check_choice(key, value, choices, str(default_config))
     return Config(values)

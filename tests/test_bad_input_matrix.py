@@ -362,6 +362,12 @@ MATRIX: List[Row] = [
         ["unknown option '--warmup_steps'; did you mean '--optimizer_cfg.AdamWeightDecay.warmup_steps'?"]),
     row(PRE, "--lr, within the optimizer the run selects (was: no suggestion)", "--optimizer Lamb --lr 1e-4",
         ["unknown option '--lr'; did you mean '--optimizer_cfg.Lamb.learning_rate'?"]),
+    row(PRE, "HF's --warmup_ratio (was: no suggestion)", "--warmup_ratio 0.1",
+        ["unknown option '--warmup_ratio'; did you mean '--optimizer_cfg.AdamWeightDecay.warmup_steps' (given in steps "
+         "here, not as a fraction of training)?"]),
+    row(PRE, "Google's --max_seq_length (was: no suggestion)", "--max_seq_length 128",
+        ["unknown option '--max_seq_length'; it is the data's here: set it when making the data "
+         "(src.create_pretraining_data"]),
     row(PRE, "optimizer section misspelled in yaml", "--config_path {bad}",
         ["{bad}: unknown key 'optimizer_cfg.AdamW.learning_rate'; "
          "did you mean 'optimizer_cfg.AdamWeightDecay.learning_rate'?"],
@@ -498,6 +504,13 @@ MATRIX: List[Row] = [
         ["unknown option '--learning_rate'; did you mean '--optimizer_cfg.AdamWeightDecay.learning_rate'?"]),
     row(CLS, "pretraining's --batch_size (was: did you mean '--eval_batch_size')", "--batch_size 16",
         ["unknown option '--batch_size'; did you mean '--train_batch_size' or '--eval_batch_size'?"]),
+    row(CLS, "Google's --num_train_epochs (was: did you mean '--train_steps')", "--num_train_epochs 3",
+        ["unknown option '--num_train_epochs'; did you mean '--epoch_num'?"]),
+    row(CLS, "an unknown --flag=value (was: named '--use_tpu=True')", "--use_tpu=True", ["unknown option '--use_tpu'"]),
+    row(CLS, "HF's config.json as --config_path (was: unknown key 'architectures')", "--config_path {bad}",
+        ["{bad} is a network config (ALBERT's config json), not a yaml of this script: pass it as "
+         "--albert_config_file"], text('{"architectures": ["AlbertForMaskedLM"], "vocab_size": 30000}'),
+        bad="config.json"),
     row(CLS, "train_batch_size 0", "--train_batch_size 0", ["key 'train_batch_size' must be in [1, 65536], got 0"]),
     row(CLS, "yaml integer of 5000 digits (was a traceback)", "--config_path {bad}",
         ["{bad} line 2: an integer of 5000 digits is refused (at most 100)"],
@@ -696,6 +709,8 @@ MATRIX: List[Row] = [
     row(MAKE_FT, "file of another task", "--task_name sst-2",
         ["{fx}/mrpc.tsv line 1: header column 1 should be 'sentence'", "is this a sst-2 file?"]),
     row(MAKE_FT, "unknown task", "--task_name mrcp", ["key 'task_name' must be one of", "got 'mrcp'"]),
+    row(MAKE_FT, "absl's --nodo_lower_case (was: no suggestion)", "--nodo_lower_case",
+        ["unknown option '--nodo_lower_case'; did you mean '--do_lower_case false'?"]),
     row(MAKE_FT, "unknown yaml key", "--config_path {bad}", ["{bad}: unknown key 'task'; did you mean 'task_name'?"],
         text("finetune:\n  task: mrpc\n"), bad="bad.yaml"),
     row(MAKE_FT, "empty vocab.txt", "--spm_model_file '' --vocab_file {bad}", ["{bad}: empty vocabulary"], text(""),
@@ -798,6 +813,14 @@ MATRIX: List[Row] = [
         ["{bad}: unknown key 'num_clas'; did you mean 'num_class'?"], text("num_clas: 2\n"),
         bad="task_classifier_mine.yaml"),
     row(EXPORT, "unknown flag", "--file_fromat ONNX", ["unknown option '--file_fromat'; did you mean '--file_format'?"]),
+    row(EXPORT, "a checkpoint's network json as --config_path (was: cannot tell the task)", "--config_path {bad}",
+        ["{bad} is a network config (ALBERT's config json), not a yaml of this script: pass it as "
+         "--albert_config_file (--config_path takes the task yaml"], beside({}, [("cls.ckpt.json", "{bad}")]),
+        bad="cls.ckpt.json"),
+    row(PREDICT, "a checkpoint's network json as --config_path (was: unknown key 'vocab_size')", "--text_a hi "
+        "--config_path {bad}", ["{bad} is a network config (ALBERT's config json), not a yaml of this script: "
+                                "src.predict reads the network from the json beside --model"],
+        beside({}, [("cls.ckpt.json", "{bad}")]), bad="net.json"),
     row(EXPORT, "AIR off Ascend", "--file_format AIR", ["AIR export needs an Ascend device"], process=True),
     row(EXPORT, "neither task yaml nor --task: the head is detected (was: say which head to export)",
         "--config_path '' --export_ckpt_file {fx}/pre.ckpt",

@@ -306,3 +306,88 @@ def test_a_users_own_yaml_beside_the_shipped_ones_is_not_taken_for_another_scrip
     mine.write_text("batch_sise: 8\ntrain_step: 5\n")
     with pytest.raises(ConfigError, match=r"my_pretrain.yaml: unknown key 'batch_sise'; did you mean 'batch_size'"):
         parse_cli(folder / "pretrain_config.yaml", ["--config_path", str(mine)])
+
+
+OPT = "optimizer_cfg.{}"
+IN_STEPS = " (given in steps here, not as a fraction of training)"
+CKPT_NOTE = " (a MindSpore checkpoint; src.convert_checkpoint converts Google's TF and HF's ALBERT weights)"
+DATA_NOTE = "; it is the data's here: set it when making the data"
+
+
+@pytest.mark.parametrize("yaml_name, argv, hint", [
+    # was: '--train_steps'
+    ("task_classifier_config.yaml", ["--num_train_epochs", "3"], "; did you mean '--epoch_num'?"),
+    ("pretrain_config.yaml", ["--num_train_epochs", "3"], "; did you mean '--epoch_size'?"),
+    # was: '--accumulation_steps', '--num_class', none
+    ("task_classifier_config.yaml", ["--warmup_step", "9"], f"; did you mean '--{OPT}.warmup_steps'?"),
+    ("task_classifier_config.yaml", ["--num_warmup_steps", "9"], f"; did you mean '--{OPT}.warmup_steps'?"),
+    ("task_classifier_config.yaml", ["--warmup_ratio", ".1"], f"; did you mean '--{OPT}.warmup_proportion'?"),
+    ("pretrain_config.yaml", ["--warmup_proportion", ".1"], f"; did you mean '--{OPT}.warmup_steps'{IN_STEPS}?"),
+    ("pretrain_config.yaml", ["--warmup_ratio", ".1"], f"; did you mean '--{OPT}.warmup_steps'{IN_STEPS}?"),
+    # was: '--train_steps', '--eval_batch_size', '--enable_data_sink'
+    ("task_classifier_config.yaml", ["--save_steps", "9"], "; did you mean '--save_checkpoint_steps'?"),
+    ("task_squad_v1_config.yaml", ["--epoch_size", "2"], "; did you mean '--epoch_num'?"),
+    ("task_classifier_config.yaml", ["--adam_epsilon", "1e-6"], f"; did you mean '--{OPT}.eps'?"),
+    # was: '--eval_data_file_path', '--save_checkpoint_num'
+    ("task_classifier_config.yaml", ["--model_name_or_path", "x"],
+     f"; did you mean '--load_pretrain_checkpoint_path'{CKPT_NOTE}?"),
+    ("pretrain_config.yaml", ["--init_checkpoint", "x"], f"; did you mean '--load_checkpoint_path'{CKPT_NOTE}?"),
+    ("task_classifier_config.yaml", ["--learning_rate", "1e-5"], f"; did you mean '--{OPT}.learning_rate'?"),
+    # was: '--eval_batch_size', '--eval_output_file', none
+    ("pretrain_config.yaml", ["--train_batch_size", "8"], "; did you mean '--batch_size'?"),
+    ("pretrain_config.yaml", ["--input_file", "x"], "; did you mean '--data_dir'?"),
+    ("pretrain_config.yaml", ["--max_seq_length", "128"], DATA_NOTE),
+])
+@pytest.mark.parametrize("optimizer", ["AdamWeightDecay", "Lamb"])
+def test_foreign_flag_names_suggest_ours(project_root, yaml_name, argv, hint, optimizer):
+    """Flags of Google's ALBERT/BERT, HF's and ModelZoo's scripts name our key (within the yaml's optimizer), or say
+    what it is here; was: closeness alone, `--num_train_epochs` -> '--train_steps'."""
+    with pytest.raises(ConfigError) as err:
+        parse_cli(project_root / yaml_name, ["--optimizer", optimizer] + argv)
+    assert str(err.value) == f"unknown option '{argv[0]}'{hint.format(optimizer)}" or (
+        hint == DATA_NOTE and str(err.value).startswith(f"unknown option '{argv[0]}'{hint}"))
+
+
+def test_foreign_names_in_a_users_yaml_and_absl_negation(project_root, tmp_path):
+    """The table serves yaml keys too; absl's `--nodo_lower_case` is `--do_lower_case false` (was: no suggestion;
+    `--do_lower_case` alone would mean the opposite); `--x=True` is the option `--x` (was: named '--x=True')."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("num_train_epochs: 3\n")
+    with pytest.raises(ConfigError, match=r"mine.yaml: unknown key 'num_train_epochs'; did you mean 'epoch_num'\?$"):
+        parse_cli(project_root / "task_race_config.yaml", ["--config_path", str(mine)])
+    with pytest.raises(ConfigError, match=r"^unknown option '--nodo_lower_case'; did you mean '--do_lower_case false'"):
+        parse_cli(project_root / "create_data_config.yaml", ["--nodo_lower_case"], section="finetune")
+    with pytest.raises(ConfigError, match=r"^unknown option '--nodo_lower_case'; it is the data's here"):
+        parse_cli(project_root / "task_classifier_config.yaml", ["--nodo_lower_case"])
+    with pytest.raises(ConfigError, match=r"^unknown option '--x'$"):
+        parse_cli(project_root / "task_classifier_config.yaml", ["--x=True"])
+
+
+def test_choices_take_other_spellings(project_root):
+    """Google's run_classifier lowercases --task_name, HF and GLUE write sst2 and stsb (was: refused); `sts` stays
+    refused (not one task's spelling alone)."""
+    finetune = project_root / "create_data_config.yaml"
+    for typed, task in [("MRPC", "mrpc"), ("sst2", "sst-2"), ("STSB", "sts-b"), ("mnli_mm", "mnli-mm")]:
+        assert parse_cli(finetune, ["--task_name", typed], section="finetune").task_name == task
+    assert parse_cli(project_root / "export_config.yaml", ["--task_name", "SST2"]).task_name == "sst-2"
+    with pytest.raises(ConfigError, match="must be one of"):
+        parse_cli(finetune, ["--task_name", "sts"], section="finetune")
+
+
+@pytest.mark.parametrize("name, section, advice", [
+    ("task_classifier_config.yaml", None, "pass it as --albert_config_file"),
+    ("pretrain_config.yaml", None, "pass it as --albert_config_file"),
+    ("create_data_config.yaml", "spm", "--config_path takes a yaml like create_data_config.yaml (this script takes "
+                                       "no network config)"),
+])
+@pytest.mark.parametrize("json_text", [
+    '{"architectures": ["AlbertForMaskedLM"], "model_type": "albert", "vocab_size": 30000}',  # HF's config.json
+    '{"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4, "embedding_size": 16}',
+])
+def test_a_network_config_as_config_path_is_named(project_root, tmp_path, name, section, advice, json_text):
+    """was: "unknown key 'architectures'", or "unknown key 'vocab_size'; did you mean 'net_cfg.vocab_size'"."""
+    network = tmp_path / "config.json"
+    network.write_text(json_text)
+    with pytest.raises(ConfigError) as err:
+        parse_cli(project_root / name, ["--config_path", str(network)], section=section)
+    assert str(err.value) == f"{network} is a network config (ALBERT's config json), not a yaml of this script: " + advice

@@ -114,6 +114,16 @@ def test_stsb_is_regression(tmp_path, assets, spm_path):
     assert mindrecord_rows(out)[0]["label_ids"].dtype == np.float32
 
 
+def test_task_names_as_google_and_hf_write_them(tmp_path, assets, spm_path):
+    """`--task_name STSB` (Google's run_classifier lowercases it; HF writes stsb) was refused; the meta records
+    the name of this package, which the runs compare."""
+    out = tmp_path / "stsb.mindrecord"
+    data_dir = assets / "glue" / "hf_dummy" / "stsb" / "SST-B"
+    assert cfd.main(_args(spm_path, out, "--task_name", "STSB", "--data_dir", str(data_dir), "--split", "train")) == 0
+    assert json.loads((tmp_path / "stsb.mindrecord.meta.json").read_text())["task_name"] == "sts-b"
+    assert tsv_tasks.task_named("MRPC").name == "mrpc" and tsv_tasks.label_list("SST2") == ["0", "1"]
+
+
 def test_race_reads_all_real_files(assets):
     root = assets / "race" / "RACE"
     files = [p for split in ("train", "dev", "test") for p in cfd.race_files(root, split)]

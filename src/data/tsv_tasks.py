@@ -4,6 +4,7 @@ reads files with it; serving and the HF export take the label names from it."""
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from model_utils.config import spelled_choice
 from model_utils.errors import UserError
 
 
@@ -62,13 +63,15 @@ TASK_NAMES = tuple(TSV_TASKS) + ("race",)
 
 def label_list(task_name: str) -> Optional[List[str]]:
     """The task's labels in label-id order (None for the regression task sts-b)."""
-    if task_name == "race":
+    if spelled_choice(task_name, TASK_NAMES) == "race":
         return ["A", "B", "C", "D"]
     labels = task_named(task_name).labels
     return list(labels) if labels is not None else None
 
 
 def task_named(task_name: str) -> TsvTask:
-    if task_name not in TSV_TASKS:
+    """The task `task_name` spells in any case, or GLUE's and HF's way (MRPC, sst2), as the yamls' choices take it."""
+    name = spelled_choice(task_name, TASK_NAMES)
+    if name not in TSV_TASKS:
         raise UserError(f"unknown task_name {task_name!r}; expected one of {', '.join(TASK_NAMES)}")
-    return TSV_TASKS[task_name]
+    return TSV_TASKS[name]

@@ -142,9 +142,13 @@ def fitting_tasks(inputs: List[Tuple[str, List[int]]], outputs: int) -> List[str
 
 def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Config:
     """.ckpt: the task yaml it was fine-tuned with (--config_path, else the shipped one)."""
-    from model_utils.config import ConfigError, parse_cli
+    from model_utils.config import ConfigError, check_not_network_config, load_yaml_documents, parse_cli
     from src.tasks.registry import task_copied, tasks_accepting
 
+    if args.config_path:  # parse_cli's advice, --albert_config_file, is no flag of src.predict
+        check_not_network_config(args.config_path, load_yaml_documents(args.config_path)[0], "src.predict reads "
+                                 "the network from the json beside --model (MODEL.json or albert_config.json); "
+                                 "--config_path takes the task yaml it was fine-tuned with")
     argv = ["--config_path", args.config_path] if args.config_path else []
     shipped = {name: task.config_file for name, task in TASKS.items()}
     try:
