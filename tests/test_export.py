@@ -885,3 +885,23 @@ def saved_classifier(folder: Path) -> None:
 
     save_checkpoint_atomic(build_head("classifier"), str(folder / "albert_classifier-1.ckpt"))
     tiny_config().to_json_file(str(folder / "albert_config.json"))
+
+
+def test_outputs_returned_twice_or_straight_from_an_input_are_named_through_identity(tmp_path):
+    """A graph whose outputs are one tensor twice, or an input as it is, cannot rename that tensor: each gets an
+    Identity of its name, and ONNX Runtime returns the same values under the new names."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import TensorProto, helper
+
+    from src.serving.onnx_labels import label_onnx
+
+    info = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2]) for name in ("x", "7", "7", "x")]
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["7"])], "g", info[:1], info)
+    onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
+    label_onnx(str(tmp_path / "m.onnx"), ["a", "b", "c", "d"], {"k": "v"})
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = np.array([1.0, -2.0], np.float32)
+    assert [item.name for item in session.get_outputs()] == ["a", "b", "c", "d"]
+    assert [got.tolist() for got in session.run(["a", "b", "c", "d"], {"x": x})] == [[1, -2], [-1, 2], [-1, 2], [1, -2]]
+    assert session.get_modelmeta().custom_metadata_map["k"] == "v"
