@@ -19,11 +19,14 @@ beside the checkpoint (run_*.py and src.convert_checkpoint write one), else the 
 net_cfg.
 
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
-(input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs;
-see `python -m src.predict` for running it on raw text. --file_format HF writes a folder for
+(input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs, in
+ONNX (and the int8 and OpenVINO files made from it) under the names printed; an ONNX export of a checkpoint that
+records its data's tokenizer carries that record (src/serving/onnx_labels.py), which src.predict checks. See
+`python -m src.predict` for running it on raw text. --file_format HF writes a folder for
 `from_pretrained` instead (src/export/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE
 or SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.
 """
+import importlib.util
 import inspect
 import os
 import re
@@ -32,7 +35,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from model_utils.config import (Config, check_not_network_config, flatten, load_yaml_documents, parse_cli,
                                 suggestion)
@@ -184,6 +187,9 @@ def check_request(args: Config, task: str) -> None:
         raise UserError("--spm_model_file, --vocab_file, --task_name, --eval_results and --base_model go with "
                         "--file_format HF (the tokenizer, label names and model card of an HF model folder); a "
                         f"{args.file_format} file takes token ids")
+    if args.file_format == "ONNX" and importlib.util.find_spec("onnx") is None:
+        raise UserError("--file_format ONNX: export.py names the file's outputs (and records the checkpoint's "
+                        "tokenizer) with the onnx package: pip install onnx")
     inputs = {"--export_ckpt_file": args.export_ckpt_file,
               **({"--calibration_file": args.calibration_file} if args.calibration_file else {})}
     files, folders = planned_outputs(output_name(args), args.file_format, args.engine)
@@ -260,9 +266,10 @@ def export_runtime(file_format: str, target: str, compute_type: str):
 
 def build_network(args: Config, task: str, task_config: Config, source: str, target: str):
     """The task head with the checkpoint's weights (every parameter loaded), in inference mode, built for export
-    from `target`."""
+    from `target`; its network config; the metadata an ONNX export of it carries (src/serving/onnx_labels.py)."""
     from src.common.checkpoint_io import read_checkpoint
     from src.serving.finetuned_heads import build_head, head_network
+    from src.serving.onnx_labels import checkpoint_labels
 
     checkpoint = args.export_ckpt_file
     values = read_checkpoint(checkpoint)
@@ -279,28 +286,33 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
               "serve the .ckpt with src.predict --precision bfloat16")
         net = replace(net, compute_type="float32")
     runtime = export_runtime(args.file_format, target, net.compute_type)
-    return build_head(values, task, task_config, net, runtime, checkpoint), net
+    return build_head(values, task, task_config, net, runtime, checkpoint), net, checkpoint_labels(values)
 
 
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str,
                       quantize: str = "none", overwrite: bool = False,
-                      calibration: Optional[Sequence[List[object]]] = None) -> List[str]:
+                      calibration: Optional[Sequence[List[object]]] = None, output_names: Sequence[str] = (),
+                      metadata: Optional[Dict[str, str]] = None) -> List[str]:
     """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target
     (the folder claimed for this run: see claimed_folder_of), then move what it wrote into place, readable by others
     (MindSpore writes 0400; see make_readable): a failed export leaves nothing behind and readers never see half a
     file. MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
     over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved, for
     ONNX Runtime, or, given `calibration` (input batches), for OpenVINO: <name>.xml + <name>.bin in its place.
-    `overwrite`: an earlier export of the name is replaced (check_request checked what it is), else never."""
+    `overwrite`: an earlier export of the name is replaced (check_request checked what it is), else never.
+    ONNX: the file's outputs get `output_names` and its metadata_props `metadata` before any of that
+    (src/serving/onnx_labels.py), so the int8 file and the IR made from it carry them too."""
     base, suffix = split_suffix(file_name, file_format, "openvino" if calibration is not None else "onnxruntime")
     if not os.path.basename(base) or os.path.isdir(base):
         raise UserError(f"export_file_name must name a file (MindSpore adds {suffix}), not a folder: {file_name}")
     with claimed_folder_of(base, "export_file_name"):
-        return _export_staged(model, inputs, base, file_format, quantize, overwrite, calibration)
+        labels = (output_names, metadata or {})
+        return _export_staged(model, inputs, base, file_format, quantize, overwrite, calibration, labels)
 
 
 def _export_staged(model, inputs: Sequence[object], base: str, file_format: str, quantize: str,
-                   overwrite: bool, calibration: Optional[Sequence[List[object]]]) -> List[str]:
+                   overwrite: bool, calibration: Optional[Sequence[List[object]]],
+                   labels: Tuple[Sequence[str], Dict[str, str]]) -> List[str]:
     import mindspore as ms
 
     suffix = "." + file_format.lower()
@@ -313,6 +325,10 @@ def _export_staged(model, inputs: Sequence[object], base: str, file_format: str,
         except (RuntimeError, ValueError, TypeError) as err:
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UserError(f"MindSpore could not export the model to {file_format}: {reason}") from err
+        if file_format == "ONNX" and any(labels):
+            from src.serving.onnx_labels import label_onnx
+
+            label_onnx(os.path.join(staging, os.path.basename(base) + suffix), *labels)
         if quantize == "int8" and calibration is not None:
             _quantize_openvino_in_place(os.path.join(staging, os.path.basename(base)), suffix, calibration)
         elif quantize == "int8":
@@ -390,26 +406,27 @@ def main(argv: List[str]) -> int:
         calibration = calibration_batches(args.calibration_file, TASKS[task].head_inputs, shape[1:], batch,
                                           args.calibration_rows)
     device = setup_device(args.device_target, args.device_id)
-    model, net = build_network(args, task, task_config, source, device.target)
+    model, net, metadata = build_network(args, task, task_config, source, device.target)
     names = list(inspect.signature(model.construct).parameters)
     dtypes = [column_dtype(column) for column in TASKS[task].head_inputs]  # in the head's argument order
     if batch is None:
         inputs = [Tensor(shape=shape, dtype=getattr(ms, dtype)) for dtype in dtypes]
     else:
         inputs = [Tensor(np.zeros(shape, dtype)) for dtype in dtypes]
+    shown_batch = "batch" if batch is None else batch
+    shown_shape = [shown_batch] + shape[1:]
+    outputs = TASKS[task].outputs(task_config, shown_batch, seq)
     written = export_atomically(model, inputs, output_name(args), args.file_format, args.quantize, args.overwrite,
-                                calibration)
+                                calibration, [name for name, _, _ in outputs], metadata)
     from src.common.run_log import log_to
 
     log_to(os.path.dirname(os.path.abspath(output_name(args))))
-    shown_batch = "batch" if batch is None else batch
-    shown_shape = [shown_batch] + shape[1:]
     made = "OpenVINO IR int8" if calibration is not None else \
         f"{args.file_format}{' int8' if args.quantize == 'int8' else ''}"
     print(f"exported the {task} head of {args.export_ckpt_file} ({net.num_hidden_layers} layers, hidden "
           f"{net.hidden_size}, {device.target}) as {made}: {', '.join(written)}")
     print(f"inputs:  {_describe([(name, dtype, shown_shape) for name, dtype in zip(names, dtypes)])}")
-    print(f"outputs: {_describe(TASKS[task].outputs(task_config, shown_batch, seq))}")
+    print(f"outputs: {_describe(outputs)}")
     return 0
 
 

@@ -104,7 +104,8 @@ class Exporter(common.MindSporeSide):
         else:
             inputs = [Tensor(np.zeros((batch, spec["seq_length"]), np.int32)) for _ in range(3)]
         start = time.perf_counter()
-        written = export_atomically(model, inputs, str(Path(spec["workdir"]) / "classifier"), file_format)
+        written = export_atomically(model, inputs, str(Path(spec["workdir"]) / "classifier"), file_format,
+                                    output_names=["logits"])
         suffix = "." + file_format.lower()
         return next(path for path in written if path.endswith(suffix)), time.perf_counter() - start
 

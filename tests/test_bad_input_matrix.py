@@ -157,6 +157,22 @@ def onnx_model(inputs: Sequence[str], outputs: int) -> Maker:
     return make
 
 
+def onnx_trained_with_spm(bad: Path, fx: Path) -> None:
+    """{bad}: a classifier-shaped ONNX model carrying the tokenizer record of a training run's data (ALBERT's
+    SentencePiece model, lowercased) in its metadata, as export.py writes the export of such a run's checkpoint."""
+    import onnx
+
+    from src.data.tokenization import FullTokenizer
+    from src.training.checkpoints import trained_tokenizer
+
+    onnx_model(["input_ids", "token_type_ids", "input_mask"], 1)(bad, fx)
+    model = onnx.load(str(bad))
+    tokenizer = FullTokenizer(None, True, str(ASSETS / "tokenizer" / "albert_30k-clean.model"))
+    model.metadata_props.add(key="albert.run_tokenizer",
+                             value=json.dumps(trained_tokenizer({"tokenizer": tokenizer.describe()})))
+    onnx.save(model, str(bad))
+
+
 def hf_folder() -> Maker:
     """{bad}: an HF transformers model folder (config.json, model.safetensors), as save_pretrained writes one."""
     def make(bad: Path, fx: Path) -> None:
@@ -943,6 +959,10 @@ MATRIX: List[Row] = [
         "'' --vocab_file {assets}/tokenizer/albert_zh_vocab.txt",
         ["{bad} was trained on data made with albert_30k-clean.model (sha256 ", "not with albert_zh_vocab.txt",
          "pass the tokenizer the run's data was made with"], trained_with_spm, bad="trained.ckpt"),
+    row(PREDICT, "ONNX export of a run's checkpoint, another tokenizer (was: answered)", "--model {bad} --text_a hi "
+        "--spm_model_file '' --vocab_file {assets}/tokenizer/albert_zh_vocab.txt",
+        ["{bad} was trained on data made with albert_30k-clean.model (sha256 ", "not with albert_zh_vocab.txt",
+         "pass the tokenizer the run's data was made with"], onnx_trained_with_spm, bad="model.onnx"),
     row(EXPORT, "HF: the run's vocabulary uncased (was: exported)", "--file_format HF --export_ckpt_file {bad} "
         "--spm_model_file {spm} --do_lower_case false --export_file_name {out}/hf",
         ["{bad} was trained on data made with albert_30k-clean.model", "do_lower_case True), not with "

@@ -15,7 +15,7 @@ from typing import Dict, Iterator, List, Tuple
 import numpy as np
 import pytest
 
-from tests.pretrain_helpers import ENV, ROOT, ok, run, tool
+from tests.pretrain_helpers import ENV, ROOT, ok, one_line_error, run, tool
 
 SEQ = 64
 BATCH = 2
@@ -170,17 +170,87 @@ def test_dynamic_batch_mindir_runs_any_batch(task, heads, tmp_path):
         assert_same(outputs_of(head, arrays), outputs_of(cell, arrays))
 
 
-@pytest.mark.parametrize("task", ["classifier", "squad_v1"])
-def test_onnx_gives_the_network_outputs(task, heads, tmp_path):
+# The outputs of each head, by the names of docs/serving.md's table.
+OUTPUT_NAMES = {"classifier": ["logits"], "race": ["choice_logits"], "squad_v1": ["start_logits", "end_logits"],
+                "squad_v2": ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index",
+                             "cls_logits"]}
+
+
+@pytest.mark.parametrize("task", ["classifier", "squad_v1", "squad_v2"])
+def test_onnx_gives_the_network_outputs_under_the_names_export_prints(task, heads, tmp_path):
+    """Taken by name, as ONNX Runtime users do (was: the outputs were named by MindSpore's node numbers, e.g. 178,
+    while export.py printed `outputs: logits ...`, so session.run(["logits"], ...) failed); by position too."""
     onnxruntime = pytest.importorskip("onnxruntime")
     head, checkpoint = heads[task]
-    ok(export(task, checkpoint, tmp_path / "model", "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
+    done = ok(export(task, checkpoint, tmp_path / "model", "--file_format", "ONNX", "--export_batch_size", str(BATCH)))
+    printed = re.findall(r"(\w+) (?:float32|int32) \[", done.stdout.split("outputs: ", 1)[1])
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert [item.name for item in session.get_outputs()] == printed == OUTPUT_NAMES[task]
     names = [item.name for item in session.get_inputs()]
     assert names == ["input_ids", "token_type_ids", "input_mask", "p_mask"][:INPUTS[task]]
     arrays = random_inputs(task, BATCH, seed=2)
     # onnxruntime's own GEMM/GELU kernels round differently: ~1e-5 on outputs of magnitude ~1 (MINDIR: exact).
+    assert_same(outputs_of(head, arrays), session.run(OUTPUT_NAMES[task], dict(zip(names, arrays))), atol=5e-5)
     assert_same(outputs_of(head, arrays), session.run(None, dict(zip(names, arrays))), atol=5e-5)
+
+
+def with_tokenizer_record(checkpoint: Path, target: Path, spm_path: str) -> str:
+    """`checkpoint` saved as `target` the way a training run here writes it: recording the tokenizer of its data
+    (ALBERT's SentencePiece model, lowercased) as run_tokenizer, its config beside it; returns the record."""
+    import shutil
+
+    from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
+    from src.data.tokenization import FullTokenizer
+    from src.training.checkpoints import trained_tokenizer
+
+    record = json.dumps(trained_tokenizer({"tokenizer": FullTokenizer(None, True, spm_path).describe()}))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    save_checkpoint_atomic([{"name": name, "data": value} for name, value in read_checkpoint(str(checkpoint)).items()],
+                           str(target), append_dict={"run_tokenizer": record})
+    shutil.copy(checkpoint.parent / "albert_config.json", target.parent / "albert_config.json")
+    return record
+
+
+def test_onnx_exports_carry_the_checkpoints_tokenizer_and_predict_checks_it(heads, spm_path, tmp_path):
+    """The float32 and int8 ONNX exports of a checkpoint that records its data's tokenizer carry the record (read by
+    onnx and ONNX Runtime) and src.predict refuses another casing on either engine, as for the .ckpt (was: an .onnx
+    answered with any tokenizer: ids meaning other words, no warning); the right tokenizer answers."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    import onnx
+
+    checkpoint = tmp_path / "run" / "albert_classifier-10.ckpt"
+    record = with_tokenizer_record(heads["classifier"][1], checkpoint, spm_path)
+    for name, extra in (("float", []), ("int8", ["--quantize", "int8"])):
+        ok(export("classifier", checkpoint, tmp_path / name, "--file_format", "ONNX", "--export_batch_size",
+                  str(BATCH), *extra))
+        path = tmp_path / f"{name}.onnx"
+        assert {prop.key: prop.value for prop in onnx.load(str(path)).metadata_props}["albert.run_tokenizer"] == record
+        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        assert session.get_modelmeta().custom_metadata_map["albert.run_tokenizer"] == record
+        assert [item.name for item in session.get_outputs()] == ["logits"]
+        base = ["-m", "src.predict", "--model", str(path), "--task", "classifier", "--spm_model_file", spm_path,
+                "--text_a", "The cat sat."]
+        for engine in ("onnxruntime", "openvino")[:1 + (name == "float")]:
+            one_line_error(run(base + ["--engine", engine, "--do_lower_case", "false"]),
+                           f"{path} was trained on data made with albert_30k-clean.model", "do_lower_case True), "
+                           "not with albert_30k-clean.model", "do_lower_case False)")
+        assert set(json.loads(ok(run(base)).stdout)["probabilities"]) == {"0", "1", "2"}
+
+
+def test_an_onnx_export_without_the_onnx_package_is_refused_before_any_work(heads, monkeypatch):
+    """export.py names the ONNX file's outputs and records the tokenizer with the onnx package: without it the run
+    stops at the flags' checks with one line saying what to install (not after MindSpore's export)."""
+    import importlib.util
+
+    import export as export_module
+    from model_utils.errors import UserError
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "onnx" else found(name, *args))
+    args, _, task, _, _ = export_module.read_configs(["--config_path", "task_classifier_config.yaml", "--file_format",
+                                                      "ONNX", "--export_ckpt_file", str(heads["classifier"][1])])
+    with pytest.raises(UserError, match=r"--file_format ONNX: .* with the onnx package: pip install onnx"):
+        export_module.check_request(args, task)
 
 
 @pytest.mark.parametrize("name", ["groups2_inner2_gelu_new", "groups3_relu_typevocab3"])
@@ -815,3 +885,23 @@ def saved_classifier(folder: Path) -> None:
 
     save_checkpoint_atomic(build_head("classifier"), str(folder / "albert_classifier-1.ckpt"))
     tiny_config().to_json_file(str(folder / "albert_config.json"))
+
+
+def test_outputs_returned_twice_or_straight_from_an_input_are_named_through_identity(tmp_path):
+    """A graph whose outputs are one tensor twice, or an input as it is, cannot rename that tensor: each gets an
+    Identity of its name, and ONNX Runtime returns the same values under the new names."""
+    onnxruntime = pytest.importorskip("onnxruntime")
+    import onnx
+    from onnx import TensorProto, helper
+
+    from src.serving.onnx_labels import label_onnx
+
+    info = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2]) for name in ("x", "7", "7", "x")]
+    graph = helper.make_graph([helper.make_node("Neg", ["x"], ["7"])], "g", info[:1], info)
+    onnx.save(helper.make_model(graph), str(tmp_path / "m.onnx"))
+    label_onnx(str(tmp_path / "m.onnx"), ["a", "b", "c", "d"], {"k": "v"})
+    session = onnxruntime.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = np.array([1.0, -2.0], np.float32)
+    assert [item.name for item in session.get_outputs()] == ["a", "b", "c", "d"]
+    assert [got.tolist() for got in session.run(["a", "b", "c", "d"], {"x": x})] == [[1, -2], [-1, 2], [-1, 2], [1, -2]]
+    assert session.get_modelmeta().custom_metadata_map["k"] == "v"

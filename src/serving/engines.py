@@ -13,7 +13,7 @@ import numpy as np
 from model_utils.config import Config
 from model_utils.errors import UserError
 from src.common.fixed_shape_batches import Runner, cell_runner, real_rows, run_padded
-from src.tasks.registry import TASKS
+from src.tasks.registry import TASKS, check_trained_tokenizer
 
 DEFAULT_BATCH = 32
 DEFAULT_SEQ = 128
@@ -30,12 +30,17 @@ class ModelShape:
     seq: int
     choices: int  # RACE: options per question (1 for the other tasks)
     vocab: Optional[int]  # the model's vocabulary size, where the file says it
+    tokenizer: str = ""  # the run_tokenizer record (JSON) an export carries (src/serving/onnx_labels.py), else ""
 
 
-def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
-    """(input name, shape) of each graph input (batch -1 when exported with a dynamic batch), the number of outputs
-    and the model's vocabulary size, read from the MINDIR or ONNX file so features can be made at the exported
-    sequence length."""
+Signature = Tuple[List[Tuple[str, List[int]]], int, Optional[int], str]
+
+
+def model_signature(path: str) -> Signature:
+    """(input name, shape) of each graph input (batch -1 when exported with a dynamic batch), the number of outputs,
+    the model's vocabulary size and the tokenizer record it carries (ONNX, OpenVINO IR; "" for none and for MINDIR,
+    which cannot carry one), read from the MINDIR, ONNX or IR file so features can be made at the exported sequence
+    length."""
     if path.endswith(".onnx"):
         return _onnx_signature(path)
     if path.endswith(".xml"):
@@ -51,27 +56,31 @@ def model_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Option
     # several outputs are one tuple output, its parts listed in attr_info
     outputs = sum(len(item.attr_info.values) if item.HasField("attr_info") else 1 for item in proto.graph.output)
     vocab = [p.dims[0] for p in proto.graph.parameter if p.name.endswith("word_embeddings.embedding_table")]
-    return inputs, outputs, (int(vocab[0]) if vocab else None)
+    return inputs, outputs, (int(vocab[0]) if vocab else None), ""
 
 
-def _onnx_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
+def _onnx_signature(path: str) -> Signature:
     import onnx
 
+    from src.serving.onnx_labels import recorded_tokenizer
+
     try:
-        graph = onnx.load_model(path, load_external_data=False).graph
+        model = onnx.load_model(path, load_external_data=False)
+        graph = model.graph
     except Exception as err:  # protobuf's DecodeError
         raise UserError(f"{path} is not a readable ONNX model ({type(err).__name__})") from err
     check_external_data(path, graph)
     inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
     vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
-    return inputs, len(graph.output), (int(vocab[0]) if vocab else None)
+    return inputs, len(graph.output), (int(vocab[0]) if vocab else None), recorded_tokenizer(model)
 
 
-def _openvino_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Optional[int]]:
-    """An OpenVINO IR's inputs (a dynamic dimension -1), outputs and the vocabulary size export.py recorded."""
+def _openvino_signature(path: str) -> Signature:
+    """An OpenVINO IR's inputs (a dynamic dimension -1), outputs and the vocabulary size and tokenizer export.py
+    recorded."""
     import openvino
 
-    from src.serving.quantize import openvino_vocab_size
+    from src.serving.quantize import openvino_tokenizer, openvino_vocab_size
 
     try:
         model = openvino.Core().read_model(path)
@@ -80,7 +89,7 @@ def _openvino_signature(path: str) -> Tuple[List[Tuple[str, List[int]]], int, Op
         raise UserError(f"{path} is not a readable OpenVINO IR model ({reason[:200]})") from err
     inputs = [(port.get_any_name(), [dim.get_length() if dim.is_static else -1 for dim in port.get_partial_shape()])
               for port in model.inputs]
-    return inputs, len(model.outputs), openvino_vocab_size(model)
+    return inputs, len(model.outputs), openvino_vocab_size(model), openvino_tokenizer(model)
 
 
 def _graph_tensors(graph) -> Iterator[object]:
@@ -174,10 +183,11 @@ def model_shape(args: argparse.Namespace) -> ModelShape:
     if args.model.endswith(".ckpt"):
         choices = task_config(args).num_class if TASKS[args.task].choices else 1
         return ModelShape(None, args.seq_length or DEFAULT_SEQ, choices, None)
-    inputs, outputs, vocab = model_signature(args.model)
+    inputs, outputs, vocab, tokenizer = model_signature(args.model)
     check_model(args.model, args.task, inputs, outputs)
     shape = inputs[0][1]
-    return ModelShape(shape[0] if shape[0] > 0 else None, shape[-1], shape[1] if len(shape) == 3 else 1, vocab)
+    return ModelShape(shape[0] if shape[0] > 0 else None, shape[-1], shape[1] if len(shape) == 3 else 1, vocab,
+                      tokenizer)
 
 
 def rows_per_call(args: argparse.Namespace, shape: ModelShape) -> int:
@@ -236,7 +246,6 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     from src.devices.device_setup import kernels_status, serving_runtime, setup_device
     from src.model import cpu_kernels
     from src.serving.finetuned_heads import build_head, head_network
-    from src.tasks.registry import check_trained_tokenizer
 
     device = setup_device(args.device_target, cpu_threads=args.threads)
     values = read_checkpoint(args.model)
@@ -299,6 +308,10 @@ def openvino_runner(path: str, threads: int, precision: str) -> Runner:
 
 
 def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
+    """The engine of the model's format; an export carrying its checkpoint's tokenizer record is checked against
+    `tokenizer` first, as the .ckpt itself is (in checkpoint_runner)."""
+    if not args.model.endswith(".ckpt"):
+        check_trained_tokenizer({"run_tokenizer": shape.tokenizer} if shape.tokenizer else {}, tokenizer, args.model)
     if args.engine == "openvino":
         return openvino_runner(args.model, args.threads, args.precision)
     if args.model.endswith(".onnx"):
