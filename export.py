@@ -26,7 +26,6 @@ records its data's tokenizer carries that record (src/serving/onnx_labels.py), w
 `from_pretrained` instead (src/export/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE
 or SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.
 """
-import importlib.util
 import inspect
 import os
 import re
@@ -187,9 +186,9 @@ def check_request(args: Config, task: str) -> None:
         raise UserError("--spm_model_file, --vocab_file, --task_name, --eval_results and --base_model go with "
                         "--file_format HF (the tokenizer, label names and model card of an HF model folder); a "
                         f"{args.file_format} file takes token ids")
-    if args.file_format == "ONNX" and importlib.util.find_spec("onnx") is None:
-        raise UserError("--file_format ONNX: export.py names the file's outputs (and records the checkpoint's "
-                        "tokenizer) with the onnx package: pip install onnx")
+    if args.file_format == "ONNX":
+        from src.serving.onnx_labels import require_onnx
+        require_onnx()
     inputs = {"--export_ckpt_file": args.export_ckpt_file,
               **({"--calibration_file": args.calibration_file} if args.calibration_file else {})}
     files, folders = planned_outputs(output_name(args), args.file_format, args.engine)

@@ -14,12 +14,21 @@ NNCF's IR carries it in its rt_info (TOKENIZER_INFO, copied by src.serving.quant
 maps ONNX metadata on reading differs between its versions). MINDIR and AIR have no field of ours to carry it (and
 export.py writes no file beside them): their tokenizer is not checked.
 """
+import importlib.util
 from typing import Dict, Sequence
 
 from model_utils.errors import UserError
 
 TOKENIZER_KEY = "albert.run_tokenizer"  # the ONNX model's metadata_props key of the checkpoint's run_tokenizer
 TOKENIZER_INFO = ["albert", "run_tokenizer"]  # where an OpenVINO IR made by export.py keeps it (rt_info)
+
+
+def require_onnx() -> None:
+    """Before an ONNX export spends any time: the onnx package that label_onnx needs (not in requirements.txt, as
+    for serving the file with ONNX Runtime)."""
+    if importlib.util.find_spec("onnx") is None:
+        raise UserError("--file_format ONNX: export.py names the file's outputs (and records the checkpoint's "
+                        "tokenizer) with the onnx package: pip install onnx")
 
 
 def checkpoint_labels(values: Dict[str, object]) -> Dict[str, str]:
