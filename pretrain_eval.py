@@ -78,8 +78,8 @@ def main(argv: List[str]) -> int:
     device = setup_device(config.device_target, config.device_id, config.distribute, config.device_num,
                           config.cpu_threads, config.seed)
     weights, digest = read_checkpoint_and_digest(config.eval_ckpt)
-    check_data_tokenizer(checkpoint_tokenizer(weights), meta, f"{config.eval_ckpt} was trained on data made with",
-                         config.eval_data_dir)
+    check_data_tokenizer(checkpoint_tokenizer(weights, config.eval_ckpt), meta,
+                         f"{config.eval_ckpt} was trained on data made with", config.eval_data_dir)
     cell = AlbertPretrainEvalCell(net, model_runtime(device.target, net.compute_type))
     cell.set_train(False)
     load_weights(cell, weights, name=config.eval_ckpt, network_note=network_note(config, config.eval_ckpt))

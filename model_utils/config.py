@@ -149,13 +149,14 @@ def closest_keys(name: str, candidates: Sequence[str], unused: AbstractSet[str] 
     return difflib.get_close_matches(name, shown, n=1, cutoff=0.5)
 
 
-def _foreign_hint(name: str, shown: Sequence[str], prefix: str) -> Optional[str]:
+def _foreign_hint(name: str, shown: Sequence[str], prefix: str, booleans: AbstractSet[str]) -> Optional[str]:
     """The hint of FOREIGN_FLAGS for `name`: its first candidate the yaml has (with its note), or its note that
-    needs no key; None when the table has nothing for this yaml. absl's `--noX` is `X false`."""
-    if name.startswith("no") and (name[2:] in shown or name[2:] in FOREIGN_FLAGS):
-        negated = name[2:] if name[2:] in shown else None
+    needs no key; None when the table has nothing for this yaml. absl's `--noX` is `X false` for a true/false key X
+    (`booleans`)."""
+    if name.startswith("no") and (name[2:] in booleans or name[2:] in FOREIGN_FLAGS):
+        negated = name[2:] if name[2:] in booleans and name[2:] in shown else None
         return (f"; did you mean {prefix + negated + (' false' if prefix else ': false')!r}?" if negated
-                else _foreign_hint(name[2:], shown, prefix))
+                else _foreign_hint(name[2:], shown, prefix, booleans))
     for candidate in FOREIGN_FLAGS.get(name, ()):
         pattern, note = (candidate, "") if isinstance(candidate, str) else candidate
         keys = fnmatch.filter(shown, pattern)[:MAX_SUGGESTED] if pattern else []
@@ -167,11 +168,12 @@ def _foreign_hint(name: str, shown: Sequence[str], prefix: str) -> Optional[str]
     return None
 
 
-def suggestion(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset(), prefix: str = "") -> str:
+def suggestion(name: str, candidates: Sequence[str], unused: AbstractSet[str] = frozenset(), prefix: str = "",
+               booleans: AbstractSet[str] = frozenset()) -> str:
     """"; did you mean 'KEY'?" for `name` (each key written with `prefix`, "--" for flags), or "": the well-known
     flag of another implementation first (FOREIGN_FLAGS: closeness misleads there, `num_train_epochs` is nearest
-    `train_steps`), else the closest_keys."""
-    hint = _foreign_hint(name, _visible(name, candidates, unused), prefix)
+    `train_steps`), else the closest_keys. `booleans`: the true/false keys among `candidates`."""
+    hint = _foreign_hint(name, _visible(name, candidates, unused), prefix, booleans)
     if hint is not None:
         return hint
     keys = closest_keys(name, candidates, unused)
@@ -366,12 +368,18 @@ def in_interval(value: Any, spec: str) -> bool:
     return (low <= value if low_closed else low < value) and (value <= high if high_closed else value < high)
 
 
+# The keys whose choices are names other tools spell otherwise (Google's run_classifier lowercases `--task_name
+# MRPC`; HF and GLUE write sst2, stsb; MindSpore's own device names are upper case): only these fold. Elsewhere a
+# spelling may mean something else (`share_type None` is no 'none', which unshares every layer).
+FOLDED_CHOICES = ("task_name", "device_target", "file_format", "optimizer", "engine")
+
+
 def spelled_choice(value: Any, allowed: Sequence[Any]) -> Any:
-    """The choice of `allowed` that `value` spells in another case or without its '-' and '_' (Google's
-    run_classifier lowercases `--task_name MRPC`; HF and GLUE write sst2, stsb for sst-2, sts-b), else `value`."""
+    """The non-empty choice of `allowed` that `value` spells in another case or without its '-' and '_', else
+    `value` (for the FOLDED_CHOICES keys)."""
     if not isinstance(value, str) or value in allowed:
         return value
-    folded = [choice for choice in allowed if isinstance(choice, str) and _folded(choice) == _folded(value)]
+    folded = [choice for choice in allowed if isinstance(choice, str) and choice and _folded(choice) == _folded(value)]
     return folded[0] if len(folded) == 1 else value
 
 
@@ -380,14 +388,14 @@ def _folded(text: str) -> str:
 
 
 def _check_choice(key: str, value: Any, choices: Dict[str, Allowed], source: str) -> Any:
-    """`value` (in its spelled_choice) if it is one of the key's choices or lies in its interval (null always passes
-    an interval: it means 'take the default from elsewhere', e.g. net_cfg keys)."""
+    """`value` (its spelled_choice for FOLDED_CHOICES) if it is one of the key's choices or lies in its interval
+    (null always passes an interval: it means 'take the default from elsewhere', e.g. net_cfg keys)."""
     allowed = choices.get(key)
     if isinstance(allowed, str):
         if value is not None and not in_interval(value, allowed):
             raise ConfigError(f"{source}: key '{key}' must be in {allowed.strip()}, got {_shown(value)}")
     elif allowed:
-        value = spelled_choice(value, allowed)
+        value = spelled_choice(value, allowed) if key.rsplit(".", 1)[-1] in FOLDED_CHOICES else value
         if value not in allowed:
             raise ConfigError(f"{source}: key '{key}' must be one of {allowed}, got {_shown(value)}")
     return value
@@ -450,7 +458,9 @@ def merge_user_yaml(schema: Dict[str, Any], user: Dict[str, Any], choices: Dict[
                                   f"{' or '.join(path.name for path in holding)}, the yaml of another script (this "
                                   f"one's is {shipped.name})")
             unused = _unused_options({**flat_schema, **flatten(user)}, choices)
-            raise ConfigError(f"{source}: unknown key '{key}'{suggestion(key, list(flat_schema), unused)}")
+            booleans = {name for name, default in flat_schema.items() if isinstance(default, bool)}
+            hint = suggestion(key, list(flat_schema), unused, booleans=booleans)
+            raise ConfigError(f"{source}: unknown key '{key}'{hint}")
         value = _check_choice(key, coerce(key, value, flat_schema[key], source), choices, source)
         _set_dotted(merged, key, value)
     return merged
@@ -564,7 +574,8 @@ def parse_cli(default_config: os.PathLike, argv: Optional[Sequence[str]] = None,
         flag = flag.split("=", 1)[0] if flag.startswith("-") else flag  # `--x=True` is the option --x
         name = flag.lstrip("-")
         unused = _unused_options({**flatten(values), **vars(args)}, choices)
-        hint = suggestion(name, list(flatten(values)), unused, prefix="--")
+        booleans = {key for key, default in flatten(values).items() if isinstance(default, bool)}
+        hint = suggestion(name, list(flatten(values)), unused, prefix="--", booleans=booleans)
         raise ConfigError(f"unknown option '{flag}'{hint}"
                           if flag.startswith("-") else f"unexpected argument '{flag}'")
     overrides = {k: v for k, v in vars(args).items() if k not in ("config_path", "verbose")}

@@ -251,6 +251,16 @@ def recorded_tokenizer(source: str, do_lower_case: bool = True) -> Maker:
 trained_with_spm = recorded_tokenizer("cls.ckpt")
 
 
+def damaged_tokenizer_record(bad: Path, fx: Path) -> None:
+    """{bad}: the tiny classifier with a run_tokenizer record that is no JSON (as an edited or foreign file has)."""
+    from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
+
+    values = read_checkpoint(str(fx / "cls.ckpt"))
+    save_checkpoint_atomic([{"name": name, "data": value} for name, value in values.items()], str(bad),
+                           append_dict={"run_tokenizer": "{kind: sentencepiece"})
+    shutil.copy(fx / "cls.ckpt.json", f"{bad}.json")
+
+
 def uncased_data(bad: Path, fx: Path) -> None:
     """{bad}: the MRPC dev data made with --do_lower_case false (the fixtures' data is lowercased)."""
     from src import create_finetune_data
@@ -352,8 +362,9 @@ MATRIX: List[Row] = [
     row(PRE, "missing data file", "--data_dir {tmp}/missing.mindrecord",
         ["data not found: {tmp}/missing.mindrecord"], process=True),
     row(PRE, "a folder of the training set and an evaluation set of the same text (was: trained on both)",
-        "--data_dir {bad}", ["{bad}: ev.mindrecord and pt.mindrecord were made from the same text (input digest ",
-                             "one is another masking of the other (an evaluation set?)"], same_text_twice,
+        "--data_dir {bad}", ["{bad}: ev.mindrecord and pt.mindrecord were made from the same text (the same input "
+                             "files, bytes and documents): one is another masking of the other (an evaluation set?)"],
+        same_text_twice,
         bad="data"),
     row(PRE, "empty data file", "--data_dir {bad}", ["{bad}: empty file, not MindRecord data"], raw(b""),
         bad="bad.mindrecord"),
@@ -488,10 +499,14 @@ MATRIX: List[Row] = [
     row(EVAL, "HF safetensors as the checkpoint (was: MindSpore's format message)", "--eval_ckpt {bad}",
         ["{bad} is HF transformers / PyTorch weights, which MindSpore cannot read: convert it first"],
         raw(b"weights"), bad="model.safetensors"),
-    row(PRE, "TensorFlow checkpoint of Google's release (was: not found)", "--load_checkpoint_path {tmp}/model.ckpt-best",
-        ["{tmp}/model.ckpt-best is a TensorFlow checkpoint, which MindSpore cannot read: convert it first with python -m "
-         "src.convert_checkpoint --src tf --input {tmp}/model.ckpt-best --config albert_config.json --output "
-         "model.ckpt"], raw(b"index"), bad="model.ckpt-best.index"),
+    row(PRE, "TensorFlow checkpoint of Google's release (was: not found)",
+        "--load_checkpoint_path {tmp}/model.ckpt-best",
+        ["{tmp}/model.ckpt-best is a TensorFlow checkpoint, which MindSpore cannot read: convert it first with "
+         "python -m src.convert_checkpoint --src tf --input {tmp}/model.ckpt-best --config {tmp}/albert_config.json "
+         "--output model.ckpt"], raw(b"index"), bad="model.ckpt-best.index"),
+    row(CLS, "TensorFlow checkpoint as the fine-tuned one (was: not found)", "--do_train false "
+        "--load_finetune_checkpoint_path {tmp}/model.ckpt-best", ["{tmp}/model.ckpt-best is a TensorFlow checkpoint"],
+        raw(b"index"), bad="model.ckpt-best.index"),
     row(CLS, "pretrained on data of another casing (was: fine-tuned)", "--load_pretrain_checkpoint_path {bad}",
         ["{fx}/mrpc_train.mindrecord was made with albert_30k-clean.model", "do_lower_case True), but {bad} was "
          "trained on data made with", "do_lower_case False)"], recorded_tokenizer("pre.ckpt", do_lower_case=False),
@@ -967,6 +982,9 @@ MATRIX: List[Row] = [
         "--spm_model_file {spm} --do_lower_case false --export_file_name {out}/hf",
         ["{bad} was trained on data made with albert_30k-clean.model", "do_lower_case True), not with "
          "albert_30k-clean.model", "do_lower_case False)"], trained_with_spm, bad="trained.ckpt"),
+    row(PREDICT, "a damaged tokenizer record (was: a JSONDecodeError traceback)", "--model {bad} --text_a hi",
+        ["{bad}: its tokenizer record (run_tokenizer) is damaged: not a JSON object"], damaged_tokenizer_record,
+        bad="trained.ckpt"),
     row(PREDICT, "missing model", "--model {tmp}/missing.ckpt --text_a hi", ["model not found: {tmp}/missing.ckpt"]),
     row(PREDICT, "OpenVINO for a checkpoint", "--engine openvino --text_a hi",
         ["--engine chooses the engine of an .onnx model (export.py --file_format ONNX): {fx}/cls.ckpt runs in this "

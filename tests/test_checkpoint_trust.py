@@ -229,3 +229,35 @@ def test_a_loss_turning_nan_without_loss_scaling_stops_and_keeps_the_last_good_c
 def test_a_run_without_checkpoints_never_exits_0_with_nan_weights(data, tmp_path):
     result = poisoned(3, pretrain(data, tmp_path, "--train_steps", "3", "--enable_save_ckpt", "false"))
     one_line_error(result, "training ended with inf/nan in", "it diverged")
+
+
+def test_a_checkpoint_converted_beside_its_tensorflow_original_reads_as_mindspore(tmp_path):
+    """Converted in place as the TensorFlow refusal suggests (`--output model.ckpt` beside model.ckpt.index): the
+    MindSpore file is read, not taken for the TensorFlow checkpoint of that prefix (was: refused as TensorFlow)."""
+    from src.common.checkpoint_io import foreign_weights, read_checkpoint, save_checkpoint_atomic
+
+    (tmp_path / "model.ckpt.index").write_bytes(b"tf index")
+    assert "is a TensorFlow checkpoint" in foreign_weights(str(tmp_path / "model.ckpt"))
+    save_checkpoint_atomic([{"name": "w", "data": ms.Tensor(np.ones(3, np.float32))}], str(tmp_path / "model.ckpt"))
+    assert foreign_weights(str(tmp_path / "model.ckpt")) == ""
+    assert read_checkpoint(str(tmp_path / "model.ckpt"))["w"].asnumpy().tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_restart_given_another_start_than_its_run_had_is_warned(tmp_path):
+    """run_lineage.json records where the run started: "" for random weights, so a rerun that now names pretrained
+    weights is warned too (was: the plain line); an older file, without the record, cannot tell."""
+    from src.training.checkpoints import Lineage, _continuing
+    from src.training.settings import FINETUNE_FLAGS, TrainSettings
+
+    settings = TrainSettings(config=None, data="d", batch_size=8, epochs=1, shuffle=True, output_dir="o",
+                             save_dir="o/checkpoints", checkpoint_prefix="albert_classifier", init_checkpoint="p.ckpt",
+                             init_only=True, flags=FINETUNE_FLAGS)
+    Lineage("run", start="").write(str(tmp_path))
+    started = Lineage.read(str(tmp_path)).start
+    assert started == "" and _continuing("o/checkpoints", "p.ckpt", started, settings).startswith(
+        "warning: o/checkpoints holds the checkpoints of a run that started from random weights: continuing that "
+        "run, not starting from p.ckpt; to start from it, use a new save_finetune_checkpoint_path")
+    (tmp_path / "run_lineage.json").write_text('{"run_id": "old", "adopted": {}}')
+    assert Lineage.read(str(tmp_path)).start is None
+    assert _continuing("o/checkpoints", "p.ckpt", None, settings) == \
+        "o/checkpoints already holds this run's checkpoints: continuing from them, not from p.ckpt"

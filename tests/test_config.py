@@ -359,6 +359,10 @@ def test_foreign_names_in_a_users_yaml_and_absl_negation(project_root, tmp_path)
         parse_cli(project_root / "create_data_config.yaml", ["--nodo_lower_case"], section="finetune")
     with pytest.raises(ConfigError, match=r"^unknown option '--nodo_lower_case'; it is the data's here"):
         parse_cli(project_root / "task_classifier_config.yaml", ["--nodo_lower_case"])
+    # only a true/false key is negated so (was: '--seed false' suggested for --noseed)
+    with pytest.raises(ConfigError) as err:
+        parse_cli(project_root / "pretrain_config.yaml", ["--noseed"])
+    assert "false" not in str(err.value)
     with pytest.raises(ConfigError, match=r"^unknown option '--x'$"):
         parse_cli(project_root / "task_classifier_config.yaml", ["--x=True"])
 
@@ -372,6 +376,14 @@ def test_choices_take_other_spellings(project_root):
     assert parse_cli(project_root / "export_config.yaml", ["--task_name", "SST2"]).task_name == "sst-2"
     with pytest.raises(ConfigError, match="must be one of"):
         parse_cli(finetune, ["--task_name", "sts"], section="finetune")
+    # only names other tools spell otherwise fold: `share_type None` is no 'none' (which unshares every layer), and
+    # nothing folds onto an empty choice
+    pretrain = project_root / "pretrain_config.yaml"
+    assert parse_cli(pretrain, ["--optimizer", "lamb", "--device_target", "cpu"]).optimizer == "Lamb"
+    with pytest.raises(ConfigError, match=r"key 'net_cfg.share_type' must be one of .* got 'None'"):
+        parse_cli(pretrain, ["--net_cfg.share_type", "None"])
+    with pytest.raises(ConfigError, match="key 'task' must be one of"):
+        parse_cli(project_root / "export_config.yaml", ["--task", "-"])
 
 
 @pytest.mark.parametrize("name, section, advice", [
@@ -390,4 +402,5 @@ def test_a_network_config_as_config_path_is_named(project_root, tmp_path, name, 
     network.write_text(json_text)
     with pytest.raises(ConfigError) as err:
         parse_cli(project_root / name, ["--config_path", str(network)], section=section)
-    assert str(err.value) == f"{network} is a network config (ALBERT's config json), not a yaml of this script: " + advice
+    assert str(err.value) == (f"{network} is a network config (ALBERT's config json), not a yaml of this script: "
+                              + advice)

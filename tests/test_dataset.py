@@ -189,3 +189,20 @@ def test_modelzoo_berts_schema_json_fits_the_pretraining_data(data, tmp_path):
     (tmp_path / "schema.json").write_text(json.dumps(schema))
     with pytest.raises(UserError, match=r"column 'next_sentence_labels' is int \[\] but schema .* says int64 \[2\]"):
         dataset.check_schema(data / "pretrain", str(tmp_path / "schema.json"))
+
+
+def test_data_sets_of_other_texts_in_input_files_of_the_same_name_train_as_one(tmp_path, assets):
+    """Two corpora each in a file named corpus.txt (as wikiextractor's AA/wiki_00 or parquet's train-00000 names
+    repeat across dumps), made into one folder: different text, so one data set of both (as docs/data.md says of
+    Wikipedia and books); only another masking of the same text is refused (tests/test_bad_input_matrix.py)."""
+    lines = (assets / "pretrain" / "bert_sample_text.txt").read_text(encoding="utf-8").split("\n\n")
+    spm = str(assets / "tokenizer" / "albert_30k-clean.model")
+    for name, half in (("a", lines[: len(lines) // 2]), ("b", lines[len(lines) // 2:])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "corpus.txt").write_text("\n\n".join(half), encoding="utf-8")
+        assert cpd.main(["--input_file", str(tmp_path / name / "corpus.txt"), "--output_file",
+                         str(tmp_path / "data" / f"{name}.mindrecord"), "--spm_model_file", spm, "--max_seq_length",
+                         "64", "--dupe_factor", "1", "--progress", "false"]) == 0
+    together = dataset.count_rows(tmp_path / "data")
+    assert together == dataset.count_rows(tmp_path / "data" / "a.mindrecord") + dataset.count_rows(
+        tmp_path / "data" / "b.mindrecord") > 0

@@ -270,7 +270,8 @@ def test_weights_only_checkpoint_initialises_and_a_restart_continues_the_run(dat
     shutil.copy(tmp_path / "init.ckpt", tmp_path / "other.ckpt")
     third = ok(run(args + ["--train_steps", "3", "--load_checkpoint_path", str(tmp_path / "other.ckpt")]))
     assert (f"warning: {tmp_path / 'run' / 'checkpoints'} holds the checkpoints of a run that started from "
-            f"{tmp_path / 'init.ckpt'}: continuing that run, not starting from {tmp_path / 'other.ckpt'}") in third.stdout
+            f"{tmp_path / 'init.ckpt'}: continuing that run, not starting from {tmp_path / 'other.ckpt'}") \
+        in third.stdout
 
 
 def test_a_fresh_run_moves_an_earlier_metrics_file_aside_and_leaves_no_lock(data, tmp_path):

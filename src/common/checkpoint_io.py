@@ -66,12 +66,14 @@ def foreign_weights(path: str) -> str:
     .data-*), with the conversion that makes a MindSpore checkpoint of it."""
     source = ("hf" if os.path.isdir(path) and os.path.isfile(os.path.join(path, "config.json"))
               or path.endswith((".safetensors", ".bin", ".pt", ".pth")) and os.path.isfile(path)
-              else "tf" if os.path.isfile(path + ".index") or path.endswith(".index") else "")
+              else "tf" if path.endswith(".index") or not os.path.isfile(path) and os.path.isfile(path + ".index")
+              else "")
     if not source:
         return ""
     what = {"hf": "HF transformers / PyTorch weights", "tf": "a TensorFlow checkpoint"}[source]
     given = path.removesuffix(".index") if source == "tf" else path
-    config = " --config albert_config.json" if source == "tf" else ""
+    beside = os.path.join(os.path.dirname(given), "albert_config.json")
+    config = f" --config {beside}" if source == "tf" else ""
     return (f"{path} is {what}, which MindSpore cannot read: convert it first with python -m src.convert_checkpoint "
             f"--src {source} --input {given}{config} --output model.ckpt, then pass model.ckpt")
 

@@ -209,18 +209,22 @@ def check_parts(metas: Dict[Path, Dict[str, object]]) -> None:
 
 
 def _check_distinct_text(metas: Dict[Path, Dict[str, object]]) -> None:
-    """Two data sets of one folder made from the same text (its digest), not as parts of one: another masking of
-    it, most likely the evaluation set beside the training set (the quick start makes them so); read as one, a run
-    trained on its evaluation data and pretrain_eval scored on its training data, without a word."""
-    first: Dict[str, str] = {}  # input digest -> the name of the first data set made from it
+    """Two data sets of one folder made from the same text, not as parts of one: another masking of it, most likely
+    the evaluation set beside the training set (the quick start makes them so); read as one, a run trained on its
+    evaluation data and pretrain_eval scored on its training data, without a word. The same text: the same input
+    file names (the input digest), bytes and documents; data sets whose meta lacks these are not compared."""
+    first: Dict[Tuple[object, ...], str] = {}  # the text's identity -> the first data set made from it
     for path, meta in metas.items():
-        digest = str(dict(meta.get("input") or {}).get("digest") or "")
-        name = str(dict(meta.get("part") or {}).get("of") or path.name.removesuffix(".meta.json"))
-        other = first.setdefault(digest, name) if digest else name
+        stats, part = dict(meta.get("stats") or {}), dict(meta.get("part") or {})
+        text = (dict(meta.get("input") or {}).get("digest"), stats.get("input_bytes"), stats.get("documents"))
+        count = int(part.get("count", 1))
+        name = str(part.get("of") or path.name.removesuffix(".meta.json")) + (f" ({count} parts)" if count > 1 else "")
+        other = first.setdefault(text, name) if all(text) else name
         if other != name:
-            raise UserError(f"{path.parent}: {other} and {name} were made from the same text (input digest "
-                            f"{digest}): one is another masking of the other (an evaluation set?), and read as one "
-                            f"a run would train on both; pass one output_file, or keep them in separate folders")
+            raise UserError(f"{path.parent}: {other} and {name} were made from the same text (the same input files, "
+                            f"bytes and documents): one is another masking of the other (an evaluation set?), and "
+                            f"read as one a run would train on both; pass one output_file, or keep them in separate "
+                            f"folders")
 
 
 def _part_identity(meta: Dict[str, object]) -> Dict[str, object]:
@@ -499,7 +503,7 @@ def check_schema(data: DataSource, schema_file: str, columns: Sequence[str] = PR
             if name not in shapes:
                 raise UserError(f"{files[0]}: column '{name}' of schema {schema_file} is not in the data")
             if kinds[name] != want_kind or (want_shape and shapes[name] != want_shape
-                                            and {shapes[name], want_shape} != {(), (1,)}):
+                                            and not (want_shape == (1,) and shapes[name] == ())):
                 raise UserError(f"{files[0]}: column '{name}' is {kinds[name]} {list(shapes[name])} but schema "
                                 f"{schema_file} says {spec.get('type')} {list(want_shape)}")
     return shapes[columns[0]]

@@ -486,11 +486,19 @@ def same_ids(trained: Dict[str, object], given: Dict[str, object]) -> bool:
         (given["model_sha256"], given.get("do_lower_case", trained.get("do_lower_case")))
 
 
-def checkpoint_tokenizer(values: Dict[str, object]) -> Dict[str, object]:
-    """The tokenizer record a train checkpoint carries (run_tokenizer: that of its data; {} for converted weights
-    and checkpoints of earlier versions)."""
+def checkpoint_tokenizer(values: Dict[str, object], source: str) -> Dict[str, object]:
+    """The tokenizer record a train checkpoint (or an ONNX export of one) `source` carries (run_tokenizer: that of
+    its data; {} for converted weights and checkpoints of earlier versions)."""
     recorded = values.get("run_tokenizer")
-    return json.loads(str(recorded)) if recorded is not None else {}
+    if recorded is None:
+        return {}
+    try:
+        record = json.loads(str(recorded))
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        raise UserError(f"{source}: its tokenizer record (run_tokenizer) is damaged: not a JSON object")
+    return record
 
 
 def tokenizer_record(record: Dict[str, object]) -> str:

@@ -370,7 +370,7 @@ def trained_task(values: Dict[str, object], checkpoint: str) -> str:
 def check_trained_tokenizer(values: Dict[str, object], tokenizer, checkpoint: str) -> None:
     """A checkpoint trained here records the tokenizer its data was made with (run_tokenizer): another vocabulary or
     casing would feed it ids that mean other words, and it would answer without a word of warning."""
-    trained = checkpoint_tokenizer(values)  # {}: converted public weights, a checkpoint of an earlier version
+    trained = checkpoint_tokenizer(values, checkpoint)  # {}: converted weights, a checkpoint of an earlier version
     given = tokenizer.describe() if tokenizer is not None and trained else {}
     if not same_ids(trained, given):
         raise UserError(f"{checkpoint} was trained on data made with {tokenizer_record(trained)}, not with "

@@ -76,7 +76,7 @@ class Lineage:
 
     run_id: str
     adopted: Dict[str, str] = field(default_factory=dict)  # file name -> contents digest
-    start: str = ""  # the initial checkpoint the run started from (absolute path; "" for none, or not recorded)
+    start: Optional[str] = None  # the initial checkpoint the run started from (absolute; "": none; None: unknown)
 
     @classmethod
     def new(cls) -> "Lineage":
@@ -92,7 +92,7 @@ class Lineage:
             with open(path, encoding="utf-8") as handle:
                 data = json.load(handle)
             return cls(str(data["run_id"]), {str(k): str(v) for k, v in data.get("adopted", {}).items()},
-                       str(data.get("start", "")))
+                       data.get("start"))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
             raise UserError(f"cannot read {path} (which run the checkpoints there belong to): {err}; restore it, "
                             f"or start a new run in another folder") from err
@@ -266,7 +266,7 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
         return _resume(train_cell, values, plan, start, settings, identity, log, from_init=True), lineage
     from src.training.network_config import network_note
 
-    check_data_tokenizer(checkpoint_tokenizer(values), {"tokenizer": identity.tokenizer},
+    check_data_tokenizer(checkpoint_tokenizer(values, start), {"tokenizer": identity.tokenizer},
                          f"{start} was trained on data made with", settings.data)
     report = load_weights(network, values, allow_missing=settings.allow_missing, name=start,
                           network_note=network_note(settings.config, start))
@@ -276,14 +276,14 @@ def resume_or_init(train_cell: nn.Cell, network: nn.Cell, plan: StepPlan, settin
     return Progress(), lineage
 
 
-def _continuing(save_dir: str, start: str, started_from: str, settings: TrainSettings) -> str:
+def _continuing(save_dir: str, start: str, started_from: Optional[str], settings: TrainSettings) -> str:
     """The line of a run that continues the save folder's checkpoints though given an initial one: a warning when
     the folder's run started from another checkpoint (a fine-tuning rerun from other pretrained weights trained
     nothing and reported the old model's scores as the new one's)."""
-    if started_from and os.path.abspath(start) != started_from:
-        return (f"warning: {save_dir} holds the checkpoints of a run that started from {started_from}: continuing "
-                f"that run, not starting from {start}; to start from it, use a new {settings.flag('save_dir')} (or "
-                f"output_dir)")
+    if started_from is not None and os.path.abspath(start) != started_from:
+        return (f"warning: {save_dir} holds the checkpoints of a run that started from "
+                f"{started_from or 'random weights'}: continuing that run, not starting from {start}; to start from "
+                f"it, use a new {settings.flag('save_dir')} (or output_dir)")
     return f"{save_dir} already holds this run's checkpoints: continuing from them, not from {start}"
 
 

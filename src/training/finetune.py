@@ -88,11 +88,8 @@ def _check_config(task: Task, config: Config) -> List[tuple]:
         if config.load_finetune_checkpoint_path:
             raise UserError("load_finetune_checkpoint_path is for evaluating or predicting without training; to "
                             "fine-tune, start from --load_pretrain_checkpoint_path")
-    elif config.load_finetune_checkpoint_path and not os.path.isfile(config.load_finetune_checkpoint_path):
-        raise UserError(f"load_finetune_checkpoint_path not found: {config.load_finetune_checkpoint_path}")
-    start = config.load_pretrain_checkpoint_path
-    if start and (foreign_weights(start) or not os.path.isfile(start)):
-        raise UserError(foreign_weights(start) or f"load_pretrain_checkpoint_path not found: {start}")
+    for key in ("load_finetune_checkpoint_path", "load_pretrain_checkpoint_path"):
+        _need_checkpoint(config, key)
     jobs = []
     for action, key in (("eval", "eval_data_file_path"), ("predict", "predict_data_file_path")):
         if config[f"do_{action}"]:
@@ -153,6 +150,15 @@ def _glue_task(name: str) -> str:
     return name.removesuffix("-mm")
 
 
+def _need_checkpoint(config: Config, key: str) -> None:
+    """The checkpoint `key` names, when set, is a MindSpore checkpoint that exists (another framework's weights: the
+    conversion that makes one)."""
+    path = config[key]
+    foreign = foreign_weights(path) if path else ""
+    if foreign or path and not os.path.isfile(path):
+        raise UserError(foreign or f"{key} not found: {path}")
+
+
 def _need(config: Config, key: str, because: str) -> None:
     if not config[key]:
         raise UserError(f"{because} is true but --{key} is not set")
@@ -204,8 +210,8 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
         net, meta, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
         source, step = os.path.abspath(checkpoint), checkpoint_step(checkpoint)
         weights, digest = read_checkpoint_and_digest(checkpoint)
-        check_data_tokenizer(checkpoint_tokenizer(weights), meta, f"{checkpoint} was trained on data made with",
-                             data_file)
+        check_data_tokenizer(checkpoint_tokenizer(weights, checkpoint), meta,
+                             f"{checkpoint} was trained on data made with", data_file)
         fine_tuned_by = trained_task(weights, checkpoint)
         if fine_tuned_by and fine_tuned_by != task.name:  # a head of the same shape (RACE's, a regression's) loads
             raise UserError(f"{checkpoint} was fine-tuned by run_{fine_tuned_by}.py, not run_{task.name}.py: "
