@@ -8,7 +8,6 @@ here: the entry points' `--help` and input checks stay free of MindSpore's impor
 loads nothing of SQuAD or of training. The columns come from the record schemas (src/data/schema.py).
 """
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
