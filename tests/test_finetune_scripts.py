@@ -6,12 +6,14 @@ train_batch_size 4 must end where one process on train_batch_size 8 ends, up to 
 each step's two worker batches are exactly the two halves of the single run's batch (the driver deals every epoch's
 permutation round-robin to the ranks), so it proves the ranks read disjoint rows that together cover the
 single run's data. Distributed evaluation must give byte-identical prediction files to a one-process evaluation of
-the same checkpoint, with every row counted once.
+the same checkpoint, with every row counted once. SQuAD v1.1's distributed evaluation is checked across machines in
+tests/test_multi_machine.py; here v2.0's (beam search, null odds) stands for the question-answering heads.
 """
 import json
 import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -195,12 +197,14 @@ def check_data_parallel(task: str, work: Path, flags: List[str], head: Sequence[
     with data paths relative to `work` (the current directory); check the weights, the evaluation and the
     predictions; returns the distributed and the single eval_results.json."""
     checkpoint = f"checkpoints/albert_{task}-6.ckpt"
-    single = ok(bash([script(task, "single"), "single", *flags, "--train_batch_size", "8", "--do_eval", "false"],
-                     cwd=work))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # independent runs, each mostly compiling on one core
+        single = pool.submit(bash, [script(task, "single"), "single", *flags, "--train_batch_size", "8", "--do_eval",
+                                    "false"], cwd=work)
+        launched = pool.submit(bash, [script(task, "distribute"), 2, "dp", *flags, "--train_batch_size", "4"],
+                               {"DEVICE_TARGET": "CPU", "MASTER_PORT": str(free_port())}, cwd=work, timeout=300)
+        single, launched = ok(single.result()), launched.result()
     assert "device: CPU (1 worker(s))" in single.stdout
     assert (work / "single" / "logs" / f"{task}.log").read_text().count("device: ") == 1  # the script's log alone
-    launched = bash([script(task, "distribute"), 2, "dp", *flags, "--train_batch_size", "4"],
-                    {"DEVICE_TARGET": "CPU", "MASTER_PORT": str(free_port())}, cwd=work, timeout=300)
     logs = work / "dp" / "logs"
     assert launched.returncode == 0, launched.stdout[-3000:] + "".join(
         log.read_text()[-3000:] for log in sorted(logs.glob("**/worker_*.log")))
@@ -246,23 +250,6 @@ def test_classifier_two_msrun_workers_match_one_process(assets, tmp_path):
                                   eval_rows=30, train_rows=64)
     assert results["dp"]["examples"] == 30 and results["dp"]["task"] == "mrpc"
     assert len((tmp_path / "dp" / "eval" / "predictions.tsv").read_text().splitlines()) == 1 + 30
-
-
-@pytest.mark.slow
-def test_squad_v1_two_msrun_workers_match_one_process(assets, tmp_path):
-    data = make_squad(tmp_path, "1.1", paragraphs=2, seq=64)
-    from src.data.pipelines import count_rows
-
-    train_rows, eval_rows = count_rows(str(data["train"])), count_rows(str(data["dev"]))
-    assert eval_rows % 2 == 1  # an odd row count: the ranks evaluate 40 and 39 rows
-    flags = [*TINY_FINETUNE, "--train_data_file_path", data["train"].name, "--eval_data_file_path",
-             data["dev"].name, "--eval_json_path", data["dev_json"].name, "--eval_batch_size", "8", *DP_TRAIN]
-    results = check_data_parallel("squad_v1", tmp_path, flags, ("albert.", "qa_outputs."),
-                                  ["predictions.json", "nbest_predictions.json"], eval_rows, train_rows)
-    questions = sum(len(p["qas"]) for article in json.loads(data["dev_json"].read_text())["data"]
-                    for p in article["paragraphs"])
-    assert results["dp"]["questions"] == questions
-    assert len(json.loads((tmp_path / "dp" / "eval" / "predictions.json").read_text())) == questions
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ import pytest
 
 from tests.finetune_helpers import ASSETS, SPM, TINY_FINETUNE, make_glue, make_race, make_squad
 from model_utils.errors import UserError
-from tests.pretrain_helpers import ENV, TINY, ok, run
+from tests.pretrain_helpers import ENV, TINY, ok, run, run_together
 
 pytestmark = pytest.mark.skipif(not ASSETS.is_dir(), reason=f"test assets not found at {ASSETS}")
 NO_DROPOUT = ["--net_cfg.hidden_dropout_prob", "0", "--classifier_dropout_prob", "0"]
@@ -92,8 +92,8 @@ def runs(data, tmp_path_factory) -> Dict[str, Path]:
     for task, (script, files, flags) in finetune.items():
         commands[task] = [script, *TINY_FINETUNE, "--train_data_file_path", str(files["train"]), "--do_eval", "false",
                           *flags]
-    for task, argv in commands.items():
-        ok(run(argv + ["--output_dir", str(folder / task)]))
+    for done in run_together([argv + ["--output_dir", str(folder / task)] for task, argv in commands.items()]):
+        ok(done)
     checkpoints = {"pretrain": folder / "pretrain" / "checkpoints" / "albert_pretrain-2.ckpt",
                    **{task: folder / task / "checkpoints" / f"albert_{task}-{steps}.ckpt"
                       for task, steps in (("classifier", 60), ("race", 3), ("squad_v1", 3))}}
