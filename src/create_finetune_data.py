@@ -35,6 +35,9 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+if not __package__:  # run as a file (python src/TOOL.py): import from the project root, as `python -m` does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 from model_utils.errors import UserError, run_cli
 from src.common.progress import progress
 from src.common.run_log import log_to

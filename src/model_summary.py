@@ -5,10 +5,14 @@
 The share_type table uses BERT-base sizes with the albert_zh vocabulary (21128), as albert_zh_pytorch's table.
 Counts cover the pretraining network (backbone + MLM and SOP heads); "backbone" excludes the heads.
 """
+import os
 import sys
 from typing import Iterable, List, Sequence
 
 from mindspore.nn.utils import no_init_parameters
+
+if not __package__:  # run as a file (python src/TOOL.py): import from the project root, as `python -m` does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from model_utils.config import ArgumentParser
 from model_utils.errors import run_cli

@@ -56,6 +56,9 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
+if not __package__:  # run as a file (python src/TOOL.py): import from the project root, as `python -m` does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 from model_utils.config import ArgumentParser, boolean, integer, real
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import atomic_path, check_outputs, claimed_folder_of

@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List
 
+if not __package__:  # run as a file (python src/TOOL.py): import from the project root, as `python -m` does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import check_outputs, save_text_atomic
 from src.common.run_log import log_to

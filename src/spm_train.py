@@ -12,9 +12,13 @@ encoding (whitespace collapse, accent stripping, lowercasing when do_lower_case)
 `FullTokenizer(spm_model_file=..., do_lower_case=...)` will look up. Writes PREFIX.model and PREFIX.vocab.
 """
 import io
+import os
 import sys
 from pathlib import Path
 from typing import Iterator, List, Sequence
+
+if not __package__:  # run as a file (python src/TOOL.py): import from the project root, as `python -m` does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import atomic_path, check_outputs

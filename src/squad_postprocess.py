@@ -1,7 +1,11 @@
 """The SQuAD scoring command under ModelZoo's name, `python -m src.squad_postprocess` (and its import path); the
 scoring lives in src/tasks/squad_metrics.py."""
+import os
 import sys
 from typing import List
+
+if not __package__:  # run as a file (python src/TOOL.py): import from the project root, as `python -m` does
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from model_utils.errors import run_cli
 from src.tasks import squad_metrics

@@ -99,3 +99,13 @@ def test_max_seq_length_is_checked_against_the_position_table(section):
         parse_tool_config(["--max_seq_length", "513"], section, "")
     longer = parse_tool_config(["--max_seq_length", "1024", "--max_position_embeddings", "1024"], section, "")
     assert longer.max_seq_length == 1024
+
+
+def test_every_tool_also_runs_as_a_file_from_any_directory(project_root, tmp_path):
+    """`python src/TOOL.py` as ModelZoo's scripts are run (was: ModuleNotFoundError: No module named 'model_utils')."""
+    tools = sorted(path for path in (project_root / "src").glob("*.py") if "__main__" in path.read_text("utf-8"))
+    assert len(tools) >= 10
+    for tool in tools:
+        done = subprocess.run([sys.executable, str(tool), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and done.stdout.startswith("usage:"), (tool.name, done.stderr[-2000:])
