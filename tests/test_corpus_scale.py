@@ -155,14 +155,16 @@ def test_mixed_missing_or_duplicate_parts_are_refused(parts, tmp_path):
 
 def test_no_file_holds_more_than_the_record_cap(tmp_path, monkeypatch, assets, spm_path):
     """MindRecord builds a file's index in memory when the file closes, so files are capped (65,536 records; 40
-    here): partitions fill round-robin, then the next group of files opens. Every record is read back once."""
+    here): partitions fill round-robin, then the next group of files opens. Every record is read back once, in the
+    order of the input (was: partitions read one after the other, so evaluation outputs and predictions.tsv rows
+    followed the files, not the examples), also for data whose .meta.json predates partition_number."""
     import mindspore.dataset as ds
     from src import create_finetune_data as cfd
     from src.data import mindrecord_io
     monkeypatch.setattr(mindrecord_io, "MAX_RECORDS_PER_FILE", 40)
     lines = (assets / "glue" / "MRPC" / "train.tsv").read_text(encoding="utf-8-sig").splitlines(keepends=True)
     (tmp_path / "mrpc.tsv").write_text("".join(lines[:151]), encoding="utf-8")
-    labels = sorted(int(line.split("\t")[0]) for line in lines[1:151])
+    labels = [int(line.split("\t")[0]) for line in lines[1:151]]
     for partitions, names in ((1, ["", "1", "2", "3"]), (2, ["0", "1", "2", "3"])):
         output = tmp_path / f"p{partitions}" / "mrpc.mindrecord"
         assert cfd.main(["--task_name", "mrpc", "--input_file", str(tmp_path / "mrpc.tsv"), "--spm_model_file",
@@ -171,4 +173,8 @@ def test_no_file_holds_more_than_the_record_cap(tmp_path, monkeypatch, assets, s
         assert meta["files"] == [f"mrpc.mindrecord{suffix}" for suffix in names]
         counts = [ds.MindDataset([str(output.parent / name)]).get_dataset_size() for name in meta["files"]]
         assert max(counts) == 40 and sum(counts) == meta["num_records"] == 150
-        assert sorted(dataset.read_column(output, "label_ids").tolist()) == labels
+        assert dataset.read_column(output, "label_ids").tolist() == labels
+        assert meta["partition_number"] == partitions
+        earlier = {key: value for key, value in meta.items() if key != "partition_number"}
+        mindrecord_io.meta_path(output).write_text(json.dumps(earlier), encoding="utf-8")
+        assert dataset.read_column(output, "label_ids").tolist() == labels

@@ -99,13 +99,19 @@ def test_classifier_overfits_200_real_cola_rows(data, cola_run):
 
 
 def test_classifier_train_eval_predict_and_reload(data, tmp_path):
+    """Also: the dev rows predicted from 3 partitions (dealt round-robin) come out in the order of the dev file, as
+    its evaluation does (was: partition after partition)."""
     mrpc = data["mrpc"]
+    dealt = tmp_path / "dealt" / "mrpc_dev.mindrecord"
+    tool("create_finetune_data", ["--task_name", "mrpc", "--input_file", mrpc["dev"].with_suffix(".tsv"), "--split",
+                                  "dev", "--output_file", dealt, "--spm_model_file", SPM, "--max_seq_length", "64",
+                                  "--partition_number", "3"])
     stranger = tmp_path / "run" / "checkpoints" / "albert_classifier-999.ckpt"  # damaged, not the run's
     stranger.parent.mkdir(parents=True)
     stranger.write_bytes(b"not a checkpoint" * 64)
     train = ok(finetune("run_classifier.py", tmp_path / "run", "--train_data_file_path", str(mrpc["train"]),
                         "--eval_data_file_path", str(mrpc["dev"]), "--do_predict", "true",
-                        "--predict_data_file_path", str(mrpc["dev"]), "--train_batch_size", "8", "--train_steps", "6",
+                        "--predict_data_file_path", f"{dealt}0", "--train_batch_size", "8", "--train_steps", "6",
                         "--assessment_method", "f1"))
     results = json.loads((tmp_path / "run" / "eval" / "eval_results.json").read_text())
     assert results["assessment_method"] == "f1" and results["rows"] == 40 and results["devices"] == 1

@@ -252,6 +252,8 @@ class RecordWriter:
             if partition.commit():
                 self.files.append(partition.path.name)
         meta = dict(meta, files=list(self.files), num_records=self.count, schema=self.schema)
+        if self._partitions:  # how `write` dealt the records (creation_order undoes it)
+            meta["partition_number"] = self.partition_number
         staged = [name for file in self.files for name in (file, file + ".db")]
         staged += [self.output_file.name + suffix for suffix in self.sidecars]
         self._seal(staged)
@@ -295,6 +297,21 @@ class RecordWriter:
         for name in names:
             place(str(self.staging / name), str(self.output_file.with_name(name)), self.overwrite)
         fsync_path(str(self.output_file.parent))
+
+
+def dealt_order(counts: List[int], partitions: int) -> Optional[np.ndarray]:
+    """Where `RecordWriter.write` put each record, in the order it was given: its global row number over the files
+    (`counts` records each, in the meta's order, as MindDataset reads them one after the other) when it dealt them
+    round-robin to `partitions` files; None when `counts` are not what that dealing gives."""
+    total, group = sum(counts), partitions * MAX_RECORDS_PER_FILE
+    dealt = [len(range(slot, min(group, total - start), partitions))
+             for start in range(0, total, group) for slot in range(min(partitions, total - start))]
+    if dealt != list(counts):
+        return None
+    record = np.arange(total, dtype=np.int64)
+    full_groups, within = np.divmod(record, group)
+    first_rows = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)[:-1]])
+    return first_rows[full_groups * partitions + within % partitions] + within // partitions
 
 
 def _cache_schema_lookups(writer: Any) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 from model_utils import json_input
 from model_utils.errors import UserError
 from src.data import schema
+from src.data.mindrecord_io import dealt_order
 
 DataSource = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -435,12 +436,32 @@ def create_squad_dataset(data: DataSource, batch_size: int, is_training: bool = 
                   num_parallel_workers, indices=indices)
 
 
+def creation_order(data: DataSource) -> np.ndarray:
+    """The global row numbers (over the files in their resolved order) in the order the src.create_* tool wrote
+    the records: the k-th example of the input is row `creation_order(data)[k]`. A data set of partition_number
+    N > 1 was dealt round-robin to N files, which MindDataset reads one after the other; evaluation and prediction
+    read in this order, so that predictions.tsv's row k is the input's example k (was: row 1 held example N's
+    prediction). Data of earlier versions, whose .meta.json does not say N, is recognised by its numbered first
+    file and its files' row counts; anything else reads in file order."""
+    files = resolve_mindrecord_files(data)
+    counts = [_num_rows([name]) for name in files]
+    order, meta = None, load_data_meta(data) if len(files) > 1 else {}
+    if meta and meta.get("kind") != "pretraining":  # pretraining rows are not read in order
+        if meta.get("partition_number"):
+            order = dealt_order(counts, int(meta["partition_number"]))
+        elif files[0].endswith("0"):  # X.mindrecord0: written in partitions (one partition names its file X)
+            found = [order for n in range(2, len(files) + 1) for order in [dealt_order(counts, n)] if order is not None]
+            order = found[0] if len(found) == 1 else None
+    return np.arange(sum(counts)) if order is None else order
+
+
 def read_column(data: DataSource, column: str) -> np.ndarray:
-    """One column of every row, in the global row order that `indices` refers to (e.g. the labels or SQuAD
-    unique_ids of an evaluation set, which the metrics need on one rank while the ranks split the rows)."""
+    """One column of every row in creation order (e.g. the labels or SQuAD unique_ids of an evaluation set, which
+    the metrics need on one rank while the ranks split the rows)."""
     files = resolve_mindrecord_files(data)
     dataset = _open(files, [column], shuffle=False)
-    return np.stack([row[0] for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1)])
+    values = np.stack([row[0] for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1)])
+    return values[creation_order(files)]
 
 
 def rows_fingerprint(data: DataSource, samples: int = 32) -> str:

@@ -28,7 +28,7 @@ from src.common.checkpoint_io import foreign_weights
 from src.common.fixed_shape_batches import cell_runner, real_rows, run_padded
 from src.common.progress import progress
 from src.common.run_log import log_to
-from src.data.pipelines import check_schema, count_rows
+from src.data.pipelines import check_schema, creation_order
 from src.tasks.registry import Task
 from src.training.settings import TrainSettings, finetune_settings
 from src.training.summaries import write_metrics
@@ -229,15 +229,16 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
     model.set_train(False)
     load_weights(model, {p.name: p for p in trained.head.get_parameters()} if trained is not None else weights,
                  name=source, network_note="" if trained is not None else network_note(config, checkpoint))
-    total = count_rows(data_file)
+    order = creation_order(data_file)  # outputs in the order of the examples the data was made from
+    total = len(order)
     if total < device.group_size:
         raise UserError(f"{data_file} has {total} rows, fewer than the {device.group_size} devices")
-    rows = np.arange(total)[device.rank::device.group_size]
+    positions = np.arange(total)[device.rank::device.group_size]
     if device.is_main:
         log_to(output_dir)
     log(f"{action}: {total} rows of {data_file} with {source}")
-    outputs = _gather_rows(_predict_rows(task, config, model, data_file, rows, action, device.is_main), rows, total,
-                           device.group_size)
+    outputs = _gather_rows(_predict_rows(task, config, model, data_file, order[positions], action, device.is_main),
+                           positions, total, device.group_size)
     if device.is_main:
         folder = os.path.join(output_dir, action)
         metrics = task.report(config, outputs, data_file, folder, action == "eval", log)
@@ -261,17 +262,18 @@ def _predict_rows(task: Task, config: Config, model, data_file: str, rows: np.nd
         return real_rows(run_padded(cell_runner(model), batches, config.eval_batch_size, bar=bar))
 
 
-def _gather_rows(outputs: List[np.ndarray], rows: np.ndarray, total: int, group_size: int) -> List[np.ndarray]:
-    """Every rank's outputs placed at their global rows and summed over the ranks (zeros elsewhere), so each
-    rank ends with the whole table; a row count column proves each row was evaluated exactly once."""
+def _gather_rows(outputs: List[np.ndarray], positions: np.ndarray, total: int, group_size: int) -> List[np.ndarray]:
+    """Every rank's outputs placed at their positions (in creation order) and summed over the ranks (zeros
+    elsewhere), so each rank ends with the whole table; a row count column proves each row was evaluated exactly
+    once."""
     if group_size == 1:
         return outputs
     from src.devices.device_setup import all_ranks_sum
 
     gathered = []
-    for values in outputs + [np.ones(len(rows), np.float32)]:
+    for values in outputs + [np.ones(len(positions), np.float32)]:
         table = np.zeros((total,) + values.shape[1:], np.float32)
-        table[rows] = values
+        table[positions] = values
         gathered.append(all_ranks_sum(table))
     counts = gathered.pop()
     if not np.all(counts == 1):
