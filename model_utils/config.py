@@ -15,6 +15,7 @@ import fnmatch
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import IO, AbstractSet, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
@@ -478,6 +479,16 @@ class ArgumentParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = self.NEGATIVE_NUMBER  # argparse's own pattern lacks the exponent
+
+    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Any = None) -> Any:
+        """argparse's, after refusing a carriage return at the end of an argument: a shell script saved with
+        Windows line endings passes `value\r` (was: an output file named `x.mindrecord\r`, or `input file not
+        found` for a file that exists)."""
+        for arg in sys.argv[1:] if args is None else args:
+            if str(arg).endswith("\r"):
+                raise ConfigError(f"argument {str(arg)!r} ends in a carriage return (\\r): the script that ran "
+                                  f"this command has Windows line endings; convert it to LF (e.g. dos2unix SCRIPT)")
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         unknown = re.match(r"unrecognized arguments: (--[^\s=]+)", message)

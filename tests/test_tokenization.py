@@ -1,5 +1,7 @@
 """FullTokenizer against independent references: HF's slow AlbertTokenizer / BertTokenizer and known ids."""
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -95,6 +97,26 @@ def test_wordpiece_ids_equal_hf_bert_on_chinese_news(ours_zh, hf_bert, assets):
     lines = [line for line in lines if line.strip()]
     assert len(lines) > 50
     _assert_same_ids(ours_zh, hf_bert, lines + ["Hello WORLD naïve [MASK] x[SEP]y", "ＡＢＣ１２３，。"])
+
+
+def test_a_vocab_saved_by_a_windows_editor_means_the_same_ids(ours_zh, zh_vocab, hf_bert, tmp_path):
+    """albert_zh's vocab.txt with a byte-order mark, CRLF line ends and empty lines at the end: the same tokens, ids
+    (HF's BertTokenizer on the plain file as the reference), special ids and recorded digest (was: a first token
+    "\ufeff[PAD]", [PAD] among the random replacement tokens, "duplicate token ''", and another digest, so data and
+    checkpoints of the same vocabulary refused each other)."""
+    plain = Path(zh_vocab).read_bytes()
+    assert not plain.startswith(b"\xef\xbb\xbf") and b"\r" not in plain
+    saved = tmp_path / "vocab.txt"
+    saved.write_bytes(b"\xef\xbb\xbf" + plain.replace(b"\n", b"\r\n") + b"\r\n\r\n")
+    windows = FullTokenizer(str(saved), do_lower_case=True)
+    assert windows.vocab == ours_zh.vocab and windows.special_ids == ours_zh.special_ids
+    assert windows.pad_id == ours_zh.pad_id == hf_bert.pad_token_id == 0
+    lines = ["南京老城80后 Hello WORLD naïve", "ＡＢＣ１２３，。"]
+    assert [windows.convert_tokens_to_ids(windows.tokenize(line)) for line in lines] == \
+        [hf_bert.convert_tokens_to_ids(hf_bert.tokenize(line)) for line in lines]
+    described, plain_described = windows.describe(), ours_zh.describe()
+    assert described["model_sha256"] == plain_described["model_sha256"]
+    assert plain_described["model_sha256"] == hashlib.sha256(plain).hexdigest()[:16]  # as recorded before
 
 
 def test_wordpiece_chinese_characters_are_words(ours_zh):

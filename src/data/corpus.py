@@ -45,6 +45,7 @@ Every document carries its file index, its index within the file, its piece numb
 its random choices (so any split of the work gives the same records) and name the place of an error.
 """
 import bz2
+import codecs
 import collections
 import gzip
 import hashlib
@@ -197,6 +198,15 @@ def resolve_format(path: Path, declared: str, detected: str, line: int) -> str:
                     f"(or {detected if detected != 'text' else 'text or lines'})")
 
 
+def utf16_hint(sample: bytes) -> str:
+    """The end of a message about text that is not UTF-8: UTF-16 (Excel's "Unicode text", what Windows calls
+    "Unicode") starts with its byte-order mark or, for Latin text without one, holds NUL bytes (was: read as text,
+    every other character a NUL, into garbage records)."""
+    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in sample:
+        return "; it looks like UTF-16 text: save it as UTF-8"
+    return ""
+
+
 def open_binary(path: Path) -> Tuple[BinaryIO, BinaryIO]:
     """(stream of decompressed bytes, the raw file whose position measures progress)."""
     raw = open(path, "rb")
@@ -319,10 +329,13 @@ class Corpus:
                     if line_no == 1 and data.startswith(b"\xef\xbb\xbf"):
                         data = data[3:]
                     try:
-                        yield line_no, data.decode("utf-8")
+                        text = data.decode("utf-8")
                     except UnicodeDecodeError as err:
                         raise UserError(f"{path} line {line_no}: not UTF-8 text ({err.reason} at byte {err.start} "
-                                        f"of the line)") from None
+                                        f"of the line){utf16_hint(data)}") from None
+                    if "\x00" in text:  # UTF-16 of ASCII text without its byte-order mark decodes as UTF-8
+                        raise UserError(f"{path} line {line_no}: NUL characters in the text{utf16_hint(data)}")
+                    yield line_no, text
         except (EOFError, OSError, zlib.error) as err:
             raise UserError(f"{path} line {line_no + 1}: damaged or truncated compressed data ({err})") from None
         finally:

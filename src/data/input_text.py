@@ -9,6 +9,7 @@ import errno
 import glob
 import json
 import os
+import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +21,7 @@ from model_utils import json_input
 from model_utils.config import Config, parse_cli
 from model_utils.errors import UserError
 from src.common.run_log import LOGS_FOLDER
+from src.data.corpus import utf16_hint
 from src.data.tokenization import FullTokenizer
 
 CONFIG_FILE = Path(__file__).resolve().parents[2] / "create_data_config.yaml"
@@ -44,8 +46,13 @@ def not_utf8(path: os.PathLike, err: UnicodeDecodeError) -> UserError:
                 line.decode("utf-8")
             except UnicodeDecodeError as bad:
                 return UserError(f"{path} line {line_no}: not UTF-8 text ({bad.reason} at byte {bad.start} of the "
-                                 f"line)")
+                                 f"line){utf16_hint(line)}")
     return UserError(f"{path}: not UTF-8 text ({err.reason})")
+
+
+def _first_bytes(path: Path) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(4096)
 
 
 @contextmanager
@@ -123,11 +130,28 @@ def read_tsv(path: os.PathLike) -> Iterator[Tuple[int, List[str]]]:
         with open(path, encoding="utf-8-sig", newline="") as handle:
             for line_no, fields in enumerate(csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE), start=1):
                 if fields and any(f.strip() for f in fields):
+                    _check_tsv_fields(path, line_no, fields)
                     yield line_no, fields
     except UnicodeDecodeError as err:
         raise not_utf8(path, err) from err
     except csv.Error as err:
         raise UserError(f"{path}: malformed tsv ({err})") from err
+
+
+CSV_QUOTED = re.compile(r'^".*"".*"$', re.S)  # a field as Excel or pandas quote it: in quotes, its quotes doubled
+
+
+def _check_tsv_fields(path: Path, line_no: int, fields: List[str]) -> None:
+    """GLUE's files are not quoted (a quote is text), so a TSV saved by Excel or pandas, which wrap a field holding
+    quotes in quotes and double those, would be read with its quoting as text (was: silently); and NUL characters
+    are UTF-16 text without its byte-order mark."""
+    if any("\x00" in field for field in fields):
+        raise UserError(f"{path} line {line_no}: NUL characters in the text{utf16_hint(_first_bytes(path))}")
+    quoted = next((number for number, field in enumerate(fields, 1) if CSV_QUOTED.match(field)), 0)
+    if quoted:
+        raise UserError(f"{path} line {line_no}: field {quoted} is quoted as Excel or pandas quote it (in quotes, its "
+                        f"quotes doubled), but GLUE's tsv files are not quoted: save it without quoting (pandas: "
+                        f"quoting=csv.QUOTE_NONE)")
 
 
 def load_json(path: os.PathLike, what: str = "input file") -> Any:
@@ -141,7 +165,8 @@ def load_json(path: os.PathLike, what: str = "input file") -> Any:
         with open(path, encoding="utf-8-sig") as handle:
             return json_input.load(handle)
     except json.JSONDecodeError as err:
-        raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg})") from err
+        raise UserError(f"{path} line {err.lineno}: malformed json ({err.msg}){utf16_hint(_first_bytes(path))}") \
+            from err
     except UnicodeDecodeError as err:
         raise not_utf8(path, err) from err
 

@@ -8,6 +8,7 @@ Both produce the ids HuggingFace's slow `AlbertTokenizer` / `BertTokenizer` prod
 Everything that depends on the kind of vocabulary (special token names, which piece starts a word, how pieces
 join back into text) lives here, so the data-creation modules never branch on the tokenizer type.
 """
+import codecs
 import collections
 import hashlib
 import json
@@ -168,20 +169,25 @@ class SentencePieceTokenizer:
 
 
 def load_vocab(vocab_file: str) -> Dict[str, int]:
-    """A WordPiece vocab.txt: one token per line, id = line number."""
+    """A WordPiece vocab.txt: one token per line, id = line number. A byte-order mark (Windows editors write one)
+    is not part of the first token (was: "\ufeff[PAD]", so [PAD] could be drawn as a random replacement token), and
+    empty lines at the end of the file are no tokens (was: "duplicate token ''")."""
     if not Path(vocab_file).is_file():
         raise UserError(f"vocab file not found: {vocab_file}")
     vocab: Dict[str, int] = collections.OrderedDict()
     try:
-        with open(vocab_file, encoding="utf-8") as handle:
-            for index, line in enumerate(handle):
-                token = line.rstrip("\n").strip()
-                if token in vocab:
-                    raise UserError(f"{vocab_file} line {index + 1}: duplicate token {token!r}")
-                vocab[token] = index
+        with open(vocab_file, encoding="utf-8-sig") as handle:
+            lines = handle.read().split("\n")
     except UnicodeDecodeError as err:
         raise UserError(f"{vocab_file}: not a WordPiece vocab.txt (not UTF-8 text at byte {err.start}); a "
                         f"SentencePiece .model goes to --spm_model_file") from None
+    while lines and not lines[-1]:
+        lines.pop()
+    for index, line in enumerate(lines):
+        token = line.strip()
+        if token in vocab:
+            raise UserError(f"{vocab_file} line {index + 1}: duplicate token {token!r}")
+        vocab[token] = index
     if not vocab:
         raise UserError(f"{vocab_file}: empty vocabulary")
     return vocab
@@ -468,9 +474,15 @@ class FullTokenizer:
 
     def describe(self) -> Dict[str, object]:
         """What a data sidecar records so that readers can check the data matches a model config (and that parts
-        of one data set made on different machines used the same vocabulary: the file's digest)."""
+        of one data set made on different machines used the same vocabulary: the file's digest, of a vocab.txt as
+        load_vocab reads it, so that a copy saved on Windows is the same vocabulary)."""
         with open(self.model_file, "rb") as handle:
-            digest = hashlib.sha256(handle.read()).hexdigest()[:16]
+            content = handle.read()
+        if self.kind == "wordpiece":  # the same tokens as an editor saves them: BOM, CRs and empty last lines left out
+            content = content.removeprefix(codecs.BOM_UTF8).replace(b"\r\n", b"\n")
+            while content.endswith(b"\n\n"):
+                content = content[:-1]
+        digest = hashlib.sha256(content).hexdigest()[:16]
         return {"kind": self.kind, "model_file": self.model_file, "model_sha256": digest, "vocab_size": self.vocab_size,
                 "do_lower_case": self.do_lower_case, "pad_id": self.pad_id, "cls_id": self.cls_id,
                 "sep_id": self.sep_id, "mask_id": self.mask_id}

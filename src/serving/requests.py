@@ -9,6 +9,7 @@ from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from model_utils import json_input
 from model_utils.errors import UserError
+from src.data.corpus import utf16_hint
 from src.serving.engines import check_vocabulary
 
 # The keys of a request in --input_file, per task, besides an optional `id`; the classifier's `text_b` is optional.
@@ -136,13 +137,14 @@ def _numbered_requests(path: str, task: str, choices: int) -> Iterator[Tuple[int
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
-                raise UserError(f"{where}: not UTF-8 text ({err.reason})") from err
+                raise UserError(f"{where}: not UTF-8 text ({err.reason}){utf16_hint(raw)}") from err
             if not line.strip():
                 continue
             try:
                 request = json_input.loads(line.rstrip())
             except json.JSONDecodeError as err:
-                raise UserError(f"{where}: not JSON ({err.msg} at column {err.colno})") from err
+                raise UserError(f"{where}: not JSON ({err.msg} at column {err.colno}){utf16_hint(raw)}; requests "
+                                f"are JSON lines, one object per line") from err
             except RecursionError:
                 raise UserError(f"{where}: JSON nested too deeply (a request is a flat JSON object)") from None
             check_request(request, task, choices, where)
