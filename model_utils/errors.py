@@ -7,6 +7,7 @@ hidden otherwise unless GLOG_v is set. `run_cli` also tees the command's output 
 The model's config and cells refuse a value with ValueError, in their own terms; entry points wrap the calls that
 load a config or build a network from the user's values in `as_user_error()`.
 """
+import codecs
 import os
 import sys
 import traceback
@@ -19,6 +20,15 @@ QUIET_GLOG_LEVEL = "3"  # MindSpore's GLOG_v: errors only (it reads the variable
 
 class UserError(Exception):
     """Bad input from the user (file, key, value): printed as one line, exit code 2."""
+
+
+def utf16_hint(sample: bytes) -> str:
+    """The end of a message about text that is not UTF-8: UTF-16 (Excel's "Unicode text", what Windows calls
+    "Unicode") starts with its byte-order mark or, for Latin text without one, holds NUL bytes (was: read as text,
+    every other character a NUL, into garbage records)."""
+    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in sample:
+        return "; it looks like UTF-16 text: save it as UTF-8"
+    return ""
 
 
 @contextmanager

@@ -416,7 +416,7 @@ def test_export_of_a_run_classifier_checkpoint_matches_its_eval(assets, spm_path
     probabilities = np.exp(logits - logits.max(-1, keepdims=True))
     probabilities /= probabilities.sum(-1, keepdims=True)
     rows = (tmp_path / "run" / "eval" / "predictions.tsv").read_text().splitlines()[1:]
-    written = np.array([[float(value) for value in row.split("\t")[2:]] for row in rows])
+    written = np.array([[float(value) for value in row.split("\t")[2:-1]] for row in rows])  # then the id
     np.testing.assert_allclose(probabilities, written, rtol=0, atol=1e-6)  # the tsv has 6 decimals
 
 

@@ -4,6 +4,7 @@ recomputed independently: classification and RACE by scikit-learn, STS-B by scip
 the true labels read from the source files (never from the MindRecord); SQuAD by the scoring CLI."""
 import json
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pytest
@@ -47,7 +48,14 @@ def race_answers(split: str) -> list:
     return [answer for path in files for answer in json.loads(path.read_text(encoding="utf-8"))["answers"]]
 
 
-def check_classification_scores(folder: Path, labels: list, label_names: list) -> dict:
+def race_question_ids(split: str) -> list:
+    """RACE question ids as Google's race_utils makes them: level-file-question index, in the same order."""
+    files = sorted((ASSETS / "race" / "RACE" / split).glob("*/*.txt"))
+    return [f"{path.parent.name}-{path.name}-{index}" for path in files
+            for index in range(len(json.loads(path.read_text(encoding="utf-8"))["answers"]))]
+
+
+def check_classification_scores(folder: Path, labels: list, label_names: list, ids: Sequence[str]) -> dict:
     """eval_results.json against scikit-learn on predictions.tsv and the true labels: accuracy, macro F1, Matthews
     correlation and, with two classes, F1 of the second label (GLUE's positive class). Also: one row per example
     in order, the task's label names, and each predicted label the most probable one. Returns the results."""
@@ -55,10 +63,11 @@ def check_classification_scores(folder: Path, labels: list, label_names: list) -
 
     results = json.loads((folder / "eval_results.json").read_text())
     header, *rows = [line.split("\t") for line in (folder / "predictions.tsv").read_text().splitlines()]
-    assert header == ["row", "prediction"] + [f"p_{name}" for name in label_names], header
+    assert header == ["row", "prediction"] + [f"p_{name}" for name in label_names] + ["id"], header
     assert [int(row[0]) for row in rows] == list(range(len(labels)))
+    assert [row[-1] for row in rows] == list(ids)  # each row's example
     predicted = [row[1] for row in rows]
-    probabilities = np.array([[float(p) for p in row[2:]] for row in rows])
+    probabilities = np.array([[float(p) for p in row[2:-1]] for row in rows])
     assert np.allclose(probabilities.sum(1), 1.0, atol=1e-5)
     assert all(p[label_names.index(label)] == p.max() for p, label in zip(probabilities, predicted))
     expected = {"accuracy": metrics.accuracy_score(labels, predicted),
@@ -95,7 +104,7 @@ def test_classifier_overfits_200_real_cola_rows(data, cola_run):
     curve = losses(tmp_path)
     assert curve[-1] < 0.5 * curve[0], curve
     labels = source_labels(cola["train"].with_suffix(".tsv"), 1, header=False)
-    check_classification_scores(tmp_path / "eval", labels, ["0", "1"])
+    check_classification_scores(tmp_path / "eval", labels, ["0", "1"], [f"train-{i}" for i in range(200)])
 
 
 def test_classifier_train_eval_predict_and_reload(data, tmp_path):
@@ -124,7 +133,7 @@ def test_classifier_train_eval_predict_and_reload(data, tmp_path):
     assert recorded["model_file"] == "albert_30k-clean.model" and recorded["do_lower_case"] is True
     assert recorded["model_sha256"] == hashlib.sha256(Path(SPM).read_bytes()).hexdigest()[:16]
     check_classification_scores(tmp_path / "run" / "eval", source_labels(mrpc["dev"].with_suffix(".tsv"), 0, True),
-                                ["0", "1"])
+                                ["0", "1"], [f"dev-{i}" for i in range(40)])
     assert (tmp_path / "run" / "predict" / "predictions.tsv").read_text() == \
         (tmp_path / "run" / "eval" / "predictions.tsv").read_text()
     assert "final weights sha256" in train.stdout
@@ -184,7 +193,8 @@ def test_race_end_to_end(data, tmp_path):
     ok(finetune("run_race.py", tmp_path, "--train_data_file_path", str(race["train"]),
                 "--eval_data_file_path", str(race["dev"]), "--train_batch_size", "4", "--train_steps", "4",
                 "--eval_batch_size", "4"))
-    results = check_classification_scores(tmp_path / "eval", race_answers("dev"), list("ABCD"))
+    results = check_classification_scores(tmp_path / "eval", race_answers("dev"), list("ABCD"),
+                                          race_question_ids("dev"))  # was: no question ids
     assert results["task"] == "race" and results["examples"] == results["rows"] == 17
     assert results["assessment_method"] == "accuracy"
 
@@ -199,7 +209,7 @@ def test_three_class_mnli_end_to_end(tmp_path):
     ok(finetune("run_classifier.py", tmp_path / "out", "--train_data_file_path", str(train), "--eval_data_file_path",
                 str(train), "--num_class", "3", "--assessment_method", "macro_f1", "--train_batch_size", "8",
                 "--epoch_num", "30", "--optimizer_cfg.AdamWeightDecay.learning_rate", "3e-4", *NO_DROPOUT))
-    results = check_classification_scores(tmp_path / "out" / "eval", labels, names)
+    results = check_classification_scores(tmp_path / "out" / "eval", labels, names, [f"train-{i}" for i in range(48)])
     assert results["task"] == "mnli" and "f1" not in results  # binary F1 does not apply to 3 classes
     predicted = [row[1] for row in tsv_rows(tmp_path / "out" / "eval" / "predictions.tsv")]
     # Learned (chance is 1/3; seen 0.875 with all three classes predicted), so the metrics are not degenerate.
@@ -220,7 +230,7 @@ def test_sts_b_regression_end_to_end(tmp_path):
     folder = tmp_path / "out" / "eval"
     results = json.loads((folder / "eval_results.json").read_text())
     header, *rows = [line.split("\t") for line in (folder / "predictions.tsv").read_text().splitlines()]
-    assert header == ["row", "prediction"] and [int(row[0]) for row in rows] == list(range(48))
+    assert header == ["row", "prediction", "id"] and [int(row[0]) for row in rows] == list(range(48))
     truth, predicted = np.array(scores, dtype=np.float64), np.array([float(row[1]) for row in rows])
     assert predicted.std() > 0.1  # the head learned to spread its outputs: correlations are meaningful
     # predictions.tsv holds 6 decimals; the run scored the unrounded values.

@@ -45,7 +45,6 @@ Every document carries its file index, its index within the file, its piece numb
 its random choices (so any split of the work gives the same records) and name the place of an error.
 """
 import bz2
-import codecs
 import collections
 import gzip
 import hashlib
@@ -62,7 +61,7 @@ from typing import BinaryIO, Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from model_utils import json_input
-from model_utils.errors import UserError
+from model_utils.errors import UserError, utf16_hint
 
 FORMATS = ("auto", "text", "lines", "jsonl", "wikiextractor", "parquet")
 MAX_LINE_BYTES = 16 << 20
@@ -196,15 +195,6 @@ def resolve_format(path: Path, declared: str, detected: str, line: int) -> str:
     place = f"{path} line {line}" if detected != "parquet" else str(path)
     raise UserError(f"{place}: the file {_WHAT[detected]} but --input_format is {declared}; use --input_format auto "
                     f"(or {detected if detected != 'text' else 'text or lines'})")
-
-
-def utf16_hint(sample: bytes) -> str:
-    """The end of a message about text that is not UTF-8: UTF-16 (Excel's "Unicode text", what Windows calls
-    "Unicode") starts with its byte-order mark or, for Latin text without one, holds NUL bytes (was: read as text,
-    every other character a NUL, into garbage records)."""
-    if sample.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in sample:
-        return "; it looks like UTF-16 text: save it as UTF-8"
-    return ""
 
 
 def open_binary(path: Path) -> Tuple[BinaryIO, BinaryIO]:

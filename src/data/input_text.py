@@ -19,9 +19,8 @@ import numpy as np
 
 from model_utils import json_input
 from model_utils.config import Config, parse_cli
-from model_utils.errors import UserError
+from model_utils.errors import UserError, utf16_hint
 from src.common.run_log import LOGS_FOLDER
-from src.data.corpus import utf16_hint
 from src.data.tokenization import FullTokenizer
 
 CONFIG_FILE = Path(__file__).resolve().parents[2] / "create_data_config.yaml"

@@ -8,8 +8,7 @@ import sys
 from typing import Dict, Iterator, Optional, Sequence, Tuple
 
 from model_utils import json_input
-from model_utils.errors import UserError
-from src.data.corpus import utf16_hint
+from model_utils.errors import UserError, utf16_hint
 from src.serving.engines import check_vocabulary
 
 # The keys of a request in --input_file, per task, besides an optional `id`; the classifier's `text_b` is optional.

@@ -8,6 +8,7 @@ here: the entry points' `--help` and input checks stay free of MindSpore's impor
 loads nothing of SQuAD or of training. The columns come from the record schemas (src/data/schema.py).
 """
 import functools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +119,9 @@ def classification_report(config: Config, outputs: List[np.ndarray], data_file: 
         lines = ["row\tprediction\t" + "\t".join(f"p_{name}" for name in names)]
         lines += [f"{row}\t{names[label]}\t" + "\t".join(f"{p:.6f}" for p in probs)
                   for row, (label, probs) in enumerate(zip(predictions, probabilities))]
+    ids = _example_ids(data_file, len(predictions))
+    if ids:
+        lines = [f"{line}\t{example}" for line, example in zip(lines, ["id", *ids])]
     path = os.path.join(folder, "predictions.tsv")
     save_text_atomic("\n".join(lines) + "\n", path)
     log(f"wrote {path}")
@@ -135,6 +139,20 @@ def classification_report(config: Config, outputs: List[np.ndarray], data_file: 
             f"{len(set(labels.tolist()))} classes: the classifier learned only one class (too few steps, a learning "
             f"rate too low or too high, or imbalanced training data?)")
     return result
+
+
+def _example_ids(data_file: str, rows: int) -> List[str]:
+    """The id of the example behind each row (RACE's question ids such as high-1234.txt-0, GLUE's split-row), from
+    the .examples.jsonl that src.create_finetune_data writes beside the data; none for data without it (was: RACE's
+    predictions named their questions by row only)."""
+    from src.tasks.squad_answers import EXAMPLES_SUFFIX, sidecar_base
+    try:
+        examples = f"{sidecar_base(data_file)}{EXAMPLES_SUFFIX}"
+        with open(examples, encoding="utf-8") as handle:
+            ids = [str(json.loads(line).get("guid", "")) for line in handle if line.strip()]
+    except (UserError, OSError, ValueError, AttributeError):
+        return []
+    return ids if len(ids) == rows and all(ids) else []
 
 
 def _label_names(meta: dict, width: int) -> List[str]:

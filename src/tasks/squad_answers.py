@@ -55,8 +55,8 @@ logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------------- loading
 
-def _sidecar_base(data_file: str) -> Path:
-    """The --output_file of create_squad_data that `data_file` names (itself, a numbered shard, or its folder)."""
+def sidecar_base(data_file: str) -> Path:
+    """The --output_file of the src.create_* tool that `data_file` names (itself, a numbered shard, or its folder)."""
     path = Path(data_file)
     if path.is_dir():
         found = sorted(path.glob("*" + EXAMPLES_SUFFIX))
@@ -126,7 +126,7 @@ def load_squad_eval_maps(data_file: str) -> Tuple[List[dict], Dict[int, dict]]:
     the --output_file given to create_squad_data (or one of its numbered shards `X.mindrecord0`, or the folder
     holding exactly one such data set). Missing sidecars -> UserError naming the expected path and saying the data
     must be created with is_training false."""
-    base = _sidecar_base(data_file)
+    base = sidecar_base(data_file)
     features_path = Path(str(base) + FEATURES_SUFFIX)
     if not features_path.is_file():
         raise UserError(f"{features_path} not found beside {base}{EXAMPLES_SUFFIX}: incompletely copied? "
