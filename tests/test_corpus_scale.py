@@ -160,7 +160,7 @@ def test_no_file_holds_more_than_the_record_cap(tmp_path, monkeypatch, assets, s
     followed the files, not the examples), also for data whose .meta.json predates partition_number."""
     import mindspore.dataset as ds
     from src import create_finetune_data as cfd
-    from src.data import mindrecord_io
+    from src.data import mindrecord_io, pipelines
     monkeypatch.setattr(mindrecord_io, "MAX_RECORDS_PER_FILE", 40)
     lines = (assets / "glue" / "MRPC" / "train.tsv").read_text(encoding="utf-8-sig").splitlines(keepends=True)
     (tmp_path / "mrpc.tsv").write_text("".join(lines[:151]), encoding="utf-8")
@@ -173,8 +173,11 @@ def test_no_file_holds_more_than_the_record_cap(tmp_path, monkeypatch, assets, s
         assert meta["files"] == [f"mrpc.mindrecord{suffix}" for suffix in names]
         counts = [ds.MindDataset([str(output.parent / name)]).get_dataset_size() for name in meta["files"]]
         assert max(counts) == 40 and sum(counts) == meta["num_records"] == 150
-        assert dataset.read_column(output, "label_ids").tolist() == labels
-        assert meta["partition_number"] == partitions
+        assert pipelines.read_column_as_made(output, "label_ids").tolist() == labels
+        assert meta["partition_number"] == partitions and pipelines.creation_order(output)[1]
         earlier = {key: value for key, value in meta.items() if key != "partition_number"}
         mindrecord_io.meta_path(output).write_text(json.dumps(earlier), encoding="utf-8")
-        assert dataset.read_column(output, "label_ids").tolist() == labels
+        assert pipelines.read_column_as_made(output, "label_ids").tolist() == labels
+        files = dataset.resolve_mindrecord_files(output)  # named in another order: still the data set's order
+        assert pipelines.creation_order(files[::-1])[0].tolist() == pipelines.creation_order(output)[0].tolist()
+        assert sorted(dataset.read_column(output, "label_ids").tolist()) == sorted(labels)  # file order

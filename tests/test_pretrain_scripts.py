@@ -165,12 +165,12 @@ def test_the_console_shows_each_line_of_a_job_as_it_comes():
     bursts, and what it still held was lost to a Ctrl-C. msrun's closing traceback is still left out."""
     import time
 
-    job = ("echo first; sleep 6; echo 'Traceback (most recent call last):'; echo '  File x'; "
+    job = ("echo first; sleep 9; echo 'Traceback (most recent call last):'; echo '  File x'; "
            "echo 'RuntimeError: Distributed job exited with exception'; echo last")
     process = subprocess.Popen(["bash", "-c", f"source scripts/common.sh; ({job}) | albert_console_filter"],
                                cwd=ROOT, stdout=subprocess.PIPE, text=True)
     started = time.time()
-    assert process.stdout.readline() == "first\n" and time.time() - started < 5  # awk: after the 6 s
+    assert process.stdout.readline() == "first\n" and time.time() - started < 7  # awk: after the 9 s
     assert process.stdout.read() == "last\n" and process.wait() == 0
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from model_utils.errors import UserError
-from src.data.tokenization import FullTokenizer, preprocess_text
+from src.data.tokenization import FullTokenizer, preprocess_text, same_ids
 
 transformers = pytest.importorskip("transformers")
 
@@ -117,6 +117,9 @@ def test_a_vocab_saved_by_a_windows_editor_means_the_same_ids(ours_zh, zh_vocab,
     described, plain_described = windows.describe(), ours_zh.describe()
     assert described["model_sha256"] == plain_described["model_sha256"]
     assert plain_described["model_sha256"] == hashlib.sha256(plain).hexdigest()[:16]  # as recorded before
+    earlier = {"model_sha256": hashlib.sha256(saved.read_bytes()).hexdigest()[:16], "do_lower_case": True}
+    assert same_ids(earlier, described) and same_ids(described, earlier)  # data or checkpoints of earlier versions
+    assert not same_ids(earlier, {**described, "do_lower_case": False})
 
 
 def test_wordpiece_chinese_characters_are_words(ours_zh):

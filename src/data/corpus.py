@@ -323,7 +323,7 @@ class Corpus:
                     except UnicodeDecodeError as err:
                         raise UserError(f"{path} line {line_no}: not UTF-8 text ({err.reason} at byte {err.start} "
                                         f"of the line){utf16_hint(data)}") from None
-                    if "\x00" in text:  # UTF-16 of ASCII text without its byte-order mark decodes as UTF-8
+                    if text.count("\x00") * 4 > len(text):  # Latin UTF-16 without its byte-order mark: half NULs
                         raise UserError(f"{path} line {line_no}: NUL characters in the text{utf16_hint(data)}")
                     yield line_no, text
         except (EOFError, OSError, zlib.error) as err:

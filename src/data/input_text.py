@@ -50,6 +50,7 @@ def not_utf8(path: os.PathLike, err: UnicodeDecodeError) -> UserError:
 
 
 def _first_bytes(path: Path) -> bytes:
+    """The start of a file, enough to tell UTF-16 by (utf16_hint)."""
     with open(path, "rb") as handle:
         return handle.read(4096)
 
@@ -142,9 +143,10 @@ CSV_QUOTED = re.compile(r'^".*"".*"$', re.S)  # a field as Excel or pandas quote
 
 def _check_tsv_fields(path: Path, line_no: int, fields: List[str]) -> None:
     """GLUE's files are not quoted (a quote is text), so a TSV saved by Excel or pandas, which wrap a field holding
-    quotes in quotes and double those, would be read with its quoting as text (was: silently); and NUL characters
-    are UTF-16 text without its byte-order mark."""
-    if any("\x00" in field for field in fields):
+    quotes in quotes and double those, would be read with its quoting as text (was: silently); and a row of NUL
+    characters every other character is UTF-16 text without its byte-order mark (a stray NUL passes: the tokenizer
+    drops it)."""
+    if "".join(fields).count("\x00") * 4 > sum(map(len, fields)):  # Latin UTF-16 without its byte-order mark
         raise UserError(f"{path} line {line_no}: NUL characters in the text{utf16_hint(_first_bytes(path))}")
     quoted = next((number for number, field in enumerate(fields, 1) if CSV_QUOTED.match(field)), 0)
     if quoted:

@@ -162,7 +162,7 @@ def _folder_files(folder: Path) -> List[str]:
 
 def _settings(meta: Dict[str, object]) -> Dict[str, object]:
     """What must agree for records of two data sets to train as one."""
-    tokenizer = {k: v for k, v in dict(meta.get("tokenizer") or {}).items() if k != "model_file"}
+    tokenizer = {k: v for k, v in dict(meta.get("tokenizer") or {}).items() if k not in ("model_file", "file_sha256")}
     options = {k: v for k, v in dict(meta.get("options") or {}).items() if k not in ("dupe_factor", "random_seed")}
     return {"kind": meta.get("kind"), "max_seq_length": meta.get("max_seq_length"),
             "max_predictions_per_seq": meta.get("max_predictions_per_seq"), "tokenizer": tokenizer,
@@ -436,32 +436,47 @@ def create_squad_dataset(data: DataSource, batch_size: int, is_training: bool = 
                   num_parallel_workers, indices=indices)
 
 
-def creation_order(data: DataSource) -> np.ndarray:
-    """The global row numbers (over the files in their resolved order) in the order the src.create_* tool wrote
-    the records: the k-th example of the input is row `creation_order(data)[k]`. A data set of partition_number
-    N > 1 was dealt round-robin to N files, which MindDataset reads one after the other; evaluation and prediction
-    read in this order, so that predictions.tsv's row k is the input's example k (was: row 1 held example N's
-    prediction). Data of earlier versions, whose .meta.json does not say N, is recognised by its numbered first
-    file and its files' row counts; anything else reads in file order."""
+def creation_order(data: DataSource) -> Tuple[np.ndarray, bool]:
+    """(the global row numbers, over the files in their resolved order, in the order the src.create_* tool wrote
+    the records, whether that order is known): the k-th example of the input is row `order[k]`. A data set of
+    partition_number N > 1 was dealt round-robin to N files, which MindDataset reads one after the other;
+    evaluation and prediction read in this order, so that predictions.tsv's row k is the input's example k (was:
+    row 1 held example N's prediction). Data of earlier versions, whose .meta.json does not say N, is recognised
+    by its numbered first file and its files' row counts; where several N fit them, or the files are named in
+    another order than the meta's, or there is no meta, the order is file order and not known."""
     files = resolve_mindrecord_files(data)
     counts = [_num_rows([name]) for name in files]
-    order, meta = None, load_data_meta(data) if len(files) > 1 else {}
-    if meta and meta.get("kind") != "pretraining":  # pretraining rows are not read in order
-        if meta.get("partition_number"):
-            order = dealt_order(counts, int(meta["partition_number"]))
-        elif files[0].endswith("0"):  # X.mindrecord0: written in partitions (one partition names its file X)
-            found = [order for n in range(2, len(files) + 1) for order in [dealt_order(counts, n)] if order is not None]
-            order = found[0] if len(found) == 1 else None
-    return np.arange(sum(counts)) if order is None else order
+    in_file_order = np.arange(sum(counts))
+    if len(files) == 1:
+        return in_file_order, True
+    try:
+        meta = load_data_meta(files)
+    except UserError:  # shards of ModelZoo's FileWriter: no meta, file order
+        return in_file_order, False
+    if meta.get("kind") == "pretraining" or [os.path.basename(name) for name in files] != meta.get("files"):
+        return in_file_order, False
+    if meta.get("partition_number"):
+        fits = [int(meta["partition_number"])]
+    elif files[0].endswith("0"):  # X.mindrecord0: written in partitions (one partition names its file X)
+        fits = [n for n in range(2, len(files) + 1) if dealt_order(counts, n) is not None]
+    else:
+        fits = [1]
+    order = dealt_order(counts, fits[0]) if len(fits) == 1 else None
+    return (in_file_order, False) if order is None else (order, True)
 
 
 def read_column(data: DataSource, column: str) -> np.ndarray:
-    """One column of every row in creation order (e.g. the labels or SQuAD unique_ids of an evaluation set, which
-    the metrics need on one rank while the ranks split the rows)."""
+    """One column of every row, in the global row order that `indices` refers to (file order; `creation_order`
+    maps it to the input's order)."""
     files = resolve_mindrecord_files(data)
     dataset = _open(files, [column], shuffle=False)
-    values = np.stack([row[0] for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1)])
-    return values[creation_order(files)]
+    return np.stack([row[0] for row in dataset.create_tuple_iterator(output_numpy=True, num_epochs=1)])
+
+
+def read_column_as_made(data: DataSource, column: str) -> np.ndarray:
+    """read_column in creation order: the order of evaluation's and prediction's outputs (labels to score them by,
+    SQuAD's unique_ids to match them to features)."""
+    return read_column(data, column)[creation_order(data)[0]]
 
 
 def rows_fingerprint(data: DataSource, samples: int = 32) -> str:

@@ -478,24 +478,34 @@ class FullTokenizer:
         load_vocab reads it, so that a copy saved on Windows is the same vocabulary)."""
         with open(self.model_file, "rb") as handle:
             content = handle.read()
+        raw = hashlib.sha256(content).hexdigest()[:16]
         if self.kind == "wordpiece":  # the same tokens as an editor saves them: BOM, CRs and empty last lines left out
             content = content.removeprefix(codecs.BOM_UTF8).replace(b"\r\n", b"\n")
             while content.endswith(b"\n\n"):
                 content = content[:-1]
         digest = hashlib.sha256(content).hexdigest()[:16]
-        return {"kind": self.kind, "model_file": self.model_file, "model_sha256": digest, "vocab_size": self.vocab_size,
-                "do_lower_case": self.do_lower_case, "pad_id": self.pad_id, "cls_id": self.cls_id,
-                "sep_id": self.sep_id, "mask_id": self.mask_id}
+        described = {"kind": self.kind, "model_file": self.model_file, "model_sha256": digest,
+                     "vocab_size": self.vocab_size, "do_lower_case": self.do_lower_case, "pad_id": self.pad_id,
+                     "cls_id": self.cls_id, "sep_id": self.sep_id, "mask_id": self.mask_id}
+        if raw != digest:  # what earlier versions recorded for this file
+            described["file_sha256"] = raw
+        return described
 
 
 def same_ids(trained: Dict[str, object], given: Dict[str, object]) -> bool:
     """Whether two tokenizer records (a data set's .meta.json `tokenizer`, `describe()`, a checkpoint's
     run_tokenizer) turn text into the same ids: the same vocabulary file contents and casing. A record without the
-    file's digest (data or checkpoints of earlier versions, converted weights) cannot be compared and passes."""
+    file's digest (data or checkpoints of earlier versions, converted weights) cannot be compared and passes; a
+    vocab.txt saved with CRLF or a BOM matches by its normalised digest or, against records of earlier versions,
+    by its file's (file_sha256)."""
     if not trained.get("model_sha256") or not given.get("model_sha256"):
         return True
-    return (trained["model_sha256"], trained.get("do_lower_case", given.get("do_lower_case"))) == \
-        (given["model_sha256"], given.get("do_lower_case", trained.get("do_lower_case")))
+    def digests(record: Dict[str, object]) -> set:
+        return {record.get(key) for key in ("model_sha256", "file_sha256")} - {None}
+
+    same_casing = trained.get("do_lower_case", given.get("do_lower_case")) == \
+        given.get("do_lower_case", trained.get("do_lower_case"))
+    return bool(digests(trained) & digests(given)) and same_casing
 
 
 def checkpoint_tokenizer(values: Dict[str, object], source: str) -> Dict[str, object]:

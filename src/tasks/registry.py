@@ -100,10 +100,11 @@ def check_classifier_eval_data(config: Config, data_file: str, action: str) -> N
 
 def classification_report(config: Config, outputs: List[np.ndarray], data_file: str, folder: str, score: bool,
                           log: Callable[[str], None]) -> Dict[str, object]:
-    """predictions.tsv (row, predicted label, then each label's probability or the regression value) and, when
-    scoring, every metric that applies (classification: accuracy, f1, macro_f1, mcc; regression: pearson and
-    spearman correlation) with the yaml's assessment_method as `score`."""
-    from src.data.pipelines import load_data_meta, read_column
+    """predictions.tsv (row, predicted label, then each label's probability or the regression value, and the
+    example's id where the data's .examples.jsonl names it) and, when scoring, every metric that applies
+    (classification: accuracy, f1, macro_f1, mcc; regression: pearson and spearman correlation) with the yaml's
+    assessment_method as `score`."""
+    from src.data.pipelines import load_data_meta, read_column_as_made
     from src.tasks.assessment_method import METHODS
     logits = outputs[0]
     regression = config.num_class == 1
@@ -127,7 +128,7 @@ def classification_report(config: Config, outputs: List[np.ndarray], data_file: 
     log(f"wrote {path}")
     if not score:
         return {}
-    labels = read_column(data_file, "label_ids")
+    labels = read_column_as_made(data_file, "label_ids")
     applicable = ("pearson_correlation", "spearman_correlation") if regression else \
         ("accuracy", "f1", "macro_f1", "mcc") if len(names) == 2 else ("accuracy", "macro_f1", "mcc")
     metrics = {name: METHODS[name](labels, predictions) for name in applicable}
@@ -145,7 +146,10 @@ def _example_ids(data_file: str, rows: int) -> List[str]:
     """The id of the example behind each row (RACE's question ids such as high-1234.txt-0, GLUE's split-row), from
     the .examples.jsonl that src.create_finetune_data writes beside the data; none for data without it (was: RACE's
     predictions named their questions by row only)."""
+    from src.data.pipelines import creation_order
     from src.tasks.squad_answers import EXAMPLES_SUFFIX, sidecar_base
+    if not creation_order(data_file)[1]:  # rows in file order: the sidecar's order would name other examples
+        return []
     try:
         examples = f"{sidecar_base(data_file)}{EXAMPLES_SUFFIX}"
         with open(examples, encoding="utf-8") as handle:
@@ -237,11 +241,11 @@ def squad_report(config: Config, outputs: List[np.ndarray], data_file: str, fold
     """predictions.json, nbest_predictions.json and (v2, five head outputs) null_odds.json; when scoring, the
     official SQuAD metrics of those files against eval_json_path, computed exactly as
     `python -m src.squad_postprocess` would (v2 with --na_prob_thresh null_score_diff_threshold)."""
-    from src.data.pipelines import read_column
+    from src.data.pipelines import read_column_as_made
     from src.tasks.squad_answers import predictions_v1, predictions_v2, results_from_outputs, write_prediction_files
     from src.tasks.squad_metrics import evaluate_v1, evaluate_v2, load_inputs
     examples, features = squad_eval_maps(data_file)
-    results = results_from_outputs(read_column(data_file, "unique_ids"), outputs)
+    results = results_from_outputs(read_column_as_made(data_file, "unique_ids"), outputs)
     version_2 = len(outputs) > 2
     if version_2:
         predictions, nbest, null_odds = predictions_v2(examples, features, results, config.n_best_size,

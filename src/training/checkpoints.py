@@ -206,7 +206,8 @@ def trained_tokenizer(data_meta: Dict[str, object]) -> Dict[str, object]:
     """What a checkpoint records of the tokenizer its data was made with (the data's .meta.json says): enough to
     tell another vocabulary (its file's digest) or casing, without a path of this machine."""
     tokenizer = data_meta.get("tokenizer") or {}
-    kept = {key: tokenizer[key] for key in ("kind", "model_sha256", "do_lower_case", "vocab_size") if key in tokenizer}
+    kept = {key: tokenizer[key] for key in ("kind", "model_sha256", "file_sha256", "do_lower_case", "vocab_size")
+            if key in tokenizer}
     if tokenizer.get("model_file"):
         kept["model_file"] = os.path.basename(str(tokenizer["model_file"]))
     return kept

@@ -229,7 +229,7 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
     model.set_train(False)
     load_weights(model, {p.name: p for p in trained.head.get_parameters()} if trained is not None else weights,
                  name=source, network_note="" if trained is not None else network_note(config, checkpoint))
-    order = creation_order(data_file)  # outputs in the order of the examples the data was made from
+    order, known = creation_order(data_file)  # outputs in the order of the examples the data was made from
     total = len(order)
     if total < device.group_size:
         raise UserError(f"{data_file} has {total} rows, fewer than the {device.group_size} devices")
@@ -237,6 +237,10 @@ def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str
     if device.is_main:
         log_to(output_dir)
     log(f"{action}: {total} rows of {data_file} with {source}")
+    if not known:
+        log(f"warning: {data_file}: in which order its files' rows were made is not known (data of an earlier version "
+            f"whose files fit several partition numbers, files named in another order than its .meta.json, or no "
+            f".meta.json): outputs are in file order; make the data again to have them in the input's order")
     outputs = _gather_rows(_predict_rows(task, config, model, data_file, order[positions], action, device.is_main),
                            positions, total, device.group_size)
     if device.is_main:
