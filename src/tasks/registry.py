@@ -8,6 +8,7 @@ here: the entry points' `--help` and input checks stay free of MindSpore's impor
 loads nothing of SQuAD or of training. The columns come from the record schemas (src/data/schema.py).
 """
 import functools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -364,6 +365,22 @@ def trained_task(values: Dict[str, object], checkpoint: str) -> str:
     Tells a RACE head from a one-output classifier (a regression's), whose weights look alike."""
     prefix = str(values.get("run_kind") or os.path.basename(checkpoint).rsplit("-", 1)[0])
     return next((name for name, task in TASKS.items() if task.checkpoint_prefix == prefix), "")
+
+
+def checkpoint_task(values: Dict[str, object], source: str) -> Dict[str, object]:
+    """The record of its data's task a fine-tuning checkpoint (or an export of one) `source` carries (run_task:
+    task_name, label_list, max_seq_length, as src.training.checkpoints.trained_data_task writes it); {} for
+    pretraining runs, converted weights and checkpoints of earlier versions, which are used as before."""
+    recorded = values.get("run_task")
+    if recorded is None:
+        return {}
+    try:
+        record = json.loads(str(recorded))
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        raise UserError(f"{source}: its task record (run_task) is damaged: not a JSON object")
+    return record
 
 
 def check_trained_tokenizer(values: Dict[str, object], tokenizer, checkpoint: str) -> None:
