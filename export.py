@@ -21,7 +21,8 @@ net_cfg.
 The exported model takes the head's inputs, int32 [batch, seq] ([batch, choices, seq] for RACE):
 (input_ids, token_type_ids, input_mask[, p_mask for SQuAD]), and returns its float32 (and int32 index) outputs, in
 ONNX (and the int8 and OpenVINO files made from it) under the names printed; an ONNX export of a checkpoint that
-records its data's tokenizer carries that record (src/serving/onnx_labels.py), which src.predict checks. See
+records its data's tokenizer and task carries those records (src/serving/onnx_labels.py), by which src.predict checks
+the tokenizer and names the labels. See
 `python -m src.predict` for running it on raw text. --file_format HF writes a folder for
 `from_pretrained` instead (src/export/hf_export.py): the pretraining network (--task pretrain) or a classifier, RACE
 or SQuAD v1.1 head; the SQuAD v2.0 head has no HF transformers class and is refused.

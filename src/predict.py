@@ -23,7 +23,8 @@ The file's suffix picks the engine:
   in float32 it runs this package's compiled kernels (built with g++ on first use): the fastest for batches on CPU,
   but only where this repository is installed (nothing to ship). --config_path is the task yaml it was fine-tuned
   with (default: the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature
-  length, --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16), --precision int8
+  length (default: the max_seq_length of its fine-tuning data, which a run records in its checkpoints, else 128),
+  --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16), --precision int8
   the dense layers' in int8 (weights quantized once at load per output channel, inputs per row on each call; CPUs
   whose oneDNN int8 matmul is AMX-INT8 or VNNI) and, on AMX, attention's in bfloat16 (float32 elsewhere, faster there).
 
@@ -63,8 +64,8 @@ from model_utils.config import ArgumentParser, boolean, integer, real
 from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import atomic_path, check_outputs, claimed_folder_of
 from src.serving.answers import ANSWERS, MAX_WINDOWS, Accuracy, write_answers
-from src.serving.engines import (DEFAULT_BATCH, DEFAULT_SEQ, SUFFIXES, load_runner, model_shape, rows_per_call,
-                                 run_rows)
+from src.serving.engines import (DEFAULT_BATCH, DEFAULT_SEQ, SUFFIXES, ModelShape, load_runner, model_shape,
+                                 rows_per_call, run_rows)
 from src.serving.requests import (check_task_flags, flag_request, load_tokenizer, read_requests, survey_requests,
                                   warn_single_sentences)
 from src.tasks.registry import TASKS
@@ -98,10 +99,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help=f"rows per model call (0: the exported batch; dynamic batch and .ckpt: {DEFAULT_BATCH})")
     parser.add_argument("--config_path", default="", help=".ckpt: the task yaml it was fine-tuned with")
     parser.add_argument("--seq_length", type=integer, default=0,
-                        help=f".ckpt: sequence length of the features (0: {DEFAULT_SEQ}, as export.py)")
+                        help=f".ckpt: sequence length of the features (0: the max_seq_length of the data it was "
+                             f"fine-tuned on, as its run recorded it; else {DEFAULT_SEQ}, as export.py)")
     parser.add_argument("--text_a", default=None, help="classifier: the sentence (first of the pair)")
     parser.add_argument("--text_b", default=None, help="classifier: the second sentence of a pair task")
-    parser.add_argument("--labels", default="", help="classifier: comma-separated label names in label-id order")
+    parser.add_argument("--labels", default="",
+                        help="classifier: comma-separated label names in label-id order (default: those of the data "
+                             "it was fine-tuned on, as its run recorded them in the .ckpt or ONNX export; else 0, 1, "
+                             "...)")
     parser.add_argument("--article", default=None, help="RACE: the passage")
     parser.add_argument("--option", action="append", default=[], help="RACE: one answer option (repeat per choice)")
     parser.add_argument("--max_qa_length", type=integer, default=128, help="RACE: as create_finetune_data")
@@ -217,13 +222,13 @@ def fill_answer_settings(args: argparse.Namespace) -> None:
             setattr(args, key, config[key])
 
 
-def check_query_length(args: argparse.Namespace, seq: int) -> None:
+def check_query_length(args: argparse.Namespace, shape: ModelShape) -> None:
     """SQuAD: the question (at most --max_query_length pieces) must leave room for context in the model's sequence
     length, known before the model is loaded."""
+    seq = shape.seq
     if args.task.startswith("squad") and args.max_query_length > seq - 4:
-        source = "--seq_length" if args.model.endswith(".ckpt") else "the length it was exported with"
         raise UserError(f"--max_query_length {args.max_query_length} leaves no room for context in the model's "
-                        f"sequence length {seq} ({source}): give at most {max(seq - 4, 1)}")
+                        f"sequence length {seq} ({shape.seq_source}): give at most {max(seq - 4, 1)}")
 
 
 def files_read(args: argparse.Namespace) -> Dict[str, str]:
@@ -290,7 +295,7 @@ def main(argv: List[str]) -> int:
     check_args(args)
     fill_answer_settings(args)
     shape = model_shape(args)
-    check_query_length(args, shape.seq)
+    check_query_length(args, shape)
     batch = rows_per_call(args, shape)
     if args.input_file:
         total, alone = survey_requests(args.input_file, args.task, shape.choices)

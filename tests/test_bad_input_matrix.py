@@ -251,6 +251,32 @@ def recorded_tokenizer(source: str, do_lower_case: bool = True) -> Maker:
 trained_with_spm = recorded_tokenizer("cls.ckpt")
 
 
+def recorded_task(source: str, data: str) -> Maker:
+    """{bad}: the fixture checkpoint `source` as a fine-tuning run on the fixture data `data` writes it: recording
+    that data's task (run_task: task_name, label_list, max_seq_length), its config beside it."""
+    def make(bad: Path, fx: Path) -> None:
+        from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
+        from src.data.pipelines import load_data_meta
+        from src.training.checkpoints import trained_data_task
+
+        values = read_checkpoint(str(fx / source))
+        record = json.dumps(trained_data_task(load_data_meta(str(fx / data))))
+        save_checkpoint_atomic([{"name": name, "data": value} for name, value in values.items()], str(bad),
+                               append_dict={"run_task": record})
+        shutil.copy(fx / f"{source}.json", f"{bad}.json")
+    return make
+
+
+def damaged_task_record(bad: Path, fx: Path) -> None:
+    """{bad}: the tiny classifier with a run_task record that is no JSON object (as an edited or foreign file has)."""
+    from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
+
+    values = read_checkpoint(str(fx / "cls.ckpt"))
+    save_checkpoint_atomic([{"name": name, "data": value} for name, value in values.items()], str(bad),
+                           append_dict={"run_task": "[mrpc"})
+    shutil.copy(fx / "cls.ckpt.json", f"{bad}.json")
+
+
 def damaged_tokenizer_record(bad: Path, fx: Path) -> None:
     """{bad}: the tiny classifier with a run_tokenizer record that is no JSON (as an edited or foreign file has)."""
     from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
@@ -570,6 +596,19 @@ MATRIX: List[Row] = [
         ["{fx}/mrpc_test.mindrecord: the mrpc test split, whose labels are placeholders"]),
     row(CLS, "evaluation data of another GLUE task", "--eval_data_file_path {fx}/cola.mindrecord",
         ["{fx}/cola.mindrecord is cola data but the run trains on mrpc"]),
+    row(CLS, "prediction data of another GLUE task than the training data (was: predicted)",
+        "--do_eval false --do_predict true --predict_data_file_path {fx}/cola.mindrecord",
+        ["{fx}/cola.mindrecord is cola data but the run trains on mrpc ({fx}/mrpc_train.mindrecord): predict mrpc "
+         "data"]),
+    row(CLS, "prediction data of another GLUE task than the checkpoint's (was: predicted)", "--do_train false "
+        "--do_eval false --do_predict true --load_finetune_checkpoint_path {bad} "
+        "--predict_data_file_path {fx}/cola.mindrecord",
+        ["{fx}/cola.mindrecord is cola data but {bad} was fine-tuned on mrpc data: predict mrpc data"],
+        recorded_task("cls.ckpt", "mrpc_train.mindrecord"), bad="mrpc.ckpt"),
+    row(CLS, "evaluation data of another GLUE task than the checkpoint's (was: scored)", "--do_train false "
+        "--load_finetune_checkpoint_path {bad} --eval_data_file_path {fx}/cola.mindrecord",
+        ["{fx}/cola.mindrecord is cola data but {bad} was fine-tuned on mrpc data: evaluate on the mrpc dev split"],
+        recorded_task("cls.ckpt", "mrpc_train.mindrecord"), bad="mrpc.ckpt"),
     row(CLS, "metric of another task", "--assessment_method spearman_correlation",
         ["assessment_method spearman_correlation does not fit classification"]),
     row(CLS, "seq_length > max_position_embeddings", "--net_cfg.max_position_embeddings 16",
@@ -1000,6 +1039,9 @@ MATRIX: List[Row] = [
         "--spm_model_file {spm} --do_lower_case false --export_file_name {out}/hf",
         ["{bad} was trained on data made with albert_30k-clean.model", "do_lower_case True), not with "
          "albert_30k-clean.model", "do_lower_case False)"], trained_with_spm, bad="trained.ckpt"),
+    row(PREDICT, "a damaged task record", "--model {bad} --text_a hi",
+        ["{bad}: its task record (run_task) is damaged: not a JSON object"], damaged_task_record,
+        bad="albert_classifier-3.ckpt"),
     row(PREDICT, "a damaged tokenizer record (was: a JSONDecodeError traceback)", "--model {bad} --text_a hi",
         ["{bad}: its tokenizer record (run_tokenizer) is damaged: not a JSON object"], damaged_tokenizer_record,
         bad="trained.ckpt"),

@@ -10,7 +10,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -194,19 +194,28 @@ def test_onnx_gives_the_network_outputs_under_the_names_export_prints(task, head
     assert_same(outputs_of(head, arrays), session.run(None, dict(zip(names, arrays))), atol=5e-5)
 
 
-def with_tokenizer_record(checkpoint: Path, target: Path, spm_path: str) -> str:
+# The .meta.json of MNLI-like fine-tuning data at a length the tiny heads' position table holds.
+MNLI_META = {"kind": "classifier", "task_name": "mnli", "split": "train", "max_seq_length": 32,
+             "label_list": ["contradiction", "entailment", "neutral"]}
+
+
+def with_tokenizer_record(checkpoint: Path, target: Path, spm_path: str, data_meta: Optional[dict] = None) -> str:
     """`checkpoint` saved as `target` the way a training run here writes it: recording the tokenizer of its data
-    (ALBERT's SentencePiece model, lowercased) as run_tokenizer, its config beside it; returns the record."""
+    (ALBERT's SentencePiece model, lowercased) as run_tokenizer, and with `data_meta` (the .meta.json of its data)
+    its task as run_task; its config beside it; returns the tokenizer record."""
     import shutil
 
     from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
     from src.data.tokenization import FullTokenizer
-    from src.training.checkpoints import trained_tokenizer
+    from src.training.checkpoints import trained_data_task, trained_tokenizer
 
     record = json.dumps(trained_tokenizer({"tokenizer": FullTokenizer(None, True, spm_path).describe()}))
+    records = {"run_tokenizer": record}
+    if data_meta:
+        records["run_task"] = json.dumps(trained_data_task(data_meta))
     target.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint_atomic([{"name": name, "data": value} for name, value in read_checkpoint(str(checkpoint)).items()],
-                           str(target), append_dict={"run_tokenizer": record})
+                           str(target), append_dict=records)
     shutil.copy(checkpoint.parent / "albert_config.json", target.parent / "albert_config.json")
     return record
 
@@ -235,6 +244,87 @@ def test_onnx_exports_carry_the_checkpoints_tokenizer_and_predict_checks_it(head
                            f"{path} was trained on data made with albert_30k-clean.model", "do_lower_case True), "
                            "not with albert_30k-clean.model", "do_lower_case False)")
         assert set(json.loads(ok(run(base)).stdout)["probabilities"]) == {"0", "1", "2"}
+
+
+def predict_in_process(argv: List[str], monkeypatch, capsys) -> Tuple[dict, str]:
+    """src.predict run here (MindSpore's operations, no device set up) on one request: its answer and stderr."""
+    import src.devices.device_setup
+    import src.predict
+    from model_utils.errors import run_cli
+
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
+    monkeypatch.setattr(src.devices.device_setup, "setup_device",
+                        lambda *args, **kwargs: src.devices.device_setup.Device("CPU"))
+    code = run_cli(src.predict.main, argv)
+    out = capsys.readouterr()
+    assert code == 0, out.err[-3000:]
+    return json.loads(out.out), out.err
+
+
+def test_predict_names_the_labels_and_takes_the_length_the_checkpoints_data_recorded(heads, spm_path, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """A checkpoint whose run recorded its data's task (MNLI's label names, max_seq_length 32) is answered with
+    those names and at that length, said on stderr, on the .ckpt and on its ONNX export (was: labels "0", "1", "2"
+    in HF's MNLI order or not, and the .ckpt at 128 tokens: beyond these heads' position table); --labels and
+    --seq_length still win."""
+    pytest.importorskip("onnxruntime")
+    import onnx
+
+    checkpoint = tmp_path / "run" / "albert_classifier-10.ckpt"
+    with_tokenizer_record(heads["classifier"][1], checkpoint, spm_path, MNLI_META)
+    names = MNLI_META["label_list"]
+    base = ["--model", str(checkpoint), "--task", "classifier", "--spm_model_file", spm_path, "--device_target",
+            "CPU", "--text_a", "The cat sat.", "--text_b", "A cat was sitting."]
+    answer, err = predict_in_process(base, monkeypatch, capsys)
+    assert list(answer["probabilities"]) == names and answer["label"] == names[int(np.argmax(answer["logits"]))]
+    assert f"{checkpoint}: sequence length 32, the max_seq_length of the data it was fine-tuned on (--seq_length " \
+           f"sets another)" in err and ", seq 32, " in err
+    answer, err = predict_in_process(base + ["--labels", "a,b,c", "--seq_length", str(SEQ)], monkeypatch, capsys)
+    assert list(answer["probabilities"]) == ["a", "b", "c"] and f", seq {SEQ}, " in err and "sequence length" not in err
+
+    ok(export("classifier", checkpoint, tmp_path / "model", "--file_format", "ONNX", "--export_batch_size", "1"))
+    metadata = {prop.key: prop.value for prop in onnx.load(str(tmp_path / "model.onnx")).metadata_props}
+    assert json.loads(metadata["albert.run_task"]) == {key: MNLI_META[key] for key in
+                                                       ("task_name", "label_list", "max_seq_length")}
+    exported, err = predict_in_process(["--model", str(tmp_path / "model.onnx")] + base[2:], monkeypatch, capsys)
+    assert list(exported["probabilities"]) == names and "sequence length" not in err  # fixed at export: SEQ
+
+
+def open_length_onnx(path: Path, record: Optional[dict]) -> None:
+    """A classifier-shaped ONNX model taking int32 [1, seq] inputs of any seq whose logits are seq * (1, 0, -1),
+    carrying `record` (a run_task) in its metadata as export.py writes it."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["input_ids"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one"], ["seq"], axis=0),
+             helper.make_node("Cast", ["seq"], ["length"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["length", "signs"], ["logits"])]
+    constants = [helper.make_tensor("one", TensorProto.INT64, [], [1]),
+                 helper.make_tensor("signs", TensorProto.FLOAT, [1, 3], [1.0, 0.0, -1.0])]
+    inputs = [helper.make_tensor_value_info(name, TensorProto.INT32, [1, "seq"])
+              for name in ("input_ids", "token_type_ids", "input_mask")]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3])],
+                              constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    if record is not None:
+        model.metadata_props.add(key="albert.run_task", value=json.dumps(record))
+    onnx.save(model, str(path))
+
+
+def test_an_onnx_export_of_open_sequence_length_takes_the_recorded_one(spm_path, tmp_path, monkeypatch, capsys):
+    """An ONNX model whose inputs take any sequence length is fed the max_seq_length its checkpoint's data recorded,
+    else 128, and says which on stderr (was: features of length -1)."""
+    pytest.importorskip("onnxruntime")
+    record = {"task_name": "mnli", "label_list": ["contradiction", "entailment", "neutral"], "max_seq_length": 24}
+    for name, recorded, seq, source in (("recorded", record, 24, "the max_seq_length of the data it was fine-tuned on"),
+                                        ("bare", None, 128, "the default, 128")):
+        path = tmp_path / f"{name}.onnx"
+        open_length_onnx(path, recorded)
+        answer, err = predict_in_process(["--model", str(path), "--task", "classifier", "--spm_model_file", spm_path,
+                                          "--text_a", "The cat sat."], monkeypatch, capsys)
+        assert answer["logits"] == [seq, 0, -seq] and f"{path}: sequence length {seq}, {source}\n" in err
+        assert answer["label"] == ("contradiction" if recorded else "0")
 
 
 def test_an_onnx_export_without_the_onnx_package_is_refused_before_any_work(heads, monkeypatch):

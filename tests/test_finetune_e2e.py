@@ -199,21 +199,73 @@ def test_race_end_to_end(data, tmp_path):
     assert results["assessment_method"] == "accuracy"
 
 
-def test_three_class_mnli_end_to_end(tmp_path):
-    """3 labels (MNLI's), 48 real sentence pairs memorised and evaluated: macro F1 and the multi-class Matthews
-    correlation as scikit-learn computes them. Every class is among the labels (there sklearn's macro F1, over
-    the classes of labels and predictions, and ours, over the classes of the labels, agree by definition)."""
-    names = ["contradiction", "entailment", "neutral"]
-    labels = [names[i % 3] for i in range(48)]
+MNLI_LABELS = ["contradiction", "entailment", "neutral"]
+
+
+@pytest.fixture(scope="module")
+def mnli_run(tmp_path_factory):
+    """48 real sentence pairs with MNLI's 3 labels (at max_seq_length 32), memorised and evaluated: the run's
+    folder, the labels and the training data."""
+    tmp_path = tmp_path_factory.mktemp("mnli_run")
+    labels = [MNLI_LABELS[i % 3] for i in range(48)]
     train = make_glue_like(tmp_path, "mnli", labels)
     ok(finetune("run_classifier.py", tmp_path / "out", "--train_data_file_path", str(train), "--eval_data_file_path",
                 str(train), "--num_class", "3", "--assessment_method", "macro_f1", "--train_batch_size", "8",
                 "--epoch_num", "30", "--optimizer_cfg.AdamWeightDecay.learning_rate", "3e-4", *NO_DROPOUT))
-    results = check_classification_scores(tmp_path / "out" / "eval", labels, names, [f"train-{i}" for i in range(48)])
+    return tmp_path / "out", labels, train
+
+
+def test_three_class_mnli_end_to_end(mnli_run):
+    """3 labels (MNLI's), 48 real sentence pairs memorised and evaluated: macro F1 and the multi-class Matthews
+    correlation as scikit-learn computes them. Every class is among the labels (there sklearn's macro F1, over
+    the classes of labels and predictions, and ours, over the classes of the labels, agree by definition)."""
+    out, labels, _ = mnli_run
+    results = check_classification_scores(out / "eval", labels, MNLI_LABELS, [f"train-{i}" for i in range(48)])
     assert results["task"] == "mnli" and "f1" not in results  # binary F1 does not apply to 3 classes
-    predicted = [row[1] for row in tsv_rows(tmp_path / "out" / "eval" / "predictions.tsv")]
+    predicted = [row[1] for row in tsv_rows(out / "eval" / "predictions.tsv")]
     # Learned (chance is 1/3; seen 0.875 with all three classes predicted), so the metrics are not degenerate.
     assert len(set(predicted)) >= 2 and results["accuracy"] >= 0.6, results
+
+
+def newest_checkpoint(out: Path) -> Path:
+    return max((out / "checkpoints").glob("albert_classifier-*.ckpt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+
+
+def test_the_checkpoint_records_its_datas_task_and_predict_answers_with_it(mnli_run):
+    """The run's checkpoints record the task of its data (task_name, label_list, max_seq_length), and src.predict
+    on the .ckpt answers a training pair with MNLI's label names at the data's 32 tokens, as the run's own evaluation
+    did (was: labels "0", "1", "2", which a user maps to names in HF's MNLI order or another, at 128 tokens)."""
+    from src.common.checkpoint_io import read_checkpoint
+
+    out, _, train = mnli_run
+    checkpoint = newest_checkpoint(out)
+    assert json.loads(str(read_checkpoint(str(checkpoint))["run_task"])) == {
+        "task_name": "mnli", "label_list": MNLI_LABELS, "max_seq_length": 32}
+    first = train.with_suffix(".tsv").read_text(encoding="utf-8").splitlines()[1].split("\t")
+    done = ok(run(["-m", "src.predict", "--model", str(checkpoint), "--task", "classifier", "--spm_model_file", SPM,
+                   "--device_target", "CPU", "--text_a", first[8], "--text_b", first[9]]))
+    answer = json.loads(done.stdout)
+    assert f"{checkpoint}: sequence length 32, the max_seq_length of the data it was fine-tuned on" in done.stderr
+    evaluated = tsv_rows(out / "eval" / "predictions.tsv")[0]
+    assert answer["label"] == evaluated[1] and list(answer["probabilities"]) == MNLI_LABELS
+    np.testing.assert_allclose(list(answer["probabilities"].values()), [float(p) for p in evaluated[2:-1]], atol=1e-4)
+
+
+def test_a_run_refuses_another_glue_tasks_data_but_takes_mnli_mm_for_mnli():
+    """The same GLUE task (MNLI's mismatched sets for an MNLI run) passes; another is one line naming both (was:
+    predicted without a word, from the run's training data or a checkpoint's record); data or weights that record
+    no task (earlier versions) pass. Pretraining data records no task."""
+    from model_utils.errors import UserError
+    from src.training.checkpoints import trained_data_task
+    from src.training.finetune import check_same_task
+
+    for given, trained in (("mnli-mm", "mnli"), ("mnli", "mnli-mm"), ("cola", None), (None, "mrpc")):
+        check_same_task(given, trained, "d.mindrecord", "c.ckpt was fine-tuned on it", "predict")
+    with pytest.raises(UserError, match=r"^d.mindrecord is cola data but c.ckpt was fine-tuned on mrpc data: predict "
+                                        r"mrpc data$"):
+        check_same_task("cola", "mrpc", "d.mindrecord", "c.ckpt was fine-tuned on mrpc data", "predict")
+    assert trained_data_task({"kind": "pretraining", "max_seq_length": 128}) == {}
+    assert trained_data_task({"kind": "squad", "max_seq_length": 384, "doc_stride": 128}) == {"max_seq_length": 384}
 
 
 def test_sts_b_regression_end_to_end(tmp_path):
@@ -238,6 +290,10 @@ def test_sts_b_regression_end_to_end(tmp_path):
     assert results["spearman_correlation"] == pytest.approx(stats.spearmanr(truth, predicted)[0], abs=1e-5)
     assert results["score"] == results["spearman_correlation"] and results["examples"] == 48
     assert results["task"] == "sts-b" and results["pearson_correlation"] > 0.8, results  # seen: 0.98
+    # served: the regression's value, at the data's recorded length (the record has no label names)
+    done = ok(run(["-m", "src.predict", "--model", str(newest_checkpoint(tmp_path / "out")), "--task", "classifier",
+                   "--spm_model_file", SPM, "--device_target", "CPU", "--text_a", "A cat sat.", "--text_b", "A cat."]))
+    assert set(json.loads(done.stdout)) == {"prediction"} and ", seq 32, " in done.stderr
 
 
 def squad_cli(version: str, dev_json, folder, *extra: str) -> dict:
@@ -364,7 +420,12 @@ def test_bad_input_is_a_one_line_error(data, tmp_path, monkeypatch, capsys):
 
 
 def test_a_checkpoint_with_another_head_size_is_an_error(cola_run, tmp_path):
-    """A CoLA-trained (2-class) checkpoint cannot be evaluated as a 3-class MNLI classifier."""
+    """A CoLA-trained (2-class) checkpoint cannot be evaluated as a 3-class MNLI classifier: refused as CoLA's by the
+    task it records, and, as a checkpoint of an earlier version that records none, by its head's shape."""
+    import shutil
+
+    from src.common.checkpoint_io import read_checkpoint, save_checkpoint_atomic
+
     folder = tmp_path / "mnli"
     folder.mkdir()
     tool("create_finetune_data", ["--task_name", "mnli", "--data_dir", ASSETS / "glue" / "hf_dummy" / "mnli" / "MNLI",
@@ -372,9 +433,17 @@ def test_a_checkpoint_with_another_head_size_is_an_error(cola_run, tmp_path):
                                   "--spm_model_file", ASSETS / "tokenizer" / "albert_30k-clean.model",
                                   "--max_seq_length", "32"])
     (checkpoint,) = (cola_run[0] / "checkpoints").glob("albert_classifier-*.ckpt")  # the CoLA run's (2 classes)
-    result = run(["run_classifier.py", "--output_dir", str(tmp_path / "out"), "--device_target", "CPU",
-                  "--do_train", "false", "--eval_data_file_path", str(folder / "dev.mindrecord"), "--num_class", "3",
-                  "--load_finetune_checkpoint_path", str(checkpoint)])
-    assert result.returncode == 2 and "classifier.weight" in result.stderr and "(2, 32)" in result.stderr, \
-        result.stderr[-1500:]
-    assert not (tmp_path / "out" / "eval").exists()
+    older = tmp_path / "older" / checkpoint.name
+    older.parent.mkdir()
+    values = {name: value for name, value in read_checkpoint(str(checkpoint)).items() if name != "run_task"}
+    strings = {name: value for name, value in values.items() if isinstance(value, str)}  # run_id, run_kind, ...
+    save_checkpoint_atomic([{"name": name, "data": value} for name, value in values.items() if name not in strings],
+                           str(older), append_dict=strings)
+    shutil.copy(checkpoint.parent / "albert_config.json", older.parent / "albert_config.json")
+    for given, expected in ((checkpoint, [f"is mnli data but {checkpoint} was fine-tuned on cola data: evaluate on the "
+                                          f"cola dev split"]), (older, ["classifier.weight", "(2, 32)"])):
+        result = run(["run_classifier.py", "--output_dir", str(tmp_path / "out"), "--device_target", "CPU",
+                      "--do_train", "false", "--eval_data_file_path", str(folder / "dev.mindrecord"), "--num_class",
+                      "3", "--load_finetune_checkpoint_path", str(given)])
+        assert result.returncode == 2 and all(part in result.stderr for part in expected), result.stderr[-1500:]
+        assert not (tmp_path / "out" / "eval").exists()

@@ -16,8 +16,8 @@ import pytest
 from tests.finetune_helpers import make_glue
 from tests.pretrain_helpers import ok, run
 from tests.test_benchmarks import TINY, TINY_NET, bench, check_report
-from tests.test_export import (BATCH, NUM_CLASS, SEQ, export, heads, tiny_config,  # noqa: F401 (heads: a fixture)
-                               with_tokenizer_record)
+from tests.test_export import (BATCH, MNLI_META, NUM_CLASS, SEQ, export, heads,  # noqa: F401 (heads: a fixture)
+                               tiny_config, with_tokenizer_record)
 
 pytest.importorskip("openvino", reason="OpenVINO not installed (requirements-dev.txt installs it)")
 pytest.importorskip("nncf", reason="NNCF not installed (requirements-dev.txt installs it)")
@@ -129,13 +129,14 @@ def test_predict_serves_the_ir_on_openvino(exports, assets, spm_path, tmp_path):
 
 
 def test_the_ir_keeps_the_output_names_and_the_checkpoints_tokenizer(heads, mrpc, spm_path, tmp_path):  # noqa: F811
-    """The int8 IR of a checkpoint that records its data's tokenizer names its output as export.py prints it and
-    carries the record (read by OpenVINO), and src.predict refuses the .xml another casing, as the .ckpt (was: the
-    output was MindSpore's node number and the IR answered with any tokenizer); the right tokenizer answers."""
+    """The int8 IR of a checkpoint that records its data's tokenizer and task names its output as export.py prints it
+    and carries the records (read by OpenVINO), and src.predict refuses the .xml another casing, as the .ckpt (was:
+    the output was MindSpore's node number and the IR answered with any tokenizer); the right tokenizer answers,
+    with the task's label names (was: 0, 1, 2)."""
     import openvino
 
     checkpoint = tmp_path / "run" / "albert_classifier-10.ckpt"
-    record = with_tokenizer_record(heads["classifier"][1], checkpoint, spm_path)
+    record = with_tokenizer_record(heads["classifier"][1], checkpoint, spm_path, MNLI_META)
     done = ok(export("classifier", checkpoint, tmp_path / "int8", "--file_format", "ONNX", "--quantize", "int8",
                      "--engine", "openvino", "--calibration_file", str(mrpc["train"]), "--calibration_rows",
                      str(CALIBRATION_ROWS), "--export_batch_size", str(BATCH)))
@@ -143,11 +144,12 @@ def test_the_ir_keeps_the_output_names_and_the_checkpoints_tokenizer(heads, mrpc
     model = openvino.Core().read_model(str(tmp_path / "int8.xml"))
     assert [port.get_any_name() for port in model.outputs] == ["logits"]
     assert model.get_rt_info(["albert", "run_tokenizer"]).astype(str) == record
+    assert json.loads(model.get_rt_info(["albert", "run_task"]).astype(str))["label_list"] == MNLI_META["label_list"]
     base = ["-m", "src.predict", "--model", str(tmp_path / "int8.xml"), "--task", "classifier", "--spm_model_file",
             spm_path, "--text_a", "The cat sat."]
     one_line_error(run(base + ["--do_lower_case", "false"]), f"{tmp_path / 'int8.xml'} was trained on data made with "
                    "albert_30k-clean.model", "do_lower_case True), not with albert_30k-clean.model")
-    assert set(json.loads(ok(run(base)).stdout)["probabilities"]) == {"0", "1", "2"}
+    assert list(json.loads(ok(run(base)).stdout)["probabilities"]) == MNLI_META["label_list"]
 
 
 def one_line_error(result, *parts: str) -> str:

@@ -33,11 +33,20 @@ def classify(args: argparse.Namespace, tokenizer, run, shape: ModelShape,
     all_logits = run(features)[0].astype(np.float64)
     if all_logits.shape[1] == 1:
         return [{"prediction": float(logits[0])} for logits in all_logits]  # regression (sts-b)
-    labels = args.labels.split(",") if args.labels else [str(i) for i in range(all_logits.shape[1])]
+    labels = args.labels.split(",") if args.labels else label_names(shape, all_logits.shape[1])
     if len(labels) != all_logits.shape[1]:
         raise UserError(f"--labels names {len(labels)} labels but the model has {all_logits.shape[1]} classes")
     return [{"label": labels[int(logits.argmax())], "probabilities": dict(zip(labels, _softmax(logits).tolist())),
              "logits": logits.tolist()} for logits in all_logits]
+
+
+def label_names(shape: ModelShape, classes: int) -> List[str]:
+    """The classifier's label names without --labels: those of the data it was fine-tuned on, where its run
+    recorded them (was: 0, 1, ..., whatever the data called them: MNLI's order is not HF's), else the label ids."""
+    recorded = shape.fine_tuned_on.get("label_list")
+    if isinstance(recorded, list) and len(recorded) == classes:
+        return [str(label) for label in recorded]
+    return [str(i) for i in range(classes)]
 
 
 def choose(args: argparse.Namespace, tokenizer, run, shape: ModelShape,

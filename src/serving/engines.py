@@ -4,7 +4,7 @@ network for .ckpt) that `src.predict` calls with fixed-shape batches."""
 import argparse
 import os
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -13,10 +13,13 @@ import numpy as np
 from model_utils.config import Config
 from model_utils.errors import UserError
 from src.common.fixed_shape_batches import Runner, cell_runner, real_rows, run_padded
-from src.tasks.registry import TASKS, check_trained_tokenizer
+from src.tasks.registry import TASKS, check_trained_tokenizer, checkpoint_task
 
 DEFAULT_BATCH = 32
 DEFAULT_SEQ = 128
+# Where a sequence length the model leaves open came from (ModelShape.seq_source; see open_length).
+RECORDED_SEQ = "the max_seq_length of the data it was fine-tuned on"
+DEFAULT_SEQ_SOURCE = f"the default, {DEFAULT_SEQ}"
 SUFFIXES = (".mindir", ".onnx", ".xml", ".ckpt")
 # Feature key of the data tools (the task's head_inputs) -> the exported input's name (the head's argument).
 EXPORT_NAMES = {"input_ids": "input_ids", "segment_ids": "token_type_ids", "input_mask": "input_mask",
@@ -30,16 +33,20 @@ class ModelShape:
     seq: int
     choices: int  # RACE: options per question (1 for the other tasks)
     vocab: Optional[int]  # the model's vocabulary size, where the file says it
-    tokenizer: str = ""  # the run_tokenizer record (JSON) an export carries (src/serving/onnx_labels.py), else ""
+    # the records of its checkpoint's run (JSON by name: run_tokenizer, run_task) the .ckpt or its export carries
+    records: Dict[str, str] = field(default_factory=dict)
+    # the run_task record read: the task of the data it was fine-tuned on (task_name, label_list, max_seq_length)
+    fine_tuned_on: Dict[str, object] = field(default_factory=dict)
+    seq_source: str = "the length it was exported with"  # where `seq` came from, as messages name it
 
 
-Signature = Tuple[List[Tuple[str, List[int]]], int, Optional[int], str]
+Signature = Tuple[List[Tuple[str, List[int]]], int, Optional[int], Dict[str, str]]
 
 
 def model_signature(path: str) -> Signature:
-    """(input name, shape) of each graph input (batch -1 when exported with a dynamic batch), the number of outputs,
-    the model's vocabulary size and the tokenizer record it carries (ONNX, OpenVINO IR; "" for none and for MINDIR,
-    which cannot carry one), read from the MINDIR, ONNX or IR file so features can be made at the exported sequence
+    """(input name, shape) of each graph input (batch or sequence -1 when dynamic), the number of outputs, the
+    model's vocabulary size and the records of its checkpoint's run it carries (ONNX, OpenVINO IR; none for MINDIR,
+    which cannot carry them), read from the MINDIR, ONNX or IR file so features can be made at the exported sequence
     length."""
     if path.endswith(".onnx"):
         return _onnx_signature(path)
@@ -56,13 +63,13 @@ def model_signature(path: str) -> Signature:
     # several outputs are one tuple output, its parts listed in attr_info
     outputs = sum(len(item.attr_info.values) if item.HasField("attr_info") else 1 for item in proto.graph.output)
     vocab = [p.dims[0] for p in proto.graph.parameter if p.name.endswith("word_embeddings.embedding_table")]
-    return inputs, outputs, (int(vocab[0]) if vocab else None), ""
+    return inputs, outputs, (int(vocab[0]) if vocab else None), {}
 
 
 def _onnx_signature(path: str) -> Signature:
     import onnx
 
-    from src.serving.onnx_labels import recorded_tokenizer
+    from src.serving.onnx_labels import recorded_runs
 
     try:
         model = onnx.load_model(path, load_external_data=False)
@@ -72,15 +79,15 @@ def _onnx_signature(path: str) -> Signature:
     check_external_data(path, graph)
     inputs = [(item.name, [dim.dim_value or -1 for dim in item.type.tensor_type.shape.dim]) for item in graph.input]
     vocab = [p.dims[0] for p in graph.initializer if p.name.endswith("word_embeddings.embedding_table")]
-    return inputs, len(graph.output), (int(vocab[0]) if vocab else None), recorded_tokenizer(model)
+    return inputs, len(graph.output), (int(vocab[0]) if vocab else None), recorded_runs(model)
 
 
 def _openvino_signature(path: str) -> Signature:
-    """An OpenVINO IR's inputs (a dynamic dimension -1), outputs and the vocabulary size and tokenizer export.py
-    recorded."""
+    """An OpenVINO IR's inputs (a dynamic dimension -1), outputs and the vocabulary size and records of its
+    checkpoint's run export.py kept."""
     import openvino
 
-    from src.serving.quantize import openvino_tokenizer, openvino_vocab_size
+    from src.serving.quantize import openvino_records, openvino_vocab_size
 
     try:
         model = openvino.Core().read_model(path)
@@ -89,7 +96,7 @@ def _openvino_signature(path: str) -> Signature:
         raise UserError(f"{path} is not a readable OpenVINO IR model ({reason[:200]})") from err
     inputs = [(port.get_any_name(), [dim.get_length() if dim.is_static else -1 for dim in port.get_partial_shape()])
               for port in model.inputs]
-    return inputs, len(model.outputs), openvino_vocab_size(model), openvino_tokenizer(model)
+    return inputs, len(model.outputs), openvino_vocab_size(model), openvino_records(model)
 
 
 def _graph_tensors(graph) -> Iterator[object]:
@@ -179,15 +186,44 @@ def task_config(args: argparse.Namespace, num_class: Optional[int] = None) -> Co
 
 
 def model_shape(args: argparse.Namespace) -> ModelShape:
-    """An export's input shape from its file; a checkpoint's from --seq_length and the task yaml (RACE's choices)."""
+    """An export's input shape from its file; a checkpoint's from --seq_length and the task yaml (RACE's choices).
+    A length the model leaves open (a .ckpt without --seq_length, an export of dynamic sequence length) is taken by
+    open_length."""
     if args.model.endswith(".ckpt"):
         choices = task_config(args).num_class if TASKS[args.task].choices else 1
-        return ModelShape(None, args.seq_length or DEFAULT_SEQ, choices, None)
-    inputs, outputs, vocab, tokenizer = model_signature(args.model)
+        records = checkpoint_records(args.model)
+        shape = ModelShape(None, args.seq_length, choices, None, records, checkpoint_task(records, args.model),
+                           "--seq_length")
+        return shape if args.seq_length else open_length(shape)
+    inputs, outputs, vocab, records = model_signature(args.model)
     check_model(args.model, args.task, inputs, outputs)
-    shape = inputs[0][1]
-    return ModelShape(shape[0] if shape[0] > 0 else None, shape[-1], shape[1] if len(shape) == 3 else 1, vocab,
-                      tokenizer)
+    dims = inputs[0][1]
+    shape = ModelShape(dims[0] if dims[0] > 0 else None, dims[-1], dims[1] if len(dims) == 3 else 1, vocab, records,
+                       checkpoint_task(records, args.model))
+    return shape if shape.seq > 0 else open_length(shape)
+
+
+def open_length(shape: ModelShape) -> ModelShape:
+    """`shape` with the sequence length the model leaves open: the max_seq_length of the data it was fine-tuned on,
+    where its run recorded it (was: 128 without a word, whatever the data's length), else DEFAULT_SEQ."""
+    recorded = shape.fine_tuned_on.get("max_seq_length")
+    if isinstance(recorded, int) and recorded > 0:
+        return replace(shape, seq=recorded, seq_source=RECORDED_SEQ)
+    return replace(shape, seq=DEFAULT_SEQ, seq_source=DEFAULT_SEQ_SOURCE)
+
+
+def checkpoint_records(path: str) -> Dict[str, str]:
+    """The records of its run a .ckpt carries (RUN_RECORDS), read alone: its weights are read once, by
+    checkpoint_runner, which names a file MindSpore cannot read in one line ({} here)."""
+    import mindspore as ms
+
+    from src.serving.onnx_labels import RUN_RECORDS
+
+    try:
+        values = ms.load_checkpoint(path, choice_func=RUN_RECORDS.__contains__)
+    except Exception:  # MindSpore raises ValueError/RuntimeError for damaged or foreign files
+        return {}
+    return {name: str(values[name]) for name in RUN_RECORDS if name in values}
 
 
 def rows_per_call(args: argparse.Namespace, shape: ModelShape) -> int:
@@ -255,8 +291,10 @@ def checkpoint_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) ->
     config = task_config(args, num_class)
     net = head_network(values, args.task, config, args.model, source, by_flag=True)
     if shape.seq > net.max_position_embeddings:
-        raise UserError(f"--seq_length {shape.seq} exceeds the network's max_position_embeddings "
-                        f"{net.max_position_embeddings}")
+        given = shape.seq_source == "--seq_length"
+        length = f"--seq_length {shape.seq}" if given else f"sequence length {shape.seq} ({shape.seq_source})"
+        raise UserError(f"{length} exceeds the network's max_position_embeddings {net.max_position_embeddings}"
+                        f"{'' if given else ': pass a --seq_length within it'}")
     check_vocabulary(tokenizer, net.vocab_size)
     check_trained_tokenizer(values, tokenizer, args.model)
     if args.precision != "float32":
@@ -309,16 +347,23 @@ def openvino_runner(path: str, threads: int, precision: str) -> Runner:
 
 def load_runner(args: argparse.Namespace, shape: ModelShape, tokenizer) -> Runner:
     """The engine of the model's format; an export carrying its checkpoint's tokenizer record is checked against
-    `tokenizer` first, as the .ckpt itself is (in checkpoint_runner)."""
+    `tokenizer` first, as the .ckpt itself is (in checkpoint_runner). A sequence length the model left open is said
+    in one line on stderr, once the model is ready."""
     if not args.model.endswith(".ckpt"):
-        check_trained_tokenizer({"run_tokenizer": shape.tokenizer} if shape.tokenizer else {}, tokenizer, args.model)
+        check_trained_tokenizer(shape.records, tokenizer, args.model)
     if args.engine == "openvino":
-        return openvino_runner(args.model, args.threads, args.precision)
-    if args.model.endswith(".onnx"):
-        return onnxruntime_runner(args.model, args.threads)
-    if args.model.endswith(".ckpt"):
-        return checkpoint_runner(args, shape, tokenizer)
-    return mindspore_runner(args.model, args.device_target)
+        runner = openvino_runner(args.model, args.threads, args.precision)
+    elif args.model.endswith(".onnx"):
+        runner = onnxruntime_runner(args.model, args.threads)
+    elif args.model.endswith(".ckpt"):
+        runner = checkpoint_runner(args, shape, tokenizer)
+    else:
+        runner = mindspore_runner(args.model, args.device_target)
+    checkpoint = args.model.endswith(".ckpt")
+    if shape.seq_source == RECORDED_SEQ or not checkpoint and shape.seq_source == DEFAULT_SEQ_SOURCE:
+        flag = " (--seq_length sets another)" if checkpoint else ""
+        print(f"{args.model}: sequence length {shape.seq}, {shape.seq_source}{flag}", file=sys.stderr)
+    return runner
 
 
 def run_rows(run: Runner, rows: List[Dict[str, np.ndarray]], columns: Sequence[str], batch: int,

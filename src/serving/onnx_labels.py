@@ -7,20 +7,31 @@ task's names (`outputs: logits float32 [1, 2]`) and ONNX Runtime's `session.run(
 quantize_dynamic keeps the graph's output names) and NNCF's OpenVINO IR (OpenVINO keeps an ONNX output's name as its
 tensor name) are made from that file and inherit them. Their order is unchanged: taking outputs by position works.
 
-The tokenizer: a train checkpoint records the tokenizer its data was made with (run_tokenizer), which src.predict
-checks for a .ckpt (src.tasks.registry.check_trained_tokenizer). An ONNX export of such a checkpoint carries the
-record in the model's metadata_props (TOKENIZER_KEY), which ONNX Runtime's quantize_dynamic keeps in the int8 file;
-NNCF's IR carries it in its rt_info (TOKENIZER_INFO, copied by src.serving.quantize.quantize_openvino: how OpenVINO
-maps ONNX metadata on reading differs between its versions). MINDIR and AIR have no field of ours to carry it (and
-export.py writes no file beside them): their tokenizer is not checked.
+The run's records: a train checkpoint records the tokenizer its data was made with (run_tokenizer), which src.predict
+checks for a .ckpt (src.tasks.registry.check_trained_tokenizer), and a fine-tuning one the task of its data (run_task:
+its label names and max_seq_length, src.tasks.registry.checkpoint_task), which src.predict answers with. An ONNX
+export of such a checkpoint carries each record in the model's metadata_props (metadata_key: albert.run_tokenizer,
+albert.run_task), which ONNX Runtime's quantize_dynamic keeps in the int8 file; NNCF's IR carries them in its rt_info
+(rt_info_path: albert / run_tokenizer, albert / run_task; copied by src.serving.quantize.quantize_openvino: how
+OpenVINO maps ONNX metadata on reading differs between its versions). MINDIR and AIR have no field of ours to carry
+them (and export.py writes no file beside them): their tokenizer is not checked and their labels are 0, 1, ...
 """
 import importlib.util
-from typing import Dict, Sequence
+from typing import Dict, List, Sequence
 
 from model_utils.errors import UserError
 
-TOKENIZER_KEY = "albert.run_tokenizer"  # the ONNX model's metadata_props key of the checkpoint's run_tokenizer
-TOKENIZER_INFO = ["albert", "run_tokenizer"]  # where an OpenVINO IR made by export.py keeps it (rt_info)
+RUN_RECORDS = ("run_tokenizer", "run_task")  # a checkpoint's records of its run that its exports carry
+
+
+def metadata_key(record: str) -> str:
+    """The ONNX model's metadata_props key of the checkpoint's `record`."""
+    return f"albert.{record}"
+
+
+def rt_info_path(record: str) -> List[str]:
+    """Where an OpenVINO IR made by export.py keeps the checkpoint's `record` (rt_info)."""
+    return ["albert", record]
 
 
 def require_onnx() -> None:
@@ -32,10 +43,9 @@ def require_onnx() -> None:
 
 
 def checkpoint_labels(values: Dict[str, object]) -> Dict[str, str]:
-    """The metadata an ONNX export of the checkpoint `values` carries: its run_tokenizer, when it records one
-    ({} for converted weights and checkpoints of earlier versions, which stay unchecked as their .ckpt does)."""
-    recorded = values.get("run_tokenizer")
-    return {TOKENIZER_KEY: str(recorded)} if recorded is not None else {}
+    """The metadata an ONNX export of the checkpoint `values` carries: the records of its run it holds (none for
+    converted weights and checkpoints of earlier versions, which stay unchecked as their .ckpt does)."""
+    return {metadata_key(name): str(values[name]) for name in RUN_RECORDS if values.get(name) is not None}
 
 
 def label_onnx(path: str, output_names: Sequence[str], metadata: Dict[str, str]) -> None:
@@ -88,6 +98,8 @@ def _rename_tensors(graph, renamed: Dict[str, str]) -> None:
         info.name = renamed.get(info.name, info.name)
 
 
-def recorded_tokenizer(model) -> str:
-    """The run_tokenizer record (JSON) an ONNX ModelProto carries ("" when it has none)."""
-    return next((prop.value for prop in model.metadata_props if prop.key == TOKENIZER_KEY), "")
+def recorded_runs(model) -> Dict[str, str]:
+    """The records of its checkpoint's run (JSON, keyed as in the checkpoint: run_tokenizer, run_task) an ONNX
+    ModelProto carries; {} when it has none."""
+    found = {prop.key: prop.value for prop in model.metadata_props}
+    return {name: found[metadata_key(name)] for name in RUN_RECORDS if metadata_key(name) in found}

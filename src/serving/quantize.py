@@ -21,9 +21,9 @@ inputs (calibration: the first rows of a MindRecord of the task's features), rec
 that enter each product and inserts int8 quantization there (static: the scales are fixed, nothing is measured per
 call); `model_type=TRANSFORMER` is NNCF's setting for BERT-family models (it keeps softmax, LayerNorm and the
 residual additions out of int8 and quantizes activations asymmetrically, as GELU's outputs need). The result is saved
-as OpenVINO IR (<name>.xml + <name>.bin, with the ONNX file's tokenizer record in its rt_info; the weights left
-float stay float32: save_model does not compress a model NNCF quantized), which the CPU plugin compiles into int8
-products (AMX-INT8 or VNNI where the CPU has them).
+as OpenVINO IR (<name>.xml + <name>.bin, with the ONNX file's records of its checkpoint's run, tokenizer and task, in
+its rt_info; the weights left float stay float32: save_model does not compress a model NNCF quantized), which the CPU
+plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has them).
 """
 import logging
 import os
@@ -32,7 +32,7 @@ from typing import Dict, List, Optional, Sequence, Set
 import numpy as np
 
 from model_utils.errors import UserError
-from src.serving.onnx_labels import TOKENIZER_INFO
+from src.serving.onnx_labels import RUN_RECORDS, rt_info_path
 
 QUANTIZED_OPS = ("MatMul",)
 CALIBRATION_ROWS = 300  # NNCF's default subset_size: the rows whose activations set the int8 ranges
@@ -173,32 +173,33 @@ def quantize_openvino(source: str, target: str, batches: Sequence[List[np.ndarra
         raise UserError(f"int8 for OpenVINO needs nncf and openvino ({err}): pip install nncf openvino") from None
     model = openvino.Core().read_model(source)
     vocab = _vocab_size(model)
-    tokenizer = _onnx_tokenizer(source)
+    records = _onnx_records(source)
     # each batch is one of NNCF's samples (its Dataset is not told the batch size, so it collects no statistics row by
     # row inside a batch: batchwise_statistics stays off)
     quantized = nncf.quantize(model, nncf.Dataset(list(batches)), model_type=nncf.ModelType.TRANSFORMER,
                               subset_size=len(batches))
     if vocab is not None:
         quantized.set_rt_info(vocab, VOCAB_INFO)
-    if tokenizer:
-        quantized.set_rt_info(tokenizer, TOKENIZER_INFO)
+    for name, record in records.items():
+        quantized.set_rt_info(record, rt_info_path(name))
     openvino.save_model(quantized, target)
     return {"quantized": sum(op.get_type_name() == "FakeQuantize" for op in quantized.get_ops()),
             "rows": sum(len(inputs[0]) for inputs in batches)}
 
 
-def _onnx_tokenizer(path: str) -> str:
-    """The tokenizer record export.py wrote into the ONNX file `path` ("" for none; src/serving/onnx_labels.py)."""
+def _onnx_records(path: str) -> Dict[str, str]:
+    """The records of its checkpoint's run export.py wrote into the ONNX file `path` (src/serving/onnx_labels.py)."""
     import onnx
 
-    from src.serving.onnx_labels import recorded_tokenizer
+    from src.serving.onnx_labels import recorded_runs
 
-    return recorded_tokenizer(onnx.load_model(path, load_external_data=False))
+    return recorded_runs(onnx.load_model(path, load_external_data=False))
 
 
-def openvino_tokenizer(model) -> str:
-    """The tokenizer record quantize_openvino copied into an IR ("" for an IR without one)."""
-    return str(model.get_rt_info(TOKENIZER_INFO).astype(str)) if model.has_rt_info(TOKENIZER_INFO) else ""
+def openvino_records(model) -> Dict[str, str]:
+    """The records of its checkpoint's run quantize_openvino copied into an IR ({} for an IR without them)."""
+    return {name: str(model.get_rt_info(rt_info_path(name)).astype(str)) for name in RUN_RECORDS
+            if model.has_rt_info(rt_info_path(name))}
 
 
 def _vocab_size(model) -> Optional[int]:

@@ -388,6 +388,22 @@ def trained_task(values: Dict[str, object], checkpoint: str) -> str:
     return next((name for name, task in TASKS.items() if task.checkpoint_prefix == prefix), "")
 
 
+def checkpoint_task(values: Dict[str, object], source: str) -> Dict[str, object]:
+    """The record of its data's task a fine-tuning checkpoint (or an export of one) `source` carries (run_task:
+    task_name, label_list, max_seq_length, as src.training.checkpoints.trained_data_task writes it); {} for
+    pretraining runs, converted weights and checkpoints of earlier versions, which are used as before."""
+    recorded = values.get("run_task")
+    if recorded is None:
+        return {}
+    try:
+        record = json.loads(str(recorded))
+    except ValueError:
+        record = None
+    if not isinstance(record, dict):
+        raise UserError(f"{source}: its task record (run_task) is damaged: not a JSON object")
+    return record
+
+
 def check_trained_tokenizer(values: Dict[str, object], tokenizer, checkpoint: str) -> None:
     """A checkpoint trained here records the tokenizer its data was made with (run_tokenizer): another vocabulary or
     casing would feed it ids that mean other words, and it would answer without a word of warning."""

@@ -36,7 +36,7 @@ PROGRESS_KEYS = ("micro_step", "overflow_count")
 RUN_ID_KEY = "run_id"  # the lineage a train checkpoint belongs to (see Lineage)
 LINEAGE_FILE = "run_lineage.json"  # in the save folder
 # What a train checkpoint records of the run that wrote it (RunIdentity), beside its progress: strings.
-IDENTITY_KEYS = ("run_network", "run_optimizer", "run_data", "run_kind", "run_settings", "run_tokenizer")
+IDENTITY_KEYS = ("run_network", "run_optimizer", "run_data", "run_kind", "run_settings", "run_tokenizer", "run_task")
 # Network settings a resumed run may change: the weights come from the checkpoint (initializer_range), or the change
 # is one of how to train, said in a warning (precision, dropout).
 NETWORK_MAY_CHANGE = ("initializer_range",)
@@ -156,11 +156,13 @@ class RunIdentity:
     kind: str
     settings: Dict[str, object] = field(default_factory=dict)  # the run's settings (run_settings), for its model card
     tokenizer: Dict[str, object] = field(default_factory=dict)  # the data's (trained_tokenizer), for serving's check
+    task: Dict[str, object] = field(default_factory=dict)  # the data's (trained_data_task), for evaluation and serving
 
     def entries(self) -> Dict[str, str]:
         return dict(zip(IDENTITY_KEYS, (json.dumps(self.network, sort_keys=True), self.optimizer, self.data,
                                         self.kind, json.dumps(self.settings, sort_keys=True),
-                                        json.dumps(self.tokenizer, sort_keys=True))))
+                                        json.dumps(self.tokenizer, sort_keys=True),
+                                        json.dumps(self.task, sort_keys=True))))
 
     def check(self, values: Dict, path: str, settings: TrainSettings, log: Callable[[str], None],
               from_init: bool = False) -> None:
@@ -211,6 +213,21 @@ def trained_tokenizer(data_meta: Dict[str, object]) -> Dict[str, object]:
     if tokenizer.get("model_file"):
         kept["model_file"] = os.path.basename(str(tokenizer["model_file"]))
     return kept
+
+
+# What a fine-tuning checkpoint records of its data's task (run_task), from the data's .meta.json.
+TASK_RECORD_KEYS = ("task_name", "label_list", "max_seq_length")
+FINETUNING_KINDS = ("classifier", "race", "squad")  # the .meta.json `kind`s of fine-tuning data
+
+
+def trained_data_task(data_meta: Dict[str, object]) -> Dict[str, object]:
+    """What a checkpoint records of the task its fine-tuning data was made for (the data's .meta.json says): the
+    GLUE task, so that evaluating or predicting another task's data with it is refused (src.tasks.registry's
+    check_same_task); its label names and sequence length, which src.predict would otherwise have to be told.
+    {} for pretraining data."""
+    if data_meta.get("kind") not in FINETUNING_KINDS:
+        return {}
+    return {key: data_meta[key] for key in TASK_RECORD_KEYS if data_meta.get(key) is not None}
 
 
 def check_data_tokenizer(trained: Dict[str, object], data_meta: Dict[str, object], trained_by: str, data: str) -> None:

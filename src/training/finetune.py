@@ -17,7 +17,7 @@ input checks of step 1 answer without MindSpore's import (seconds).
 """
 import os
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -51,6 +51,14 @@ class FinetuneRun:
 
 
 @dataclass(frozen=True)
+class FineTuned:
+    """The fine-tuned checkpoint a run without training evaluates: its path, weights and their digest."""
+    path: str
+    weights: Dict
+    digest: str
+
+
+@dataclass(frozen=True)
 class TrainedHead:
     """The head this run trained, its AlbertConfig and the optimizer steps it took."""
     head: object
@@ -71,8 +79,9 @@ def run(task: Task, argv: Sequence[str]) -> int:
     log(f"device: {device.target} ({device.group_size} worker(s)); task: {task.name}; {', '.join(actions)}; "
         f"kernels: {kernels_status(device.target)}")
     trained = _train(this_run) if config.do_train else None
+    checkpoint = _fine_tuned_checkpoint(this_run, jobs) if trained is None else None
     for action, data_file in jobs:
-        _evaluate(this_run, trained, action, data_file)
+        _evaluate(this_run, trained, action, data_file, checkpoint)
     return 0
 
 
@@ -108,8 +117,8 @@ DATA_TASKS = {"classifier": ("classifier",), "race": ("race",), "squad": ("squad
 def check_data_fits_task(task: Task, data_file: str, action: str, trained_on: str = "") -> None:
     """What the data's .meta.json says must fit: its kind the task (RACE data ran into the classifier's graph, SQuAD
     v2.0 data into v1.1 scoring, each as a traceback), its split labelled unless only predicted (a GLUE test split
-    holds placeholder labels, scored without a word), an evaluation's GLUE task the one trained on, and the
-    tokenizer of data evaluated or predicted after training the one of the training data."""
+    holds placeholder labels, scored without a word), the GLUE task of data evaluated or predicted after training
+    the one trained on, and its tokenizer the one of the training data."""
     from src.training.checkpoints import check_data_tokenizer, trained_tokenizer
     from src.training.network_config import data_meta
 
@@ -129,9 +138,9 @@ def check_data_fits_task(task: Task, data_file: str, action: str, trained_on: st
         return
     trained_meta = data_meta(trained_on)
     trained = trained_meta.get("task_name")
-    if action == "eval" and trained and meta.get("task_name") and _glue_task(meta["task_name"]) != _glue_task(trained):
-        raise UserError(f"{data_file} is {meta['task_name']} data but the run trains on {trained} "
-                        f"({trained_on}): evaluate on the {trained} dev split")
+    if action != "train":
+        check_same_task(meta.get("task_name"), trained, data_file, f"the run trains on {trained} ({trained_on})",
+                        action)
     check_data_tokenizer(trained_tokenizer(trained_meta), meta, f"this run trains on {trained_on}, made with",
                          data_file)
 
@@ -148,6 +157,16 @@ def _placeholder_labels(meta: dict) -> bool:
 def _glue_task(name: str) -> str:
     """MNLI's mismatched dev set (mnli-mm) evaluates an MNLI run."""
     return name.removesuffix("-mm")
+
+
+def check_same_task(given: Optional[str], trained: Optional[str], data_file: str, trained_by: str,
+                    action: str) -> None:
+    """Data of another GLUE task than the weights learn or learned (`trained`; `trained_by` says whose) runs through
+    a head of the same shape without an error: its predictions name the other task's labels, its scores are near
+    chance. Data or weights that record no task (earlier versions, converted weights) pass."""
+    if given and trained and _glue_task(given) != _glue_task(trained):
+        fix = f"evaluate on the {trained} dev split" if action == "eval" else f"predict {trained} data"
+        raise UserError(f"{data_file} is {given} data but {trained_by}: {fix}")
 
 
 def _need_checkpoint(config: Config, key: str) -> None:
@@ -186,36 +205,63 @@ def _train(this_run: FinetuneRun) -> TrainedHead:
     return TrainedHead(heads[0], net, steps)
 
 
-def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str, data_file: str) -> None:
-    """`action` (eval or predict) on `data_file` with the head this run `trained`, else with a checkpoint."""
+def _fine_tuned_checkpoint(this_run: FinetuneRun, jobs: List[tuple]) -> FineTuned:
+    """load_finetune_checkpoint_path, else the save folder's newest checkpoint that reads back whole (a damaged or
+    foreign file numbered higher is skipped with a warning), read once; it must be of this task, and the data of
+    every evaluation (`jobs`) must fit what it records before the first one starts."""
+    from src.common.checkpoint_io import read_checkpoint_and_digest
+    from src.tasks.registry import trained_task
+    from src.training.checkpoints import newest_train_checkpoint
+
+    task, config, save_dir = this_run.task, this_run.config, this_run.settings.save_dir
+    newest = newest_train_checkpoint(save_dir, task.checkpoint_prefix, this_run.log) \
+        if not config.load_finetune_checkpoint_path else None
+    checkpoint = config.load_finetune_checkpoint_path or (newest.path if newest else None)
+    if not checkpoint:
+        raise UserError(f"do_{jobs[0][0]} without do_train needs --load_finetune_checkpoint_path (no checkpoint of "
+                        f"this task in {save_dir} either)")
+    weights, digest = read_checkpoint_and_digest(checkpoint)
+    fine_tuned_by = trained_task(weights, checkpoint)
+    if fine_tuned_by and fine_tuned_by != task.name:  # a head of the same shape (RACE's, a regression's) loads
+        raise UserError(f"{checkpoint} was fine-tuned by run_{fine_tuned_by}.py, not run_{task.name}.py: "
+                        f"evaluate it with run_{fine_tuned_by}.py")
+    for action, data_file in jobs:
+        _check_data_fits_checkpoint(weights, checkpoint, data_file, action)
+    return FineTuned(checkpoint, weights, digest)
+
+
+def _check_data_fits_checkpoint(weights: Dict, checkpoint: str, data_file: str, action: str) -> None:
+    """The data must be made with the tokenizer, and for the GLUE task, that the checkpoint's run recorded (a
+    checkpoint-only run knows nothing else of what the weights were fine-tuned on)."""
+    from src.data.tokenization import checkpoint_tokenizer
+    from src.tasks.registry import checkpoint_task
+    from src.training.checkpoints import check_data_tokenizer
+    from src.training.network_config import data_meta
+
+    meta = data_meta(data_file)
+    check_data_tokenizer(checkpoint_tokenizer(weights, checkpoint), meta,
+                         f"{checkpoint} was trained on data made with", data_file)
+    trained = checkpoint_task(weights, checkpoint).get("task_name")
+    check_same_task(meta.get("task_name"), trained, data_file, f"{checkpoint} was fine-tuned on {trained} data",
+                    action)
+
+
+def _evaluate(this_run: FinetuneRun, trained: Optional[TrainedHead], action: str, data_file: str,
+              fine_tuned: Optional[FineTuned]) -> None:
+    """`action` (eval or predict) on `data_file` with the head this run `trained`, else with the `fine_tuned`
+    checkpoint."""
     from src.common.checkpoint_io import load_weights, read_checkpoint_and_digest
     from src.devices.device_setup import model_runtime
-    from src.tasks.registry import trained_task
-    from src.data.tokenization import checkpoint_tokenizer
-    from src.training.checkpoints import check_data_tokenizer, checkpoint_step, newest_train_checkpoint
+    from src.training.checkpoints import checkpoint_step
     from src.training.network_config import checked_network, network_note
 
     task, config, device, log = this_run.task, this_run.config, this_run.device, this_run.log
     save_dir, output_dir = this_run.settings.save_dir, this_run.settings.output_dir
     source = RUN_WEIGHTS
     if trained is None:
-        # The save folder's newest checkpoint that reads back whole: a damaged or foreign file numbered higher is
-        # skipped with a warning.
-        newest = newest_train_checkpoint(save_dir, task.checkpoint_prefix, log) \
-            if not config.load_finetune_checkpoint_path else None
-        checkpoint = config.load_finetune_checkpoint_path or (newest.path if newest else None)
-        if not checkpoint:
-            raise UserError(f"do_{action} without do_train needs --load_finetune_checkpoint_path (no checkpoint of "
-                            f"this task in {save_dir} either)")
-        net, meta, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
+        checkpoint, weights, digest = fine_tuned.path, fine_tuned.weights, fine_tuned.digest
+        net, _, _ = checked_network(config, data_file, task.eval_columns, checkpoint)
         source, step = os.path.abspath(checkpoint), checkpoint_step(checkpoint)
-        weights, digest = read_checkpoint_and_digest(checkpoint)
-        check_data_tokenizer(checkpoint_tokenizer(weights, checkpoint), meta,
-                             f"{checkpoint} was trained on data made with", data_file)
-        fine_tuned_by = trained_task(weights, checkpoint)
-        if fine_tuned_by and fine_tuned_by != task.name:  # a head of the same shape (RACE's, a regression's) loads
-            raise UserError(f"{checkpoint} was fine-tuned by run_{fine_tuned_by}.py, not run_{task.name}.py: "
-                            f"evaluate it with run_{fine_tuned_by}.py")
     else:
         net, step = trained.net, trained.steps
         final = os.path.join(save_dir, f"{task.checkpoint_prefix}-{step}.ckpt")  # these weights, as saved

@@ -28,8 +28,8 @@ from src.devices.device_checks import overflow_needs_float_status
 from src.devices.device_setup import Device, model_runtime, precision_note
 from src.model.albert import AlbertConfig, Runtime
 from src.training.checkpoints import (RUN_ID_KEY, Lineage, RunIdentity, check_checkpoint_space, check_same_start,
-                                      list_checkpoints, resume_or_init, run_settings, trained_tokenizer,
-                                      weights_digest)
+                                      list_checkpoints, resume_or_init, run_settings, trained_data_task,
+                                      trained_tokenizer, weights_digest)
 from src.training.optimization import build_optimizer, schedule_warnings
 from src.training.settings import TrainSettings
 from src.training.step_plan import Progress, StepPlan
@@ -484,8 +484,9 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
         optimizer, cell = build_train_cell(config, network, plan.total_steps, device.target, runtime.kernels)
     for warning in schedule_warnings(optimizer.learning_rate, plan.total_steps, f"optimizer_cfg.{config.optimizer}"):
         log(f"warning: {warning}")
+    meta = load_data_meta(settings.data)
     identity = RunIdentity(net.to_dict(), config.optimizer, rows_fingerprint(settings.data), settings.checkpoint_prefix,
-                           run_settings(config.to_dict()), trained_tokenizer(load_data_meta(settings.data)))
+                           run_settings(config.to_dict()), trained_tokenizer(meta), trained_data_task(meta))
     for folder, key in ((settings.output_dir, "output_dir"), (settings.save_dir, "save_dir")):
         if folder:  # before reading a checkpoint a running run may be replacing
             check_not_in_use(folder, f"{settings.flag(key)} {folder}")
