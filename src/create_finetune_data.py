@@ -66,7 +66,7 @@ def _is_lcqmc_header(fields: List[str], labels: Sequence[str]) -> bool:
 def read_tsv_examples(task_name: str, path: Path, split: str) -> Iterator[InputExample]:
     """Examples of one GLUE/LCQMC file, read as they are needed (MNLI train has 393k); malformed rows and unknown
     labels are errors naming file and line."""
-    task = task_named(task_name)
+    task = _task_split(task_name, split)
     columns = task.columns(split)
     labelled = columns.label is not None
     needed = 1 + max(i if i >= 0 else -i - 1 for i in (columns.text_a, columns.text_b, columns.label)
@@ -173,7 +173,16 @@ def _input_path(config) -> Path:
         return Path(config.input_file)
     if not config.data_dir:
         raise UserError("set --data_dir (folder of the task's files) or --input_file")
-    return Path(config.data_dir) / task_named(config.task_name).files[config.split]
+    return Path(config.data_dir) / _task_split(config.task_name, config.split).files[config.split]
+
+
+def _task_split(task_name: str, split: str) -> TsvTask:
+    """The task, which must have `split` (GLUE's diagnostic set ax has a test split only)."""
+    task = task_named(task_name)
+    if split not in task.files:
+        raise UserError(f"{task.name} has no {split} split (only {', '.join(task.files)})"
+                        + ("; it is GLUE's diagnostic set: predict it with an MNLI model" if task.name == "ax" else ""))
+    return task
 
 
 def create_finetune_data(config) -> Dict[str, object]:

@@ -883,10 +883,10 @@ def fresh_build(monkeypatch, tmp_path):
     afterwards."""
     monkeypatch.setenv("ALBERT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("ALBERT_CPU_KERNELS", raising=False)
-    cpu_kernels._build.cache_clear()
+    cpu_kernels._built.cache_clear()
     yield tmp_path
     monkeypatch.undo()
-    cpu_kernels._build.cache_clear()
+    cpu_kernels._built.cache_clear()
 
 
 @needs_kernels
@@ -902,11 +902,22 @@ def test_the_thread_pool_runs_every_slice_once_under_concurrent_calls_and_after_
     assert (result.returncode, result.stdout.strip()) == (0, "ok"), result.stdout + result.stderr
 
 
+@needs_kernels
+def test_the_switch_is_read_on_every_call(monkeypatch):
+    """ALBERT_CPU_KERNELS=0 while the kernels are first asked for, then unset: they are available again (was: the
+    answer was cached with the library, so the rest of the process ran without them)."""
+    cpu_kernels._built.cache_clear()  # the library is loaded again from the cache, not compiled
+    monkeypatch.setenv("ALBERT_CPU_KERNELS", "0")
+    assert not cpu_kernels.available()
+    monkeypatch.delenv("ALBERT_CPU_KERNELS")
+    assert cpu_kernels.available()
+
+
 def test_setting_the_thread_count_compiles_nothing(fresh_build):
     """Every CPU run sets cpu_threads up, export.py and serving too, which never use the kernels: the count waits for
     the kernels' first use instead of building the library."""
     cpu_kernels.set_threads(2)
-    assert cpu_kernels._build.cache_info().currsize == 0
+    assert cpu_kernels._built.cache_info().currsize == 0
     assert not (fresh_build / "cache").exists()
 
 
@@ -1115,7 +1126,7 @@ def test_the_cache_is_made_0700_and_its_library_is_loaded_from_it_once_built(fak
     assert stat.S_IMODE(Path(path).stat().st_mode) & 0o077 == 0
     built = Path(path).read_bytes()
     (fake_compiler / "output.so").write_bytes(b"a rebuild")
-    cpu_kernels._build.cache_clear()
+    cpu_kernels._built.cache_clear()
     assert cpu_kernels._build() == (path, "") and Path(path).read_bytes() == built
 
 
@@ -1125,7 +1136,7 @@ def test_a_group_writable_cache_of_this_user_is_closed_and_used(fake_compiler):
     cache = fake_compiler.parent / "cache"
     path = cpu_kernels._build()[0]
     cache.chmod(0o775)
-    cpu_kernels._build.cache_clear()
+    cpu_kernels._built.cache_clear()
     assert cpu_kernels._build() == (path, "")
     assert stat.S_IMODE(cache.stat().st_mode) == 0o755
 
@@ -1147,7 +1158,7 @@ def test_an_untrusted_cache_is_not_loaded_the_library_is_built_privately(fake_co
         me = os.geteuid()
         monkeypatch.setattr(os, "geteuid", lambda: me + 1)
         reason = f"{cache} is owned by another user (uid {me})"
-    cpu_kernels._build.cache_clear()
+    cpu_kernels._built.cache_clear()
     path, why = cpu_kernels._build()
     assert why == f"{reason}: built in a private folder"
     assert Path(path).parent != cache and Path(path).name == planted.name
@@ -1169,7 +1180,7 @@ def test_private_folders_of_killed_runs_are_removed_by_the_next(fake_compiler, m
         folder.mkdir()
         (folder / "albert_kernels-0.so").write_bytes(b"a library")
     Path(cpu_kernels._build()[0]).chmod(0o760)  # the cache's library is no longer trusted: a private build
-    cpu_kernels._build.cache_clear()
+    cpu_kernels._built.cache_clear()
     path, why = cpu_kernels._build()
     assert why.endswith("built in a private folder") and Path(path).parent.parent == temp
     assert not orphan.exists() and alive.exists() and other.exists()

@@ -54,6 +54,9 @@ TSV_TASKS: Dict[str, TsvTask] = {task.name: task for task in [
     TsvTask("wnli", _GLUE_FILES, _BINARY, _INDEX_S1_S2, Columns(1, 2, None, {1: "sentence1", 2: "sentence2"})),
     TsvTask("sts-b", _GLUE_FILES, None, Columns(7, 8, -1, {7: "sentence1", 8: "sentence2"}),
             Columns(7, 8, None, {7: "sentence1", 8: "sentence2"})),
+    # GLUE's diagnostic set (AX.tsv: index, sentence1, sentence2): a test split only, predicted by an MNLI model.
+    TsvTask("ax", {"test": "AX.tsv"}, ("contradiction", "entailment", "neutral"), _INDEX_S1_S2,
+            Columns(1, 2, None, {1: "sentence1", 2: "sentence2"})),
     # LCQMC has no header in its original release; a header line, if present, is recognised and skipped.
     TsvTask("lcqmc", {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}, _BINARY,
             Columns(0, 1, 2, None), Columns(0, 1, 2, None)),

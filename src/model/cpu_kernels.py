@@ -211,14 +211,20 @@ def switch_problem() -> str:
     return f"ALBERT_CPU_KERNELS={value!r} is neither 0 (MindSpore's operations) nor 1 (the compiled kernels)"
 
 
-@lru_cache(maxsize=None)
 def _build() -> Tuple[Optional[str], str]:
-    """(path of the loaded kernel library, "" or why it is not the cache's) or (None, why not). Compiled once per
-    source/library/MindSpore version/compiler/libc/CPU; concurrent processes (data-parallel workers) each write a
-    temporary file and rename it into place."""
+    """(path of the loaded kernel library, "" or why it is not the cache's) or (None, why not). ALBERT_CPU_KERNELS
+    is read on every call (was: cached with the library, so a process that first asked while it was 0 had no
+    kernels after it was unset)."""
     problem = switch_problem()
     if problem or _switched_off():
         return None, problem or f"ALBERT_CPU_KERNELS={os.environ['ALBERT_CPU_KERNELS']}"
+    return _built()
+
+
+@lru_cache(maxsize=None)
+def _built() -> Tuple[Optional[str], str]:
+    """_build's library: compiled once per source/library/MindSpore version/compiler/libc/CPU; concurrent processes
+    (data-parallel workers) each write a temporary file and rename it into place."""
     dnnl = dnnl_library()
     if dnnl is None:
         return None, f"no libdnnl.so in {Path(ms.__file__).resolve().parent / 'lib'}"
@@ -416,7 +422,7 @@ def set_bf16(on: bool) -> None:
     bfloat16 with float32 accumulation (on), or in float32; the rest of the network (softmax, LayerNorm, GELU,
     losses) stays float32 either way. Process-wide, like set_threads."""
     _requested_bf16[0] = bool(on)
-    path = _build()[0] if _build.cache_info().currsize else None
+    path = _build()[0] if _built.cache_info().currsize else None
     if path:
         _library(path).SetBf16(int(on))
 
@@ -425,7 +431,7 @@ def set_threads(threads: int) -> None:
     """Threads each kernel call is split over (cpu_threads; 0 = the CPUs this process may run on). Kept until the
     kernels are first used, so that setting it never compiles them (export and serving never use them)."""
     _requested_threads[:] = [int(threads) or len(os.sched_getaffinity(0))]
-    path = _build()[0] if _build.cache_info().currsize else None
+    path = _build()[0] if _built.cache_info().currsize else None
     if path:
         _library(path).SetThreads(_requested_threads[0])
 

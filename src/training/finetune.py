@@ -155,8 +155,8 @@ def _placeholder_labels(meta: dict) -> bool:
 
 
 def _glue_task(name: str) -> str:
-    """MNLI's mismatched dev set (mnli-mm) evaluates an MNLI run."""
-    return name.removesuffix("-mm")
+    """MNLI's mismatched sets (mnli-mm) and GLUE's diagnostic set (ax) are an MNLI model's."""
+    return "mnli" if name == "ax" else name.removesuffix("-mm")
 
 
 def check_same_task(given: Optional[str], trained: Optional[str], data_file: str, trained_by: str,
