@@ -511,7 +511,13 @@ def same_ids(trained: Dict[str, object], given: Dict[str, object]) -> bool:
 def checkpoint_tokenizer(values: Dict[str, object], source: str) -> Dict[str, object]:
     """The tokenizer record a train checkpoint (or an ONNX export of one) `source` carries (run_tokenizer: that of
     its data; {} for converted weights and checkpoints of earlier versions)."""
-    recorded = values.get("run_tokenizer")
+    return checkpoint_record(values, "run_tokenizer", "tokenizer", source)
+
+
+def checkpoint_record(values: Dict[str, object], key: str, what: str, source: str) -> Dict[str, object]:
+    """The JSON object a train checkpoint (or an export of one) `source` records under `key` ({} when it has none:
+    converted weights, checkpoints of earlier versions); a damaged one is one line naming `what` it records."""
+    recorded = values.get(key)
     if recorded is None:
         return {}
     try:
@@ -519,7 +525,7 @@ def checkpoint_tokenizer(values: Dict[str, object], source: str) -> Dict[str, ob
     except ValueError:
         record = None
     if not isinstance(record, dict):
-        raise UserError(f"{source}: its tokenizer record (run_tokenizer) is damaged: not a JSON object")
+        raise UserError(f"{source}: its {what} record ({key}) is damaged: not a JSON object")
     return record
 
 

@@ -20,7 +20,7 @@ from model_utils.config import Config
 from model_utils.errors import UserError
 from src.common.atomic_files import save_text_atomic
 from src.data import schema
-from src.data.tokenization import checkpoint_tokenizer, same_ids, tokenizer_record
+from src.data.tokenization import checkpoint_record, checkpoint_tokenizer, same_ids, tokenizer_record
 
 ROOT = Path(__file__).resolve().parents[2]
 # (config, outputs of the head for every row, data file, output folder, score against labels?, log) -> metrics
@@ -392,16 +392,7 @@ def checkpoint_task(values: Dict[str, object], source: str) -> Dict[str, object]
     """The record of its data's task a fine-tuning checkpoint (or an export of one) `source` carries (run_task:
     task_name, label_list, max_seq_length, as src.training.checkpoints.trained_data_task writes it); {} for
     pretraining runs, converted weights and checkpoints of earlier versions, which are used as before."""
-    recorded = values.get("run_task")
-    if recorded is None:
-        return {}
-    try:
-        record = json.loads(str(recorded))
-    except ValueError:
-        record = None
-    if not isinstance(record, dict):
-        raise UserError(f"{source}: its task record (run_task) is damaged: not a JSON object")
-    return record
+    return checkpoint_record(values, "run_task", "task", source)
 
 
 def check_trained_tokenizer(values: Dict[str, object], tokenizer, checkpoint: str) -> None:
