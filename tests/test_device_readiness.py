@@ -97,11 +97,11 @@ def test_compute_types_each_device_refuses(monkeypatch):
 def test_model_runtime_of_each_target_and_compute_type(built, monkeypatch):
     """CPU: the compiled kernels for float32 when they are built (heads read in place, the mask added inside their
     softmax), otherwise heads split and stacked and the mask broadcast once; GPU and Ascend: MindSpore's operations
-    as they are, heads by transposes."""
+    as they are, heads by transposes. Counter-based dropout on CPU only (MindSpore's dropout elsewhere)."""
     monkeypatch.setattr(cpu_kernels, "available", lambda: built)
     monkeypatch.setattr(device_checks, "is_ascend_910a", lambda: False)
-    native_cpu = Runtime(split_heads=True, broadcast_mask=True)
-    assert model_runtime("CPU", "float32") == (Runtime(kernels=True) if built else native_cpu)
+    native_cpu = Runtime(split_heads=True, broadcast_mask=True, keyed_dropout=True)
+    assert model_runtime("CPU", "float32") == (Runtime(kernels=True, keyed_dropout=True) if built else native_cpu)
     assert model_runtime("CPU", "float16") == native_cpu
     assert model_runtime("CPU", "float32", kernels=False) == native_cpu  # what exports use
     for target, compute_type in (("GPU", "float32"), ("GPU", "float16"), ("Ascend", "float32"),

@@ -13,12 +13,14 @@ from model_utils.errors import UserError
 from src.common.atomic_files import atomic_path, make_readable
 
 BACKBONE_PREFIX = "albert."
+# A training network's dropout clock (src/model/albert.py, DropoutClock): run state, set from the progress on resume.
+DROPOUT_CALLS = "dropout_calls"
 # Train-cell state that shares a checkpoint with the weights (optimizer moments, step, loss scale).
 TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v.", "lamb_m.", "lamb_v.", "accu_grads.",
                         "accu_overflow", "accumulation_step", "global_step",
                         "learning_rate", "beta1_power", "beta2_power", "scale_sense", "current_iterator_step",
                         "last_overflow_iterator_step", "epoch_num", "step_num", "loss_scale", "overflow_count",
-                        "run_id")
+                        "run_id", DROPOUT_CALLS)
 _SHOWN = 8
 # Every checkpoint this package writes holds the sha256 of all its other entries under this name (see
 # `contents_digest`): MindSpore itself loads a file with flipped tensor bytes without a word.
@@ -159,7 +161,7 @@ def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, 
     if mismatched:
         raise UserError(f"{where}: shapes do not match the network (a checkpoint of another config?): "
                         f"{_listing(mismatched)}{network_note}")
-    missing = [name for name in params if name not in values]
+    missing = [name for name in params if name not in values and name != DROPOUT_CALLS]
     required = [name for name in missing
                 if name.startswith(required_prefix) or not name.startswith(tuple(allow_missing))]
     if required:
@@ -167,7 +169,7 @@ def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, 
                         f"randomly initialised: {_listing(required)}")
     to_load = {name: _as_parameter(name, values[name]) for name in params if name in values}
     not_loaded, _ = ms.load_param_into_net(net, to_load, strict_load=True)
-    not_loaded = [name for name in not_loaded if name not in missing]
+    not_loaded = [name for name in not_loaded if name in to_load]
     if not_loaded:
         raise UserError(f"{where}: MindSpore did not load {_listing(not_loaded)}")
     unused = [name for name in values if name not in params and not name.startswith(TRAIN_STATE_PREFIXES)]

@@ -133,8 +133,8 @@ def model_runtime(target: str, compute_type: str, kernels: bool = True) -> Runti
         return PORTABLE
     if kernels and compute_type in ("float32", "bfloat16") and cpu_kernels.available():
         cpu_kernels.set_bf16(compute_type == "bfloat16")
-        return Runtime(kernels=True, bf16_weights=compute_type == "bfloat16")
-    return Runtime(split_heads=True, broadcast_mask=True)
+        return Runtime(kernels=True, bf16_weights=compute_type == "bfloat16", keyed_dropout=True)
+    return Runtime(split_heads=True, broadcast_mask=True, keyed_dropout=True)
 
 
 def serving_runtime(target: str, compute_type: str, precision: str) -> Runtime:

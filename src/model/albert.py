@@ -12,15 +12,16 @@ import copy
 import json
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import mindspore as ms
 import numpy as np
-from mindspore import Tensor, nn, ops
+from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import TruncatedNormal
 
 from model_utils import json_input
 from src.common.atomic_files import save_json_atomic
+from src.common.checkpoint_io import DROPOUT_CALLS
 from src.model import cpu_kernels
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_exact", "relu")
@@ -213,6 +214,9 @@ class Runtime:
         as it is (ONNX Runtime needs no [B, N, S, S] copy: 226 MB at batch 32, seq 384).
     onnx_patterns: LayerNorm and the tanh GELU written as the operations ONNX Runtime fuses into single kernels
         (MindSpore's converter writes its own LayerNorm as a pattern ONNX Runtime leaves unfused).
+    keyed_dropout: training networks' dropout masks counter-based (see LayerDropout: the same in every run and
+        after a resume), by the kernels or MindSpore's integer operations; otherwise MindSpore's dropout (its CPU
+        kernel's masks vary from run to run).
     """
 
     kernels: bool = False
@@ -221,6 +225,7 @@ class Runtime:
     split_heads: bool = False
     broadcast_mask: bool = False
     onnx_patterns: bool = False
+    keyed_dropout: bool = False
 
 
 # MindSpore's own operations, heads moved by transposes, the mask added by broadcasting: valid on any device and for
@@ -280,17 +285,99 @@ class Activation(nn.Cell):
         return x * ops.sigmoid(GELU_TANH_SCALE * (x + 0.044715 * x * x * x))
 
 
-class LayerDropout(nn.Cell):
-    """Dropout at one place of a layer whose cells run several times per step (ALBERT's shared layers): one
-    MindSpore dropout per run. The same dropout operation called twice in one graph draws the same mask at both
-    calls (MindSpore 2.10, CPU, GRAPH mode), so one per layer would drop the same units in all 12 layers at once,
-    where TF and PyTorch draw a new mask at every call."""
+GOLDEN = 0x9E3779B9  # 2^32 / golden ratio: spreads consecutive counts and indices over 32 bits
 
-    def __init__(self, p: float, runs: int):
+
+def mix32(value: int) -> int:
+    """MurmurHash3's 32-bit finalizer of `value` modulo 2^32 (every input bit flips each output bit with p ~1/2)."""
+    value &= 0xFFFFFFFF
+    for shift, factor in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        value = ((value ^ (value >> shift)) * factor) & 0xFFFFFFFF
+    return value ^ (value >> 16)
+
+
+def _as_int32(value: int) -> int:
+    """A 32-bit pattern as the int32 holding the same bits."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+def _mix32_tensor(value):
+    """mix32 on int32 tensors: products wrap modulo 2^32 as the bits of uint32 would, and the shifts, arithmetic on
+    int32, are made logical by masking the sign's copies."""
+    for shift, factor in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):
+        value = ops.bitwise_xor(value, ops.bitwise_right_shift(value, shift) & ((1 << (32 - shift)) - 1))
+        value = value * _as_int32(factor)
+    return ops.bitwise_xor(value, ops.bitwise_right_shift(value, 16) & 0xFFFF)
+
+
+def keyed_dropout(x, calls, place, scale: float):
+    """`x` with the counter-based mask of LayerDropout, by MindSpore's operations: what the kernels' KeyedDropout
+    (src/model/kernels/row_ops.cc) computes, for networks without them."""
+    key = _mix32_tensor(place[0] + calls * _as_int32(GOLDEN))
+    index = ops.arange(0, x.size, dtype=ms.int32).reshape(x.shape)
+    bits = _mix32_tensor(index * _as_int32(GOLDEN) + key)
+    keep = ops.stop_gradient((ops.bitwise_right_shift(bits, 8) & 0xFFFFFF) >= place[1])
+    return x * keep.astype(x.dtype) * scale
+
+
+class DropoutClock(nn.Cell):
+    """How many micro-steps a network has trained (`dropout_calls`, int32 [1]): with the run's seed and each
+    dropout's place, what every dropout mask of the network is a function of. So masks repeat from run to run, do
+    not depend on thread timing, and continue exactly after a resume, which sets the count from the checkpoint's
+    progress. The train-step cell adds one after each call's forward and backward passes, which see the same count.
+    The Parameter is run state, not a weight: one name wherever the network holds it, never required when loading."""
+
+    def __init__(self):
         super().__init__()
-        self.dropouts = nn.CellList([nn.Dropout(p=p) for _ in range(runs)] if p > 0 else [])
+        self.dropout_calls = Parameter(Tensor([0], ms.int32), name=DROPOUT_CALLS, requires_grad=False)
+        self.seed = ms.get_seed() or 0
+        self.places = 0
 
-    def construct(self, x, run: int):
+    def place_key(self) -> int:
+        """The key of a new dropout place (int32), places numbered in the order the network builds them."""
+        self.places += 1
+        return _as_int32(mix32(self.seed * 0x85EBCA6B + self.places * 0xC2B2AE35))
+
+
+def dropout_clock(config: "AlbertConfig", is_training: bool, runtime: "Runtime",
+                  *head_probs: float) -> Optional[DropoutClock]:
+    """The clock of a training network with keyed dropout and some dropout probability above 0 (the backbone's or
+    its heads' `head_probs`); None otherwise."""
+    probs = (config.hidden_dropout_prob, config.attention_probs_dropout_prob) + head_probs
+    return DropoutClock() if is_training and runtime.keyed_dropout and max(probs) > 0 else None
+
+
+class LayerDropout(nn.Cell):
+    """Dropout with probability `p` at one place of the network, told which of the network's layers runs it
+    (`run` < `runs`): ALBERT's shared layers run one cell several times per step, and each run needs its own mask
+    (TF and PyTorch draw a new one at every call).
+
+    With a `clock` (Runtime.keyed_dropout), element i of run r is kept when
+        mix32(i * GOLDEN + mix32(place_key_r + calls * GOLDEN)) >> 8  >=  round(p * 2^24)
+    (arithmetic modulo 2^32; `calls` the clock's count, place_key_r the run's key from the clock) and then scaled
+    by 1 / (1 - p): the same masks in every run with the same seed and after a resume, by the kernels' KeyedDropout
+    (`kernels`, float32) or the same arithmetic in MindSpore's operations. Otherwise MindSpore's dropout, one per
+    run: the same dropout operation called twice in one graph draws the same mask at both calls (MindSpore 2.10,
+    CPU, GRAPH mode), so one per layer would drop the same units in all layers at once."""
+
+    def __init__(self, p: float, runs: int = 1, clock: Optional[DropoutClock] = None, kernels: bool = False):
+        super().__init__()
+        self.keyed = p > 0 and clock is not None
+        self.dropouts = nn.CellList([nn.Dropout(p=p) for _ in range(runs)] if p > 0 and not self.keyed else [])
+        self.clock, self.kernel = None, None
+        if self.keyed:
+            self.clock = clock
+            threshold = int(round(p * (1 << 24)))
+            self.places = tuple(Tensor([clock.place_key(), threshold], ms.int32) for _ in range(runs))
+            self.scale = 1.0 / (1.0 - p)
+            self.scale_tensor = Tensor([self.scale], ms.float32)
+            self.kernel = cpu_kernels.keyed_dropout() if kernels else None
+
+    def construct(self, x, run: int = 0):
+        if self.keyed and self.kernel is not None:
+            return self.kernel(x, self.clock.dropout_calls, self.places[run], self.scale_tensor)
+        if self.keyed:
+            return keyed_dropout(x, self.clock.dropout_calls, self.places[run], self.scale)
         if not self.dropouts:
             return x
         return self.dropouts[run](x)
@@ -299,13 +386,14 @@ class LayerDropout(nn.Cell):
 class AlbertEmbeddings(nn.Cell):
     """Word + position + token-type embeddings of size E, then LayerNorm and dropout (projection to H is later)."""
 
-    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE,
+                 clock: Optional[DropoutClock] = None):
         super().__init__()
         self.word_embeddings = _embedding(config.vocab_size, config.embedding_size, config)
         self.position_embeddings = _embedding(config.max_position_embeddings, config.embedding_size, config)
         self.token_type_embeddings = _embedding(config.type_vocab_size, config.embedding_size, config)
         self.LayerNorm = layer_norm(config.embedding_size, config, runtime)
-        self.dropout = nn.Dropout(p=config.hidden_dropout_prob if is_training else 0.0)
+        self.dropout = LayerDropout(config.hidden_dropout_prob if is_training else 0.0, 1, clock, runtime.kernels)
 
     def construct(self, input_ids, token_type_ids):
         seq_length = input_ids.shape[1]
@@ -325,7 +413,8 @@ class AlbertAttention(nn.Cell):
     `runtime.split_heads` (see Runtime).
     """
 
-    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE,
+                 clock: Optional[DropoutClock] = None):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.head_size = config.hidden_size // config.num_attention_heads
@@ -339,8 +428,10 @@ class AlbertAttention(nn.Cell):
         self.dense = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
         self.LayerNorm = layer_norm(config.hidden_size, config, runtime)
         runs = config.num_hidden_layers  # the most this cell can run per step (shared by every layer)
-        self.attention_dropout = LayerDropout(config.attention_probs_dropout_prob if is_training else 0.0, runs)
-        self.output_dropout = LayerDropout(config.hidden_dropout_prob if is_training else 0.0, runs)
+        self.attention_dropout = LayerDropout(config.attention_probs_dropout_prob if is_training else 0.0, runs, clock,
+                                              runtime.kernels)
+        self.output_dropout = LayerDropout(config.hidden_dropout_prob if is_training else 0.0, runs, clock,
+                                           runtime.kernels)
         self.split_heads = runtime.split_heads
         self.use_kernels = runtime.kernels
         # With the kernels, attention in one call per layer (forward and backward) unless dropout on the
@@ -442,15 +533,17 @@ class AlbertLayer(nn.Cell):
 
     FFN_CELLS = ("ffn", "ffn_output", "full_layer_layer_norm")
 
-    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE,
+                 clock: Optional[DropoutClock] = None):
         super().__init__()
         self.preln = config.ln_type == "preln"
-        self.attention = AlbertAttention(config, is_training, runtime)
+        self.attention = AlbertAttention(config, is_training, runtime, clock)
         self.ffn = dense_layer(config.hidden_size, config.intermediate_size, config, runtime)
         self.ffn_output = dense_layer(config.intermediate_size, config.hidden_size, config, runtime)
         self.full_layer_layer_norm = layer_norm(config.hidden_size, config, runtime)
         self.activation = Activation(config.hidden_act, runtime.kernels, runtime.onnx_patterns)
-        self.dropout = LayerDropout(config.hidden_dropout_prob if is_training else 0.0, config.num_hidden_layers)
+        self.dropout = LayerDropout(config.hidden_dropout_prob if is_training else 0.0, config.num_hidden_layers, clock,
+                                    runtime.kernels)
         # Served in int8 with the tanh GELU: the whole feed-forward network in one kernel call, with the residual
         # and LayerNorm after it in post-LN blocks.
         self.int8_feed_forward = runtime.serving_weights == "int8" and self.activation.use_kernels
@@ -498,9 +591,10 @@ class AlbertLayer(nn.Cell):
 class AlbertLayerGroup(nn.Cell):
     """`inner_group_num` distinct blocks applied in sequence; a group is the unit Google's ALBERT shares."""
 
-    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE,
+                 clock: Optional[DropoutClock] = None):
         super().__init__()
-        self.albert_layers = nn.CellList([AlbertLayer(config, is_training, runtime)
+        self.albert_layers = nn.CellList([AlbertLayer(config, is_training, runtime, clock)
                                           for _ in range(config.inner_group_num)])
 
     def construct(self, hidden_states, attention_bias, layer_number: int = 0):
@@ -522,13 +616,14 @@ class AlbertTransformer(nn.Cell):
     as in the group Google's rule would pick, so it has one Parameter and one checkpoint name.
     """
 
-    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE):
+    def __init__(self, config: AlbertConfig, is_training: bool, runtime: Runtime = PORTABLE,
+                 clock: Optional[DropoutClock] = None):
         super().__init__()
         layers, groups = config.num_hidden_layers, config.num_hidden_groups
         self.embedding_hidden_mapping_in = dense_layer(config.embedding_size, config.hidden_size, config, runtime)
         self.own_dropouts = is_training and (config.hidden_dropout_prob > 0 or config.attention_probs_dropout_prob > 0)
         own_groups = groups if config.share_type == "all" else layers
-        self.albert_layer_groups = nn.CellList([AlbertLayerGroup(config, is_training, runtime)
+        self.albert_layer_groups = nn.CellList([AlbertLayerGroup(config, is_training, runtime, clock)
                                                 for _ in range(own_groups)])
         if config.share_type == "all":
             self.layer_to_group = [group_index(i, layers, groups) for i in range(layers)]
@@ -561,16 +656,21 @@ def name_parameters_by_path(cell: nn.Cell) -> None:
     """Give every Parameter its attribute path as name (the checkpoint name), whatever order cells were built in.
 
     MindSpore renames parameters only when a cell is attached to a parent; the outermost network and Cells
-    shared between layers would otherwise keep short or stale names.
+    shared between layers would otherwise keep short or stale names. The dropout clock's count, run state held by
+    every dropout place, keeps its one name.
     """
     for path, param in cell.parameters_and_names():
-        param.name = path
+        param.name = DROPOUT_CALLS if path.rsplit(".", 1)[-1] == DROPOUT_CALLS else path
 
 
 class AlbertModel(nn.Cell):
-    """(input_ids, token_type_ids, input_mask) [B, S] int -> (sequence_output [B, S, H], pooled_output [B, H])."""
+    """(input_ids, token_type_ids, input_mask) [B, S] int -> (sequence_output [B, S, H], pooled_output [B, H]).
 
-    def __init__(self, config: AlbertConfig, is_training: bool = False, runtime: Runtime = PORTABLE):
+    `clock`: the network's DropoutClock when a head with dropout holds this model (see dropout_clock); otherwise
+    the model makes its own when it needs one."""
+
+    def __init__(self, config: AlbertConfig, is_training: bool = False, runtime: Runtime = PORTABLE,
+                 clock: Optional[DropoutClock] = None):
         super().__init__()
         config = copy.deepcopy(config)
         config.validate()
@@ -578,8 +678,9 @@ class AlbertModel(nn.Cell):
             raise ValueError(f"the compiled CPU kernels run float32 graphs (bfloat16: their products, see "
                              f"cpu_kernels.set_bf16), compute_type is {config.compute_type}")
         self.config = config
-        self.embeddings = AlbertEmbeddings(config, is_training, runtime)
-        self.encoder = AlbertTransformer(config, is_training, runtime)
+        self.dropout_clock = clock if clock is not None else dropout_clock(config, is_training, runtime)
+        self.embeddings = AlbertEmbeddings(config, is_training, runtime, self.dropout_clock)
+        self.encoder = AlbertTransformer(config, is_training, runtime, self.dropout_clock)
         self.pooler = dense_layer(config.hidden_size, config.hidden_size, config, runtime)
         self.broadcast_mask = runtime.broadcast_mask
         self.num_heads = config.num_attention_heads

@@ -680,6 +680,18 @@ def layer_norm() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
+def keyed_dropout() -> ops.Custom:
+    """(x float32, calls [1] int32, place [2] int32, scale [1] float32) -> x with row_ops.cc's counter-based
+    dropout mask (see src/model/albert.py, LayerDropout); the backward applies the same mask to the gradient."""
+    mask_gradient = _kernel("KeyedDropout", lambda x, *_: x)
+
+    def bprop(x, calls, place, scale, out, dout):
+        return mask_gradient(dout, calls, place, scale), ops.zeros_like(calls), ops.zeros_like(place), \
+            ops.zeros_like(scale)
+    return _kernel("KeyedDropout", lambda x, *_: x, bprop=bprop)
+
+
+@lru_cache(maxsize=None)
 def scaled_squared_norm() -> ops.Custom:
     """(x, scale []) -> [1]: sum((x / scale)^2), accumulated in double; not differentiable (used on gradients)."""
     return _kernel("ScaledSquaredNorm", lambda x, s: (1,))

@@ -5,11 +5,13 @@
 Every head takes (input_ids, token_type_ids, input_mask [, p_mask]) and returns float32 outputs; these are also
 the inputs and outputs of the models `export.py` writes. Each takes the `Runtime` its backbone is built with.
 """
+from typing import Optional
+
 import mindspore as ms
 from mindspore import nn, ops
 
-from src.model.albert import (PORTABLE, AlbertConfig, AlbertModel, Runtime, dense_layer, layer_norm,
-                              name_parameters_by_path)
+from src.model.albert import (PORTABLE, AlbertConfig, AlbertModel, DropoutClock, LayerDropout, Runtime, dense_layer,
+                              dropout_clock, layer_norm, name_parameters_by_path)
 
 # Added to logits where the answer cannot be (p_mask = 1), as Google's v2 model; logits are float32 there.
 MASKED_LOGIT = 1e30
@@ -33,8 +35,8 @@ class AlbertForSequenceClassification(nn.Cell):
         if num_labels < 1:
             raise ValueError(f"num_class must be >= 1 (1 = regression), got {num_labels}")
         self.num_labels = num_labels
-        self.albert = AlbertModel(config, is_training, runtime)
-        self.dropout = nn.Dropout(p=dropout_prob if is_training else 0.0)
+        self.albert = AlbertModel(config, is_training, runtime, dropout_clock(config, is_training, runtime, dropout_prob))
+        self.dropout = LayerDropout(dropout_prob if is_training else 0.0, 1, self.albert.dropout_clock, runtime.kernels)
         self.classifier = dense_layer(config.hidden_size, num_labels, config, runtime)
         name_parameters_by_path(self)
 
@@ -53,8 +55,8 @@ class AlbertForMultipleChoice(nn.Cell):
     def __init__(self, config: AlbertConfig, dropout_prob: float = 0.1, is_training: bool = False,
                  runtime: Runtime = PORTABLE):
         super().__init__()
-        self.albert = AlbertModel(config, is_training, runtime)
-        self.dropout = nn.Dropout(p=dropout_prob if is_training else 0.0)
+        self.albert = AlbertModel(config, is_training, runtime, dropout_clock(config, is_training, runtime, dropout_prob))
+        self.dropout = LayerDropout(dropout_prob if is_training else 0.0, 1, self.albert.dropout_clock, runtime.kernels)
         self.classifier = dense_layer(config.hidden_size, 1, config, runtime)
         name_parameters_by_path(self)
 
@@ -117,10 +119,11 @@ class PoolerAnswerClass(nn.Cell):
     """One logit per example that the question has no answer, from [CLS] and the expected start representation
     (no dependence on the end, so every example gets a single score)."""
 
-    def __init__(self, config: AlbertConfig, dropout_prob: float, is_training: bool, runtime: Runtime = PORTABLE):
+    def __init__(self, config: AlbertConfig, dropout_prob: float, is_training: bool, runtime: Runtime = PORTABLE,
+                 clock: Optional[DropoutClock] = None):
         super().__init__()
         self.dense_0 = dense_layer(2 * config.hidden_size, config.hidden_size, config, runtime)
-        self.dropout = nn.Dropout(p=dropout_prob if is_training else 0.0)
+        self.dropout = LayerDropout(dropout_prob if is_training else 0.0, 1, clock, runtime.kernels)
         self.dense_1 = dense_layer(config.hidden_size, 1, config, runtime, has_bias=False)
 
     def construct(self, start_states, cls_states):
@@ -145,10 +148,10 @@ class AlbertForSquadV2(nn.Cell):
         if start_n_top < 1 or end_n_top < 1:
             raise ValueError(f"start_n_top and end_n_top must be >= 1, got {start_n_top} and {end_n_top}")
         self.start_n_top, self.end_n_top = start_n_top, end_n_top
-        self.albert = AlbertModel(config, is_training, runtime)
+        self.albert = AlbertModel(config, is_training, runtime, dropout_clock(config, is_training, runtime, dropout_prob))
         self.start_logits = PoolerStartLogits(config, runtime)
         self.end_logits = PoolerEndLogits(config, runtime)
-        self.answer_class = PoolerAnswerClass(config, dropout_prob, is_training, runtime)
+        self.answer_class = PoolerAnswerClass(config, dropout_prob, is_training, runtime, self.albert.dropout_clock)
         name_parameters_by_path(self)
 
     def _answer_class(self, sequence_output, start_logits):

@@ -21,11 +21,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import mindspore as ms
 import numpy as np
-from mindspore import nn
+from mindspore import Tensor, nn
 
 from model_utils.errors import UserError
 from src.common.atomic_files import save_json_atomic
-from src.common.checkpoint_io import contents_digest, load_weights, read_checkpoint
+from src.common.checkpoint_io import DROPOUT_CALLS, contents_digest, load_weights, read_checkpoint
 from src.data.tokenization import checkpoint_tokenizer, same_ids, tokenizer_record
 from src.devices.device_setup import Device, all_ranks_sum
 from src.training.settings import TrainSettings
@@ -393,9 +393,19 @@ def _resume(train_cell: nn.Cell, values: Dict, plan: StepPlan, path: str, settin
     load_weights(train_cell, {k: v for k, v in values.items() if k not in PROGRESS_KEYS + PLAN_KEYS}, name=path)
     progress = Progress(micro_step=int(_scalar(values["micro_step"])),
                         overflow_count=int(_scalar(values["overflow_count"])))
+    set_dropout_clock(train_cell, progress.micro_step)
     log(f"resumed from {path}: optimizer step {progress.micro_step // plan.accumulation_steps} of "
         f"{plan.total_steps}")
     return progress
+
+
+def set_dropout_clock(cell: nn.Cell, micro_steps: int) -> None:
+    """Set the network's dropout clock (if it has one) to the micro-steps run: the train-step cell counts one per
+    micro-step, so the resumed run draws the masks the uninterrupted one would have (checkpoints written before the
+    clock existed resume the same way)."""
+    for param in cell.get_parameters():
+        if param.name == DROPOUT_CALLS:
+            param.set_data(Tensor(np.array([micro_steps]).astype(np.int32)))
 
 
 def _check_plan(values: Dict, plan: StepPlan, path: str, settings: TrainSettings, from_init: bool) -> None:

@@ -8,6 +8,7 @@ from mindspore import Parameter, Tensor, amp, nn, ops
 from mindspore.communication import get_group_size
 from mindspore.context import ParallelMode
 
+from src.common.checkpoint_io import DROPOUT_CALLS
 from src.model import cpu_kernels
 
 
@@ -35,6 +36,8 @@ class AlbertTrainOneStepCell(nn.Cell):
       them for the global norm (which is also the overflow check): an ALBERT with 90M parameters kept three
       extra copies of its gradients otherwise. With `use_kernels` (the network's Runtime has the compiled CPU
       kernels; float32 weights) the norm and the division are one compiled pass each.
+    - Dropout: a network with a dropout clock (src/model/albert.py, DropoutClock) has its count raised by one
+      after each call's forward and backward passes, so every micro-batch gets new masks and both passes the same.
 
     Returns (loss, overflow, loss_scale, *extra network outputs). `overflow` is True when this call's optimizer
     update was skipped because of inf/nan gradients; calls that only accumulate report False.
@@ -71,6 +74,8 @@ class AlbertTrainOneStepCell(nn.Cell):
             self.grad_reducer = nn.DistributedGradReducer(self.weights, ms.get_auto_parallel_context("gradients_mean"),
                                                           get_group_size())
             self.overflow_all_reduce = ops.AllReduce(ops.ReduceOp.SUM)
+        clocks = [param for param in network.get_parameters() if param.name == DROPOUT_CALLS]
+        self.dropout_calls = clocks[0] if clocks else None
         self.use_kernels = use_kernels
         if use_kernels:
             self.norm_kernel, self.divide_kernel = cpu_kernels.scaled_squared_norm(), cpu_kernels.divide_by_scalar()
@@ -91,6 +96,8 @@ class AlbertTrainOneStepCell(nn.Cell):
             overflow = self._apply(grads, ops.logical_not(amp.all_finite(grads)), self.loss_scale)
         else:  # the global norm's check sees any inf/nan
             overflow = self._apply(grads, Tensor(False, ms.bool_), self.loss_scale)
+        if self.dropout_calls is not None:
+            overflow = ops.depend(overflow, ops.assign_add(self.dropout_calls, ops.ones_like(self.dropout_calls)))
         if isinstance(outputs, tuple):
             return (loss, overflow, self.loss_scale) + outputs[1:]
         return loss, overflow, self.loss_scale

@@ -1,5 +1,6 @@
 // Fused element-wise and row-wise kernels for MindSpore's Custom op (func_type "aot") on CPU: LayerNorm, the tanh
-// GELU and the masked-LM cross entropy over the vocabulary, each with its backward, and for the train step the squared norm of a gradient (overflow check and clipping in one read) and its division
+// GELU and the masked-LM cross entropy over the vocabulary, each with its backward, dropout with counter-based masks,
+// and for the train step the squared norm of a gradient (overflow check and clipping in one read) and its division
 // by one number. MindSpore 2.10 runs these as chains of single-purpose CPU kernels
 // (GELU's backward alone is ~15 passes over a [B*S, I] tensor) or, for LayerNormGrad and BiasAddGrad, at a small
 // fraction of memory speed. Every function below reads its inputs once or twice and writes each output once; rows
@@ -15,6 +16,16 @@ namespace {
 
 const int64_t kMinRowsPerThread = 16;
 const int64_t kMinElementsPerThread = 1 << 14;
+
+// MurmurHash3's 32-bit finalizer: every input bit flips each output bit with probability ~1/2.
+inline uint32_t Mix32(uint32_t h) {
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return h;
+}
 
 }  // namespace
 
@@ -209,6 +220,36 @@ int CrossEntropyGrad(int, void **params, int *ndims, int64_t **shapes, const cha
       const float shift = lse[r], scale = dnll[r];
       for (int64_t c = 0; c < cols; ++c) out[c] = albert::Exp(row[c] - shift) * scale;
       out[label] -= scale;
+    }
+  });
+  return 0;
+}
+
+// (x [any shape] float32, calls [1] int32, place [2] int32 = (place key, threshold), scale [1]) -> y: dropout whose
+// mask is a function of (place key, calls, element index) alone, the same on any thread split, in any process, and
+// after a resume (the call counter is the run's). Element i is kept when
+//   Mix32(i * 0x9E3779B9 + Mix32(place_key + calls * 0x9E3779B9)) >> 8  >=  threshold  (= round(p * 2^24)),
+// and then y = x * scale (scale = 1 / (1 - p)), else 0; all arithmetic modulo 2^32. The backward is this kernel on
+// the output's gradient: the same mask, recomputed instead of kept. src/model/albert.py (keyed_dropout) computes the
+// same with MindSpore's operations.
+int KeyedDropout(int, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *, void *) {
+  ALBERT_PROFILE("KeyedDropout");
+  if (std::strcmp(dtypes[0], "float32") != 0 || std::strcmp(dtypes[1], "int32") != 0 ||
+      std::strcmp(dtypes[2], "int32") != 0 || std::strcmp(dtypes[3], "float32") != 0) {
+    return 2;
+  }
+  const float *x = static_cast<const float *>(params[0]);
+  const uint32_t calls = static_cast<uint32_t>(*static_cast<const int32_t *>(params[1]));
+  const int32_t *place = static_cast<const int32_t *>(params[2]);
+  const float scale = *static_cast<const float *>(params[3]);
+  float *y = static_cast<float *>(params[4]);
+  const uint32_t key = Mix32(static_cast<uint32_t>(place[0]) + calls * 0x9E3779B9u);
+  const uint32_t threshold = static_cast<uint32_t>(place[1]);
+  albert::ParallelFor(albert::Size(0, ndims, shapes), kMinElementsPerThread, [&](int64_t, int64_t begin,
+                                                                                  int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint32_t h = Mix32(static_cast<uint32_t>(i) * 0x9E3779B9u + key);
+      y[i] = (h >> 8) >= threshold ? x[i] * scale : 0.0f;
     }
   });
   return 0;
