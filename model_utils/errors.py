@@ -9,10 +9,13 @@ load a config or build a network from the user's values in `as_user_error()`.
 """
 import codecs
 import os
+import signal
 import sys
 import traceback
 from contextlib import contextmanager
 from typing import Callable, Iterator, List, Optional, Sequence
+
+from model_utils.signals import Stopped, signals_taken, stop_with_script
 
 EXIT_USER_ERROR = 2
 QUIET_GLOG_LEVEL = "3"  # MindSpore's GLOG_v: errors only (it reads the variable when it is imported)
@@ -55,7 +58,8 @@ def run_cli(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[
     args = [a for a in args if a != "--verbose"]
     if not verbose:
         os.environ.setdefault("GLOG_v", QUIET_GLOG_LEVEL)
-    with captured_output(command_name(main), args):
+    stop_with_script()
+    with captured_output(command_name(main), args), signals_taken():
         return _run(main, args, verbose)
 
 
@@ -75,6 +79,10 @@ def _run(main: Callable[[List[str]], Optional[int]], args: List[str], verbose: b
         reason = err.strerror or str(err)
         print(f"error: {name}: {reason}" if name else f"error: {reason}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except Stopped:
+        print("stopped (SIGTERM, or Ctrl-C during a MindSpore graph run, which MindSpore turns into SIGTERM)",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT

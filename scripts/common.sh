@@ -14,6 +14,9 @@
 # (src/common/run_log.py).
 
 ALBERT_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# The python commands this script starts directly stop (SIGTERM) when it dies: a scheduler that stops the script
+# alone left them running on, detached (model_utils/signals.py, stop_with_script).
+export ALBERT_SCRIPT_PID=$$
 
 # The environment section of every *_distribute.sh usage.
 albert_launcher_help() {
@@ -115,13 +118,14 @@ albert_move_aside() {
 }
 
 # albert_hold_launch_lock LOCK_FILE: hold an exclusive lock on LOCK_FILE while this script and the job it starts
-# live (the fd is inherited): the workers take OUTPUT_DIR's own lock only once the cluster has formed, so a second
-# start of this node on the same OUTPUT_DIR would otherwise move the first one's logs aside meanwhile.
+# live (the fd is inherited): the workers take OUTPUT_DIR's own lock only once the cluster has formed (the quick
+# start's training only after its data is made), so a second start on the same OUTPUT_DIR would otherwise move the
+# first one's logs aside (rewrite its data) meanwhile.
 albert_hold_launch_lock() {
   command -v flock >/dev/null 2>&1 || return 0
   exec {ALBERT_LAUNCH_LOCK}>>"$1"
   if ! flock -n "$ALBERT_LAUNCH_LOCK"; then
-    echo "error: another start of this node is launching into $(dirname "$(dirname "$1")") (lock $1): wait for" \
+    echo "error: another start is launching into $(dirname "$(dirname "$1")") (lock $1): wait for" \
          "it to end, or use another OUTPUT_DIR" >&2
     return 2
   fi

@@ -39,7 +39,7 @@ export ALBERT_LOG_TEED=1
 run() {
   local log="$1"; shift
   echo "+ $*" | tee -a "$log"
-  (cd "$ROOT" && "$@") 2>&1 | tee -ia "$log"
+  (cd "$ROOT" && exec "$@") 2>&1 | tee -ia "$log"
   return "${PIPESTATUS[0]}"
 }
 
@@ -69,7 +69,11 @@ albert_check_places "OUTPUT_DIR=${OUTPUT_DIR:-./output/pretrain_quickstart}" || 
 OUT="$(realpath -m "${OUTPUT_DIR:-./output/pretrain_quickstart}")"
 DATA="$OUT/data"
 LOGS="$OUT/logs"
+# Before any data is rewritten: a run training in OUTPUT_DIR, or another quick start still making its data there,
+# would otherwise find its data replaced under it (and evaluate on the new data).
+albert_launch_check in_use --output_dir "$OUT" || exit 2
 mkdir -p "$DATA" "$LOGS"
+albert_hold_launch_lock "$LOGS/.quickstart.lock" || exit 2
 echo "quick start: writing into $OUT (logs: $LOGS)"
 
 run "$LOGS/data.log" "$PYTHON" -m src.sample_corpus --output_file "$DATA/corpus.txt" --overwrite true

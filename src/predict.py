@@ -50,7 +50,6 @@ import argparse
 import importlib.util
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -285,11 +284,6 @@ def folder_refusal(path: str, task: str) -> str:
 # Each takes (args, tokenizer, run, shape, requests) and returns one answer per request.
 
 
-def _stop(signum: int, frame) -> None:
-    """SIGTERM as an exit (the shells' code for it) that runs the cleanup on its way out."""
-    raise SystemExit(128 + signum)
-
-
 def main(argv: List[str]) -> int:
     args = parse_args(argv)
     check_args(args)
@@ -323,15 +317,12 @@ def main(argv: List[str]) -> int:
             write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
                           sys.stdout, accuracy)
     else:
-        previous = signal.signal(signal.SIGTERM, _stop)  # stopped, it leaves no partial answers or lock behind
-        try:
-            with claimed_folder_of(args.output_file, "--output_file"), \
-                    atomic_path(args.output_file, ".jsonl", replace=args.overwrite) as tmp, \
-                    open(tmp, "w", encoding="utf-8") as out, progress("requests", total, " requests") as bar:
-                write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
-                              out, accuracy)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        # Stopped (SIGTERM, Ctrl-C: model_utils/signals.py), it leaves no partial answers or lock behind.
+        with claimed_folder_of(args.output_file, "--output_file"), \
+                atomic_path(args.output_file, ".jsonl", replace=args.overwrite) as tmp, \
+                open(tmp, "w", encoding="utf-8") as out, progress("requests", total, " requests") as bar:
+            write_answers(counting(answer_requests, bar), read_requests(args.input_file, args.task, shape.choices),
+                          out, accuracy)
         log_to(os.path.dirname(os.path.abspath(args.output_file)))
         print(f"answered {total} requests of {args.input_file}: {args.output_file}", file=sys.stderr)
     for line in accuracy.lines(args.input_file):

@@ -207,7 +207,6 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
     import mindspore as ms
     from mindspore.train import serialization
 
-    from src.common.checkpoint_io import save_checkpoint_atomic
     from src.model.albert import AlbertConfig
     from src.training.checkpoints import Lineage
     from src.training.settings import TrainSettings
@@ -219,11 +218,11 @@ def test_the_next_training_start_removes_what_a_killed_one_left(tmp_path, monkey
     def killed(*args):
         raise KeyboardInterrupt  # as far as the folder is concerned, a kill before MindSpore's rename
 
-    with monkeypatch.context() as patch:
-        patch.setattr(serialization.os, "rename", killed)
+    with monkeypatch.context() as patch:  # MindSpore's writer as save_checkpoint_atomic calls it, killed (a kill
+        patch.setattr(serialization.os, "rename", killed)  # skips the cleanup an exception gets)
         with pytest.raises(KeyboardInterrupt):
-            save_checkpoint_atomic([{"name": "w", "data": ms.Tensor(np.ones(4, np.float32))}],
-                                   str(save_dir / "albert_pretrain-5.ckpt"))
+            ms.save_checkpoint([{"name": "w", "data": ms.Tensor(np.ones(4, np.float32))}],
+                               str(save_dir / ".tmp-k1lled42.ckpt"))
     mindspore_leftover = [p.name for p in save_dir.iterdir()]
     assert len(mindspore_leftover) == 1 and re.fullmatch(r"\.tmp-[a-z0-9_]{8}\.tmp", mindspore_leftover[0])
     make_entries(save_dir, OURS + THEIRS)
@@ -376,3 +375,47 @@ def test_a_resume_leaves_out_damaged_metrics_lines_and_keeps_the_file_as_it_was(
     metrics.write_text('{"step": 1}\n{"step": 2, "lo')  # only a last line a kill cut short: nothing to say
     trim_metrics(str(metrics), 3, said.append)
     assert metrics.read_text() == '{"step": 1}\n' and len(said) == 1
+
+
+def test_a_checkpoint_write_that_failed_leaves_no_temporary_file_and_the_start_asks_for_every_kept_one(tmp_path,
+                                                                                                     monkeypatch):
+    """MindSpore's save_checkpoint writes `.tmp-*.tmp` beside our temporary name and renames it: a write that failed
+    (a full disk; here a 256 KiB file size limit) left it behind, filling the disk until the next start. And the
+    check at the start asked for one checkpoint's space where a run keeping N holds N + 1 at once (a save is written
+    before the oldest is deleted), so it passed and the run failed at its (N + 1)-th save."""
+    writer = ("import resource, sys, numpy as np, mindspore as ms\n"
+              "from src.common.checkpoint_io import save_checkpoint_atomic\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, resource.RLIM_INFINITY))\n"
+              "try:\n"
+              "    save_checkpoint_atomic([{'name': 'w', 'data': ms.Tensor(np.ones(1 << 18, np.float32))}], "
+              "sys.argv[1])\n"
+              "except OSError as err:\n"
+              "    print('failed:', err.strerror)\n")
+    result = subprocess.run([sys.executable, "-c", writer, str(tmp_path / "a.ckpt")], cwd=ROOT, env=ENV,
+                            capture_output=True, text=True, timeout=120)
+    assert "failed: File too large" in result.stdout, result.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []
+
+    import errno
+    from types import SimpleNamespace
+
+    from mindspore import nn
+
+    from src.training.checkpoints import Lineage, check_checkpoint_space
+    from src.training.train_loop import CheckpointSaver
+
+    def saver(total_steps: int, every: int, keep: int) -> CheckpointSaver:
+        plan = SimpleNamespace(total_steps=total_steps, accumulation_steps=1)
+        return CheckpointSaver(None, plan, SimpleNamespace(micro_step=0), str(tmp_path), "albert_pretrain", every,
+                               keep, Lineage.new())
+    assert saver(300, 20, 2).files_to_come() == 3  # two kept, the third written before the oldest goes
+    assert saver(300, 20, 5).files_to_come() == 6
+    assert saver(30, 20, 5).files_to_come() == 2  # steps 20 and 30: two saves only
+
+    def no_room(handle, offset, size):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "posix_fallocate", no_room)
+    cell = nn.Dense(512, 512)  # 1 MiB of weights: a checkpoint of 2.0 MiB with the framing
+    with pytest.raises(UserError, match=r"No space left on device \(3 checkpoints of 2\.0 MiB need 6\.0 MiB\)"):
+        check_checkpoint_space(str(tmp_path), cell, files=3)
+    assert list(tmp_path.iterdir()) == []

@@ -204,7 +204,7 @@ def test_a_second_start_keeps_the_logs_of_the_first(tmp_path):
         assert launching.stdout.readline() == "held\n"
         refused = common_sh(f'DEVICE_TARGET=CPU MASTER_PORT={free_port()} albert_run_distributed 2 "{out}" '
                             f'run_pretrain.py')
-        assert refused.returncode == 2 and f"another start of this node is launching into {out}" in refused.stderr
+        assert refused.returncode == 2 and f"another start is launching into {out}" in refused.stderr
         assert sorted(p.name for p in logs.iterdir()) == [".launcher_node0.lock", "launcher_node0.log", "msrun_node0"]
     finally:
         launching.kill()
@@ -248,3 +248,79 @@ def test_msrun_stops_when_the_script_that_started_it_is_killed(tmp_path):
         except ProcessLookupError:
             pass
     assert gone, "msrun outlived the script that started it"
+
+
+def in_use(folder: Path) -> bool:
+    from model_utils.errors import UserError
+    from src.common.atomic_files import check_not_in_use
+
+    try:
+        check_not_in_use(str(folder), "")
+    except UserError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_a_script_stopped_by_a_scheduler_stops_its_run_which_the_same_command_resumes(data, tmp_path):
+    """SIGTERM to the script alone (a scheduler's stop) ended the script but left its training running on, detached,
+    holding OUTPUT_DIR (running the script again was refused), and a run stopped by SIGTERM or Ctrl-C ended
+    without a word. Now the run stops between steps with a line naming its newest checkpoint, exits 143, and the
+    same command resumes from that checkpoint."""
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    command = [SCRIPTS / "run_pretrain_single.sh", data["train"], out, *TINY, "--train_steps", "4000", "--log_steps",
+               "1", "--save_checkpoint_steps", "20", "--save_checkpoint_num", "1"]
+    script = subprocess.Popen(["bash", *map(str, command)], cwd=ROOT, env=dict(ENV, PYTHON=sys.executable),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    metrics, log = out / "metrics.jsonl", out / "logs" / "pretrain.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 25):
+        time.sleep(0.05)
+    script.send_signal(signal.SIGTERM)  # the script alone, not its process group
+    assert script.wait(timeout=30) == -signal.SIGTERM
+    while time.time() < deadline and "stopped by SIGTERM" not in log.read_text():
+        time.sleep(0.1)
+    stopped = next(line for line in log.read_text().splitlines() if line.startswith("stopped by SIGTERM"))
+    newest = max((out / "checkpoints").glob("albert_pretrain-*.ckpt"), key=lambda p: int(p.stem.rsplit("-", 1)[1]))
+    assert stopped.endswith(f"the newest checkpoint is {newest}: the same command resumes from it")
+    while time.time() < deadline and in_use(out):  # the stopped run ends and releases OUTPUT_DIR
+        time.sleep(0.1)
+    resumed = ok(bash(command))
+    assert f"resumed from {newest}" in resumed.stdout and "done: 4000 steps" in resumed.stdout
+
+
+def test_a_quick_start_leaves_the_data_of_a_run_in_its_folder_alone(tmp_path):
+    """A second quick start on the OUTPUT_DIR of a running one rewrote its corpus, vocabulary and data (the first
+    run then evaluated its model on the other data) before its training refused the busy folder."""
+    from src.common.atomic_files import RUN_LOCK
+
+    out = tmp_path / "q"
+    (out / "data").mkdir(parents=True)
+    (out / "logs").mkdir()
+    corpus = out / "data" / "corpus.txt"
+    corpus.write_text("the first run's corpus\n")
+    training = subprocess.Popen([sys.executable, "-c", "import sys, time; from src.common.atomic_files import "
+                                 "lock_output; lock_output(sys.argv[1], 'a run'); print('held', flush=True); "
+                                 "time.sleep(60)", str(out / RUN_LOCK)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                                text=True)
+    making_data = subprocess.Popen(["bash", "-c", f'exec 9>>"{out}/logs/.quickstart.lock"; flock 9; echo held; '
+                                    "sleep 60"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert training.stdout.readline() == "held\n"
+        refused = bash([SCRIPTS / "run_pretrain_single.sh"], {"OUTPUT_DIR": str(out)})
+        assert refused.returncode == 2 and f"OUTPUT_DIR {out} is in use by another run (pid {training.pid}" in \
+            refused.stderr
+        training.kill()
+        training.wait()
+        assert making_data.stdout.readline() == "held\n"
+        refused = bash([SCRIPTS / "run_pretrain_single.sh"], {"OUTPUT_DIR": str(out)})
+        assert refused.returncode == 2 and f"another start is launching into {out}" in refused.stderr
+    finally:
+        for process in (training, making_data):
+            process.kill()
+            process.wait()
+    assert corpus.read_text() == "the first run's corpus\n" and sorted(p.name for p in (out / "data").iterdir()) == \
+        ["corpus.txt"]

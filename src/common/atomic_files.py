@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import errno
 import fcntl
+import glob
 import itertools
 import json
 import math
@@ -165,7 +166,9 @@ def _relation(output: str, path: str) -> str:
 def atomic_path(path: str, suffix: str = "", plain_mode: bool = True, durable: bool = False,
                 replace: bool = True) -> Iterator[str]:
     """Yield a temporary file name beside `path` (`.tmp-*<suffix>`, created empty); when the block ends without an
-    exception the file becomes `path`, otherwise it is removed. `plain_mode`: give it the mode a plainly created
+    exception the file becomes `path`, otherwise it is removed, with any file named like it but for the suffix
+    (MindSpore's save_checkpoint writes `.tmp-*.tmp` and renames that: a write that failed, on a full disk say, left
+    it behind, holding the space). `plain_mode`: give it the mode a plainly created
     file would have (not mkstemp's 0600). `durable`: fsync the file before the rename and the folder after, so a
     power cut cannot leave an empty file under the final name. `replace` False: a file that appeared at `path`
     meanwhile is kept and the run stops (see place_new)."""
@@ -183,8 +186,10 @@ def atomic_path(path: str, suffix: str = "", plain_mode: bool = True, durable: b
         if durable:
             fsync_path(folder)
     finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+        stem = tmp[:len(tmp) - len(suffix)] if suffix else tmp
+        for leftover in glob.glob(glob.escape(stem) + "*"):
+            if os.path.isfile(leftover):
+                os.remove(leftover)
 
 
 def place(source: str, target: str, replace: bool) -> None:

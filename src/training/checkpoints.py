@@ -427,10 +427,14 @@ def other_start(settings: TrainSettings, from_init: bool) -> str:
     return f"resume with the same settings, or start a new run in another {settings.flag('save_dir')}"
 
 
-def check_checkpoint_space(directory: str, cell: nn.Cell, save_flag: str = "save_checkpoint_path") -> None:
-    """Fail before any training time is spent when a checkpoint of `cell` cannot be written to `directory`
-    (unwritable, read-only, full): reserve a checkpoint's size in a temporary file there, then delete it."""
-    size = sum(p.nbytes for p in cell.get_parameters()) + (1 << 20)  # tensors + names and framing
+def check_checkpoint_space(directory: str, cell: nn.Cell, save_flag: str = "save_checkpoint_path",
+                           files: int = 1) -> None:
+    """Fail before any training time is spent when `files` more checkpoints of `cell` cannot be written to
+    `directory` (unwritable, read-only, full): reserve their size in a temporary file there, then delete it."""
+    one = sum(p.nbytes for p in cell.get_parameters()) + (1 << 20)  # tensors + names and framing
+    size = one * files
+    needs = f"{'one checkpoint needs' if files == 1 else f'{files} checkpoints of {one / 2 ** 20:.1f} MiB need'} " \
+        f"{size / 2 ** 20:.1f} MiB"
     try:
         handle, probe = tempfile.mkstemp(prefix=".tmp-space-", dir=directory)
     except OSError as err:
@@ -440,12 +444,11 @@ def check_checkpoint_space(directory: str, cell: nn.Cell, save_flag: str = "save
             os.posix_fallocate(handle, 0, size)
         except OSError as err:
             if err.errno not in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise UserError(f"cannot write checkpoints to {directory}: {err.strerror} (one checkpoint needs "
-                                f"{size / 2 ** 20:.1f} MiB); free space or set {save_flag}") from err
+                raise UserError(f"cannot write checkpoints to {directory}: {err.strerror} ({needs}); free space or "
+                                f"set {save_flag}") from err
             free = shutil.disk_usage(directory).free  # a file system without fallocate
             if free < size:
-                raise UserError(f"cannot write checkpoints to {directory}: one checkpoint needs "
-                                f"{size / 2 ** 20:.1f} MiB, {free / 2 ** 20:.1f} free")
+                raise UserError(f"cannot write checkpoints to {directory}: {needs}, {free / 2 ** 20:.1f} MiB free")
     finally:
         os.close(handle)
         os.remove(probe)

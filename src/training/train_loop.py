@@ -19,6 +19,7 @@ from mindspore.train import Callback, Model
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
+from model_utils.signals import Stopped, take_signals
 from src.common.atomic_files import (check_not_in_use, claim_folder, free_name, move_aside, open_regular,
                                      save_text_atomic, standard_json)
 from src.common.checkpoint_io import save_checkpoint_atomic
@@ -70,7 +71,9 @@ class CountedSteps(nn.Cell):
 
 
 class StepCounter(Callback):
-    """First callback of every run: moves `CountedSteps`' totals into `progress` for the callbacks after it."""
+    """First callback of every run: moves `CountedSteps`' totals into `progress` for the callbacks after it, and
+    takes Ctrl-C and SIGTERM back from MindSpore's runtime (model_utils/signals.py), so they stop the run between
+    steps with its last line."""
 
     def __init__(self, train_cell: nn.Cell, progress: Progress, parts: int):
         super().__init__()
@@ -82,6 +85,7 @@ class StepCounter(Callback):
         progress.micro_step += steps
         progress.overflow_count += overflows
         progress.window_steps, progress.window_overflows, progress.window_sums = steps, overflows, sums
+        take_signals()
 
 
 class TrainMonitor(Callback):
@@ -252,6 +256,13 @@ class CheckpointSaver(Callback):
                             f"{' ...' if len(bad) > 3 else ''}): training diverged and was stopped without saving; "
                             f"{f'the last finite checkpoint is {newest}' if newest else 'no checkpoint was kept'}. "
                             f"Lower the learning rate or set clip_norm")
+
+    def files_to_come(self) -> int:
+        """How many more of its checkpoint files this training holds at its fullest: a save is written before the
+        oldest is deleted, so `keep` + 1, fewer when it saves fewer times, less those already in the folder."""
+        steps_left = self.plan.total_steps - self._last_step
+        saves = max(1, -(-steps_left // self.every))
+        return max(1, min(saves, self.keep + 1 - len(self._lineage())))
 
     def newest(self) -> Optional[str]:
         """This training's newest checkpoint in the folder (None when it has none)."""
@@ -451,9 +462,9 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
                                               observers)]
     saver = None
     if settings.save_dir and device.is_main:
-        check_checkpoint_space(settings.save_dir, cell, settings.flag("save_dir"))
         saver = CheckpointSaver(cell, plan, progress, settings.save_dir, settings.checkpoint_prefix,
                                 config.save_checkpoint_steps, config.save_checkpoint_num, lineage, log, identity)
+        check_checkpoint_space(settings.save_dir, cell, settings.flag("save_dir"), saver.files_to_come())
     # before the saver: a diverged step is never saved
     callbacks.append(NonFiniteGuard(plan, progress, config.nonfinite_stop_steps, cell.use_loss_scale, saver,
                                     settings.save_dir))
@@ -499,11 +510,15 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
         log(f"nothing to train: the checkpoint already completed all {plan.total_steps} steps")
     else:
         summaries = _start_summaries(settings, device, progress, plan, log)
+        callbacks: List[Callback] = []
         try:
             callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_length, settings, lineage, log,
                                        summaries, identity)
             train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps,
                   log)
+        except KeyboardInterrupt as stop:
+            log(_stopped_line(stop, progress, plan, callbacks))
+            raise
         finally:
             if summaries is not None:
                 summaries.close()
@@ -515,6 +530,16 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
     log(f"done: {plan.total_steps} steps; outputs in {settings.output_dir}"
         + (f", checkpoints in {settings.save_dir}" if settings.save_dir else ""))
     return plan.total_steps
+
+
+def _stopped_line(stop: KeyboardInterrupt, progress: Progress, plan: StepPlan, callbacks: Sequence[Callback]) -> str:
+    """Where a run stopped by Ctrl-C or SIGTERM (between steps) stands, and how it goes on."""
+    savers = [callback for callback in callbacks if isinstance(callback, CheckpointSaver)]
+    newest = savers[0].newest() if savers else None
+    goes_on = f"the newest checkpoint is {newest}: the same command resumes from it" if newest else \
+        "no checkpoint of this run yet: the same command starts it again"
+    return (f"stopped by {'SIGTERM (or Ctrl-C)' if isinstance(stop, Stopped) else 'Ctrl-C'} after step "
+            f"{progress.micro_step // plan.accumulation_steps} of {plan.total_steps}; {goes_on}")
 
 
 def _start_summaries(settings: TrainSettings, device: Device, progress: Progress, plan: StepPlan,

@@ -1,0 +1,67 @@
+"""How every command stops when it is told to: Ctrl-C and SIGTERM (a scheduler's stop, `docker stop`, `kill`, the
+end of the script that started it) become exceptions, so a stopped command cleans up as after an error (temporary
+files removed, locks released), prints one last line and exits 130 or 143. Without this, SIGTERM killed a command
+on the spot, and after MindSpore's first graph execution Ctrl-C did too (MindSpore 2.10's runtime takes SIGINT and
+ends the process by SIGTERM, silently). No MindSpore import here."""
+import ctypes
+import os
+import signal
+import threading
+from contextlib import contextmanager
+from typing import Iterator
+
+PR_SET_PDEATHSIG = 1
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM as an exception: handled like Ctrl-C's KeyboardInterrupt, exit code 143."""
+
+
+def _stopped(signum: int, frame) -> None:
+    raise Stopped()
+
+
+def take_signals() -> None:
+    """Ctrl-C as KeyboardInterrupt and SIGTERM as Stopped from now on, in the main thread. MindSpore's runtime takes
+    SIGINT back at some graph executions, so loops call this again at every step (it costs a microsecond). Under
+    msrun (MS_ROLE set) SIGTERM keeps its default: msrun stops its workers with it and waits for them, and a worker
+    blocked in a collective operation would never reach the exception."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not os.environ.get("MS_ROLE"):
+        signal.signal(signal.SIGTERM, _stopped)
+
+
+@contextmanager
+def signals_taken() -> Iterator[None]:
+    """take_signals() for the block, the previous handlers back after it (a command run inside another program,
+    as the tests do, leaves that program's handlers as they were)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    take_signals()
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+
+
+def die_with_parent(signum: int) -> bool:
+    """Have the kernel send `signum` to this process when its parent dies (Linux PR_SET_PDEATHSIG, kept across
+    exec); False where that is not available."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def stop_with_script() -> None:
+    """A command started by one of scripts/*.sh (which export ALBERT_SCRIPT_PID=$$) gets SIGTERM when the script
+    dies: a script stopped by a scheduler (SIGTERM to the script alone) left the training running on, detached, and
+    holding its output folder, so that running the script again was refused."""
+    script = os.environ.get("ALBERT_SCRIPT_PID", "")
+    if script.isdigit() and int(script) == os.getppid():
+        die_with_parent(signal.SIGTERM)
