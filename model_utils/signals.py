@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 PR_SET_PDEATHSIG = 1
+_commands_running = 0  # signals_taken blocks open: take_signals acts only inside one (a command's run)
 
 
 class Stopped(KeyboardInterrupt):
@@ -22,11 +23,12 @@ def _stopped(signum: int, frame) -> None:
 
 
 def take_signals() -> None:
-    """Ctrl-C as KeyboardInterrupt and SIGTERM as Stopped from now on, in the main thread. MindSpore's runtime takes
+    """Ctrl-C as KeyboardInterrupt and SIGTERM as Stopped from now on, in the main thread of a command (inside
+    `signals_taken`; a program using the package's functions keeps its own handlers). MindSpore's runtime takes
     SIGINT back at some graph executions, so loops call this again at every step (it costs a microsecond). Under
     msrun (MS_ROLE set) SIGTERM keeps its default: msrun stops its workers with it and waits for them, and a worker
     blocked in a collective operation would never reach the exception."""
-    if threading.current_thread() is not threading.main_thread():
+    if not _commands_running or threading.current_thread() is not threading.main_thread():
         return
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if not os.environ.get("MS_ROLE"):
@@ -40,11 +42,14 @@ def signals_taken() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _commands_running
     previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    _commands_running += 1
     take_signals()
     try:
         yield
     finally:
+        _commands_running -= 1
         for number, handler in previous.items():
             signal.signal(number, handler if handler is not None else signal.SIG_DFL)
 

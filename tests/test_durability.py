@@ -419,3 +419,24 @@ def test_a_checkpoint_write_that_failed_leaves_no_temporary_file_and_the_start_a
     with pytest.raises(UserError, match=r"No space left on device \(3 checkpoints of 2\.0 MiB need 6\.0 MiB\)"):
         check_checkpoint_space(str(tmp_path), cell, files=3)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_stops_a_command_through_its_cleanup_and_leaves_other_programs_handlers_alone(tmp_path):
+    """SIGTERM killed a command on the spot (its temporary files stayed); a program calling the package's
+    functions keeps its own handlers, and a command run inside it gives them back."""
+    from model_utils.errors import run_cli
+    from model_utils.signals import take_signals
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    take_signals()  # outside a command: nothing changes
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+    def command(argv):
+        with atomic_files.atomic_path(str(tmp_path / "out.txt")) as tmp:
+            Path(tmp).write_text("half")
+            take_signals()  # as a training loop does at every step
+            os.kill(os.getpid(), signal.SIGTERM)
+            Path(tmp).write_text("all")
+    assert run_cli(command, []) == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
