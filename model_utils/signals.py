@@ -8,31 +8,61 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 PR_SET_PDEATHSIG = 1
 _commands_running = 0  # signals_taken blocks open: take_signals acts only inside one (a command's run)
+_deferring = 0  # stops_deferred blocks open
+_pending: Optional[KeyboardInterrupt] = None  # a stop asked for inside one, not raised yet
 
 
 class Stopped(KeyboardInterrupt):
     """SIGTERM as an exception: handled like Ctrl-C's KeyboardInterrupt, exit code 143."""
 
 
-def _stopped(signum: int, frame) -> None:
-    raise Stopped()
+def _stop(signum: int, frame) -> None:
+    global _pending
+    stop = Stopped() if signum == signal.SIGTERM else KeyboardInterrupt()
+    if not _deferring:
+        raise stop
+    _pending = _pending or stop
 
 
 def take_signals() -> None:
     """Ctrl-C as KeyboardInterrupt and SIGTERM as Stopped from now on, in the main thread of a command (inside
     `signals_taken`; a program using the package's functions keeps its own handlers). MindSpore's runtime takes
-    SIGINT back at some graph executions, so loops call this again at every step (it costs a microsecond). Under
+    SIGINT back at some graph executions, so stop_if_asked calls this again at every step (a microsecond). Under
     msrun (MS_ROLE set) SIGTERM keeps its default: msrun stops its workers with it and waits for them, and a worker
     blocked in a collective operation would never reach the exception."""
     if not _commands_running or threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _stop)
     if not os.environ.get("MS_ROLE"):
-        signal.signal(signal.SIGTERM, _stopped)
+        signal.signal(signal.SIGTERM, _stop)
+
+
+@contextmanager
+def stops_deferred() -> Iterator[None]:
+    """Inside the block a stop waits for `stop_if_asked()`, which a loop calls between its steps, or for the
+    block's end: raised wherever the signal lands, it cut the log's last line in two (inside a print) or left a
+    step half reported."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    stop_if_asked()
+
+
+def stop_if_asked() -> None:
+    """Raise the stop asked for since the last call (Stopped for SIGTERM, KeyboardInterrupt for Ctrl-C), after
+    taking the signals back from MindSpore (see take_signals)."""
+    global _pending
+    take_signals()
+    if _pending is not None:
+        stop, _pending = _pending, None
+        raise stop
 
 
 @contextmanager
@@ -42,7 +72,7 @@ def signals_taken() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    global _commands_running
+    global _commands_running, _pending
     previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     _commands_running += 1
     take_signals()
@@ -50,6 +80,7 @@ def signals_taken() -> Iterator[None]:
         yield
     finally:
         _commands_running -= 1
+        _pending = None
         for number, handler in previous.items():
             signal.signal(number, handler if handler is not None else signal.SIG_DFL)
 

@@ -422,10 +422,11 @@ def test_a_checkpoint_write_that_failed_leaves_no_temporary_file_and_the_start_a
 
 
 def test_sigterm_stops_a_command_through_its_cleanup_and_leaves_other_programs_handlers_alone(tmp_path):
-    """SIGTERM killed a command on the spot (its temporary files stayed); a program calling the package's
+    """SIGTERM killed a command on the spot (its temporary files stayed); inside a training loop it waits for the
+    end of the step (raised where it landed, it cut the log's last line in two); a program calling the package's
     functions keeps its own handlers, and a command run inside it gives them back."""
     from model_utils.errors import run_cli
-    from model_utils.signals import take_signals
+    from model_utils.signals import stop_if_asked, stops_deferred, take_signals
 
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
     take_signals()  # outside a command: nothing changes
@@ -439,4 +440,16 @@ def test_sigterm_stops_a_command_through_its_cleanup_and_leaves_other_programs_h
             Path(tmp).write_text("all")
     assert run_cli(command, []) == 128 + signal.SIGTERM
     assert list(tmp_path.iterdir()) == []
+    assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+    steps = []
+
+    def loop(argv):
+        with stops_deferred():
+            for step in range(3):
+                if step == 1:
+                    os.kill(os.getpid(), signal.SIGINT)
+                steps.append(f"step {step} reported")
+                stop_if_asked()
+    assert run_cli(loop, []) == 128 + signal.SIGINT and steps == ["step 0 reported", "step 1 reported"]
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before

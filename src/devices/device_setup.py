@@ -8,7 +8,6 @@ fails) in one line, and exits 3 in the latter case (src/devices/distributed_laun
 the scripts). `model_runtime` then says how networks are built to run on the device (src/model/albert.py's Runtime).
 """
 import atexit
-import ctypes
 import os
 import re
 import signal
@@ -23,6 +22,7 @@ from mindspore.communication import get_group_size, get_rank, init
 from mindspore.context import ParallelMode
 
 from model_utils.errors import UserError
+from model_utils.signals import die_with_parent
 from src.devices.device_checks import ascend_unavailable_reason, compute_type_problem, gpu_unavailable_reason
 from src.devices.distributed_launch import EXIT_CLUSTER_FAILED, EXIT_USER_ERROR
 from src.model import cpu_kernels
@@ -201,11 +201,7 @@ def stop_with_launcher() -> None:
     """Die with the launcher (Linux `PR_SET_PDEATHSIG`): a worker whose msrun was killed would otherwise train on,
     orphaned, holding its node's place in the job. The scripts export the launcher's pid, which closes the window
     before this call: a worker whose launcher is already gone stops at once."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:  # 1 = PR_SET_PDEATHSIG
-            return
-    except (OSError, AttributeError):  # not Linux
+    if not die_with_parent(signal.SIGKILL):
         return
     launcher = os.environ.get("ALBERT_LAUNCHER_PID", "")
     if launcher.isdigit() and os.getppid() != int(launcher):

@@ -19,7 +19,7 @@ from mindspore.train import Callback, Model
 
 from model_utils.config import Config
 from model_utils.errors import UserError, as_user_error
-from model_utils.signals import Stopped, take_signals
+from model_utils.signals import Stopped, stop_if_asked, stops_deferred
 from src.common.atomic_files import (check_not_in_use, claim_folder, free_name, move_aside, open_regular,
                                      save_text_atomic, standard_json)
 from src.common.checkpoint_io import save_checkpoint_atomic
@@ -71,9 +71,7 @@ class CountedSteps(nn.Cell):
 
 
 class StepCounter(Callback):
-    """First callback of every run: moves `CountedSteps`' totals into `progress` for the callbacks after it, and
-    takes Ctrl-C and SIGTERM back from MindSpore's runtime (model_utils/signals.py), so they stop the run between
-    steps with its last line."""
+    """First callback of every run: moves `CountedSteps`' totals into `progress` for the callbacks after it."""
 
     def __init__(self, train_cell: nn.Cell, progress: Progress, parts: int):
         super().__init__()
@@ -85,7 +83,14 @@ class StepCounter(Callback):
         progress.micro_step += steps
         progress.overflow_count += overflows
         progress.window_steps, progress.window_overflows, progress.window_sums = steps, overflows, sums
-        take_signals()
+
+
+class StopBetweenSteps(Callback):
+    """Last callback of every run: a Ctrl-C or SIGTERM that came during the step stops the run here, once the step
+    is reported and a checkpoint due at it saved (model_utils/signals.py)."""
+
+    def on_train_step_end(self, run_context) -> None:
+        stop_if_asked()
 
 
 class TrainMonitor(Callback):
@@ -470,6 +475,7 @@ def make_callbacks(cell: nn.Cell, optimizer: nn.Optimizer, plan: StepPlan, progr
                                     settings.save_dir))
     if saver:
         callbacks.append(saver)
+    callbacks.append(StopBetweenSteps())
     return callbacks
 
 
@@ -514,8 +520,9 @@ def fit(settings: TrainSettings, make_network: Callable[[Runtime], nn.Cell], net
         try:
             callbacks = make_callbacks(cell, optimizer, plan, progress, device, seq_length, settings, lineage, log,
                                        summaries, identity)
-            train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink, config.data_sink_steps,
-                  log)
+            with stops_deferred():
+                train(make_dataset, plan, progress, callbacks, device, config.enable_data_sink,
+                      config.data_sink_steps, log)
         except KeyboardInterrupt as stop:
             log(_stopped_line(stop, progress, plan, callbacks))
             raise
