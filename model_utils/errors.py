@@ -58,8 +58,8 @@ def run_cli(main: Callable[[List[str]], Optional[int]], argv: Optional[Sequence[
     args = [a for a in args if a != "--verbose"]
     if not verbose:
         os.environ.setdefault("GLOG_v", QUIET_GLOG_LEVEL)
-    stop_with_script()
     with captured_output(command_name(main), args), signals_taken():
+        stop_with_script()  # its SIGTERM then finds the handler
         return _run(main, args, verbose)
 
 

@@ -8,12 +8,13 @@ import os
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Set
 
 PR_SET_PDEATHSIG = 1
 _commands_running = 0  # signals_taken blocks open: take_signals acts only inside one (a command's run)
 _deferring = 0  # stops_deferred blocks open
 _pending: Optional[KeyboardInterrupt] = None  # a stop asked for inside one, not raised yet
+_ignored: Set[int] = set()  # signals ignored when the command started (a background job's SIGINT): left so
 
 
 class Stopped(KeyboardInterrupt):
@@ -21,23 +22,25 @@ class Stopped(KeyboardInterrupt):
 
 
 def _stop(signum: int, frame) -> None:
+    """The handler of both: raise now, or inside stops_deferred keep the first stop for stop_if_asked."""
     global _pending
     stop = Stopped() if signum == signal.SIGTERM else KeyboardInterrupt()
-    if not _deferring:
+    if not _deferring or _pending is not None:  # a second stop does not wait (a step that never ends)
         raise stop
-    _pending = _pending or stop
+    _pending = stop
 
 
 def take_signals() -> None:
     """Ctrl-C as KeyboardInterrupt and SIGTERM as Stopped from now on, in the main thread of a command (inside
     `signals_taken`; a program using the package's functions keeps its own handlers). MindSpore's runtime takes
-    SIGINT back at some graph executions, so stop_if_asked calls this again at every step (a microsecond). Under
-    msrun (MS_ROLE set) SIGTERM keeps its default: msrun stops its workers with it and waits for them, and a worker
-    blocked in a collective operation would never reach the exception."""
+    SIGINT back at some graph executions, so stop_if_asked calls this again at every step (a microsecond). A
+    launcher's workers (msrun: MS_ROLE, mpirun: OMPI_COMM_WORLD_RANK) keep SIGTERM's default: the launcher stops
+    them with it and waits, and a worker blocked in a collective operation would never reach the exception."""
     if not _commands_running or threading.current_thread() is not threading.main_thread():
         return
-    signal.signal(signal.SIGINT, _stop)
-    if not os.environ.get("MS_ROLE"):
+    if signal.SIGINT not in _ignored:
+        signal.signal(signal.SIGINT, _stop)
+    if signal.SIGTERM not in _ignored and not (os.environ.get("MS_ROLE") or os.environ.get("OMPI_COMM_WORLD_RANK")):
         signal.signal(signal.SIGTERM, _stop)
 
 
@@ -72,8 +75,10 @@ def signals_taken() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    global _commands_running, _pending
+    global _commands_running, _pending, _ignored
     previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    if not _commands_running:
+        _ignored = {number for number, handler in previous.items() if handler == signal.SIG_IGN}
     _commands_running += 1
     take_signals()
     try:

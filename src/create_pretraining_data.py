@@ -53,6 +53,7 @@ import itertools
 import multiprocessing
 import os
 import random
+import signal
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -276,6 +277,14 @@ def _init_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed:
     _WORKER_MAKER = InstanceMaker(tokenizer, options, random_seed)
 
 
+def _init_pool_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed: int) -> None:
+    """A forked worker: `_init_worker`, with the default signal handling (the parent's handlers would make each
+    worker print a traceback when the parent is stopped; the parent ends the pool itself)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _init_worker(tokenizer, options, random_seed)
+
+
 def _write_task(args: Tuple[List[Document], int, Path]) -> "Summary":
     """A worker's job: the instances of some consecutive documents, written as one MindRecord file at `path`."""
     documents, dupe_factor, path = args
@@ -341,7 +350,7 @@ def write_tasks(tasks: Iterable[List[Document]], out: RecordWriter, tokenizer: F
             out.adopt(job[2], summary.instances)
             yield summary
         return
-    pool = ProcessPoolExecutor(num_workers, _pool_context(), _init_worker, (tokenizer, options, random_seed))
+    pool = ProcessPoolExecutor(num_workers, _pool_context(), _init_pool_worker, (tokenizer, options, random_seed))
     try:
         pending: collections.deque = collections.deque()
         for job in itertools.chain(jobs, [None]):

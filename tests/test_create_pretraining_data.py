@@ -7,6 +7,7 @@ import errno
 import os
 import random
 import re
+import signal
 import string
 import subprocess
 import sys
@@ -195,8 +196,11 @@ def test_same_records_for_any_worker_count_and_file_size(tmp_path, spm_path, ass
 
     inputs = f"{assets}/pretrain/bert_sample_text.txt,{assets}/derived/squad_v1.1_dev_contexts_corpus.txt"
     one, two, small = tmp_path / "one.mindrecord", tmp_path / "two.mindrecord", tmp_path / "small.mindrecord"
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert cpd.main(_config_args(spm_path, inputs, one, "--dupe_factor", "1", "--num_workers", "1")) == 0
     assert "summary: documents=" in capsys.readouterr().out
+    # the pool workers' signal settings stay theirs (was: one worker's run in-process ignored Ctrl-C from then on)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers
     assert cpd.main(_config_args(spm_path, inputs, two, "--dupe_factor", "1", "--num_workers", "2")) == 0
     rows_one, rows_two = _read_records(one), _read_records(two)
     assert len(rows_one) == len(rows_two) > 1000

@@ -33,12 +33,12 @@ def murmur_finalizer(values: np.ndarray) -> np.ndarray:
 
 
 def expected_output(x: np.ndarray, calls: int, place: np.ndarray, p: float) -> np.ndarray:
-    """The documented rule: element i kept when fmix32(i * G + fmix32(place_key + calls * G)) >> 8 >= threshold."""
+    """The documented rule: element i kept when fmix32((i * G) xor fmix32(place_key + calls * G)) >> 8 >= threshold."""
     golden = 0x9E3779B9
     place_key, threshold = int(place[0]) & WORD, int(place[1])
     key = murmur_finalizer(np.array([(place_key + calls * golden) & WORD], np.uint64))[0]
     index = np.arange(x.size, dtype=np.uint64)
-    bits = murmur_finalizer((index * golden + key) & WORD)
+    bits = murmur_finalizer(((index * golden) & WORD) ^ key)
     keep = ((bits >> 8) >= threshold).reshape(x.shape)
     assert threshold == round(p * 2 ** 24)
     return np.where(keep, x * np.float32(1.0 / (1.0 - p)), np.float32(0.0))
@@ -47,9 +47,10 @@ def expected_output(x: np.ndarray, calls: int, place: np.ndarray, p: float) -> n
 class Runs(nn.Cell):
     """One dropout place run by three layers, each run with its own mask."""
 
-    def __init__(self, dropout: LayerDropout):
+    def __init__(self, dropout: LayerDropout, training: bool = True):
         super().__init__()
         self.dropout = dropout
+        self.set_train(training)  # as Model.train does
 
     def construct(self, x):
         return self.dropout(x, 0), self.dropout(x, 1), self.dropout(x, 2)
@@ -69,6 +70,8 @@ def test_every_runs_mask_is_the_formula_of_its_place_and_the_count(kernels):
     for run, out in enumerate(outputs):
         np.testing.assert_array_equal(out, expected_output(x, 5, dropout.places[run].asnumpy(), 0.1))
     assert len({out.tobytes() for out in outputs}) == 3  # the layers drop different units
+    for out in Runs(dropout, training=False)(Tensor(x)):  # set_train(False) turns it off, as nn.Dropout
+        np.testing.assert_array_equal(out.asnumpy(), x)
 
 
 @pytest.mark.parametrize("kernels", PATHS)
@@ -88,6 +91,7 @@ def test_the_gradient_passes_through_the_forward_mask(kernels):
     x = np.random.default_rng(1).normal(size=(6, 50)).astype(np.float32)
     sens = np.random.default_rng(2).normal(size=(6, 50)).astype(np.float32)
     dropout = dropout_with_clock(0.3, 1, kernels, calls=11)
+    dropout.set_train()
     expected_mask = expected_output(np.ones_like(x), 11, dropout.places[0].asnumpy(), 0.3)
     grad = ops.GradOperation(sens_param=True)(dropout)(Tensor(x), Tensor(sens)).asnumpy()
     np.testing.assert_allclose(grad, sens * expected_mask, rtol=1e-6)
@@ -113,6 +117,7 @@ def test_the_train_step_counts_micro_batches_and_both_passes_see_one_mask(kernel
     assert sorted(param.name for param in net.get_parameters()) == [DROPOUT_CALLS, "w"]
     step = AlbertTrainOneStepCell(net, nn.SGD([net.w], learning_rate=1.0), loss_scale=None, clip_norm=None,
                                   accumulation_steps=accumulation)
+    step.set_train()
     x = np.random.default_rng(3).uniform(1, 2, size=(8, 16)).astype(np.float32)
     place, w = net.dropout.places[0].asnumpy(), net.w.asnumpy().copy()
     window = []
@@ -147,9 +152,14 @@ def test_only_training_networks_with_keyed_dropout_and_some_dropout_have_one_clo
     assert clock_names(AlbertForSequenceClassification(TINY, 2, 0.1, True, Runtime())) == []  # GPU, Ascend
 
 
-def test_the_clock_is_never_required_from_a_checkpoint_nor_reported_unused():
+def test_the_clock_is_never_loaded_required_or_reported_unused():
+    """A run starting from another run's checkpoint took that run's count, so its own resume (which sets the count
+    from its progress) drew other masks than its uninterrupted run."""
     training = AlbertForSequenceClassification(TINY, 2, 0.1, True, Runtime(keyed_dropout=True))
     weights = {param.name: param.asnumpy() for param in training.get_parameters() if param.name != DROPOUT_CALLS}
-    assert load_weights(training, weights).missing == []  # e.g. a converted or pretraining checkpoint
+    assert load_weights(training, weights).missing == []  # e.g. a converted checkpoint
+    pretrained = dict(weights, **{DROPOUT_CALLS: np.array([7], np.int32)})  # e.g. a pretraining run's
+    assert DROPOUT_CALLS not in load_weights(training, pretrained).loaded
+    assert int(training.albert.dropout_clock.dropout_calls.asnumpy()[0]) == 0
     saved = {param.name: param.asnumpy() for param in training.get_parameters()}
     assert load_weights(AlbertForSequenceClassification(TINY, 2, 0.1), saved).unused == []  # served from training's

@@ -14,7 +14,6 @@ import atexit
 import contextlib
 import errno
 import fcntl
-import glob
 import itertools
 import json
 import math
@@ -166,9 +165,9 @@ def _relation(output: str, path: str) -> str:
 def atomic_path(path: str, suffix: str = "", plain_mode: bool = True, durable: bool = False,
                 replace: bool = True) -> Iterator[str]:
     """Yield a temporary file name beside `path` (`.tmp-*<suffix>`, created empty); when the block ends without an
-    exception the file becomes `path`, otherwise it is removed, with any file named like it but for the suffix
-    (MindSpore's save_checkpoint writes `.tmp-*.tmp` and renames that: a write that failed, on a full disk say, left
-    it behind, holding the space). `plain_mode`: give it the mode a plainly created
+    exception the file becomes `path`, otherwise it is removed, with its `.tmp` twin (MindSpore's save_checkpoint
+    writes `.tmp-*.tmp` and renames that: a write that failed, on a full disk say, left it behind, holding the
+    space). `plain_mode`: give it the mode a plainly created
     file would have (not mkstemp's 0600). `durable`: fsync the file before the rename and the folder after, so a
     power cut cannot leave an empty file under the final name. `replace` False: a file that appeared at `path`
     meanwhile is kept and the run stops (see place_new)."""
@@ -186,8 +185,7 @@ def atomic_path(path: str, suffix: str = "", plain_mode: bool = True, durable: b
         if durable:
             fsync_path(folder)
     finally:
-        stem = tmp[:len(tmp) - len(suffix)] if suffix else tmp
-        for leftover in glob.glob(glob.escape(stem) + "*"):
+        for leftover in (tmp, os.path.splitext(tmp)[0] + ".tmp"):
             if os.path.isfile(leftover):
                 os.remove(leftover)
 

@@ -13,7 +13,8 @@ from model_utils.errors import UserError
 from src.common.atomic_files import atomic_path, make_readable
 
 BACKBONE_PREFIX = "albert."
-# A training network's dropout clock (src/model/albert.py, DropoutClock): run state, set from the progress on resume.
+# A training network's dropout clock (src/model/albert.py, DropoutClock): run state, never loaded (another run's
+# count would shift every mask); a resumed run sets it from its progress.
 DROPOUT_CALLS = "dropout_calls"
 # Train-cell state that shares a checkpoint with the weights (optimizer moments, step, loss scale).
 TRAIN_STATE_PREFIXES = ("moment1.", "moment2.", "moments.", "adam_m.", "adam_v.", "lamb_m.", "lamb_v.", "accu_grads.",
@@ -167,7 +168,7 @@ def load_weights(net: nn.Cell, source: Union[str, Mapping[str, Union[Parameter, 
     if required:
         raise UserError(f"{where}: {len(required)} network parameters are not in the checkpoint and would stay "
                         f"randomly initialised: {_listing(required)}")
-    to_load = {name: _as_parameter(name, values[name]) for name in params if name in values}
+    to_load = {name: _as_parameter(name, values[name]) for name in params if name in values and name != DROPOUT_CALLS}
     not_loaded, _ = ms.load_param_into_net(net, to_load, strict_load=True)
     not_loaded = [name for name in not_loaded if name in to_load]
     if not_loaded:

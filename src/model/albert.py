@@ -315,7 +315,7 @@ def keyed_dropout(x, calls, place, scale: float):
     (src/model/kernels/row_ops.cc) computes, for networks without them."""
     key = _mix32_tensor(place[0] + calls * _as_int32(GOLDEN))
     index = ops.arange(0, x.size, dtype=ms.int32).reshape(x.shape)
-    bits = _mix32_tensor(index * _as_int32(GOLDEN) + key)
+    bits = _mix32_tensor(ops.bitwise_xor(index * _as_int32(GOLDEN), key))
     keep = ops.stop_gradient((ops.bitwise_right_shift(bits, 8) & 0xFFFFFF) >= place[1])
     return x * keep.astype(x.dtype) * scale
 
@@ -325,7 +325,8 @@ class DropoutClock(nn.Cell):
     dropout's place, what every dropout mask of the network is a function of. So masks repeat from run to run, do
     not depend on thread timing, and continue exactly after a resume, which sets the count from the checkpoint's
     progress. The train-step cell adds one after each call's forward and backward passes, which see the same count.
-    The Parameter is run state, not a weight: one name wherever the network holds it, never required when loading."""
+    The Parameter is run state, not a weight: one name wherever the network holds it, never loaded from a
+    checkpoint (a count from the run that wrote it would shift every mask)."""
 
     def __init__(self):
         super().__init__()
@@ -353,8 +354,9 @@ class LayerDropout(nn.Cell):
     (TF and PyTorch draw a new one at every call).
 
     With a `clock` (Runtime.keyed_dropout), element i of run r is kept when
-        mix32(i * GOLDEN + mix32(place_key_r + calls * GOLDEN)) >> 8  >=  round(p * 2^24)
-    (arithmetic modulo 2^32; `calls` the clock's count, place_key_r the run's key from the clock) and then scaled
+        mix32((i * GOLDEN) xor mix32(place_key_r + calls * GOLDEN)) >> 8  >=  round(p * 2^24)
+    (arithmetic modulo 2^32; `calls` the clock's count, place_key_r the run's key from the clock; the key enters by
+    xor, not +, so two masks are never shifted copies of each other) and then scaled
     by 1 / (1 - p): the same masks in every run with the same seed and after a resume, by the kernels' KeyedDropout
     (`kernels`, float32) or the same arithmetic in MindSpore's operations. Otherwise MindSpore's dropout, one per
     run: the same dropout operation called twice in one graph draws the same mask at both calls (MindSpore 2.10,
@@ -374,6 +376,8 @@ class LayerDropout(nn.Cell):
             self.kernel = cpu_kernels.keyed_dropout() if kernels else None
 
     def construct(self, x, run: int = 0):
+        if self.keyed and not self.training:  # as nn.Dropout: set_train(False) turns it off
+            return x
         if self.keyed and self.kernel is not None:
             return self.kernel(x, self.clock.dropout_calls, self.places[run], self.scale_tensor)
         if self.keyed:

@@ -543,8 +543,12 @@ def _stopped_line(stop: KeyboardInterrupt, progress: Progress, plan: StepPlan, c
     """Where a run stopped by Ctrl-C or SIGTERM (between steps) stands, and how it goes on."""
     savers = [callback for callback in callbacks if isinstance(callback, CheckpointSaver)]
     newest = savers[0].newest() if savers else None
-    goes_on = f"the newest checkpoint is {newest}: the same command resumes from it" if newest else \
-        "no checkpoint of this run yet: the same command starts it again"
+    if newest:
+        goes_on = f"the newest checkpoint is {newest}: the same command resumes from it"
+    elif savers:
+        goes_on = "no checkpoint of this run yet: the same command starts it again"
+    else:  # stopped before its callbacks existed, or a rank that saves nothing
+        goes_on = "the same command resumes from the save folder's newest checkpoint, or starts again without one"
     return (f"stopped by {'SIGTERM (or Ctrl-C)' if isinstance(stop, Stopped) else 'Ctrl-C'} after step "
             f"{progress.micro_step // plan.accumulation_steps} of {plan.total_steps}; {goes_on}")
 

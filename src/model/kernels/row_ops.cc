@@ -228,7 +228,7 @@ int CrossEntropyGrad(int, void **params, int *ndims, int64_t **shapes, const cha
 // (x [any shape] float32, calls [1] int32, place [2] int32 = (place key, threshold), scale [1]) -> y: dropout whose
 // mask is a function of (place key, calls, element index) alone, the same on any thread split, in any process, and
 // after a resume (the call counter is the run's). Element i is kept when
-//   Mix32(i * 0x9E3779B9 + Mix32(place_key + calls * 0x9E3779B9)) >> 8  >=  threshold  (= round(p * 2^24)),
+//   Mix32((i * 0x9E3779B9) ^ Mix32(place_key + calls * 0x9E3779B9)) >> 8  >=  threshold  (= round(p * 2^24)),
 // and then y = x * scale (scale = 1 / (1 - p)), else 0; all arithmetic modulo 2^32. The backward is this kernel on
 // the output's gradient: the same mask, recomputed instead of kept. src/model/albert.py (keyed_dropout) computes the
 // same with MindSpore's operations.
@@ -248,7 +248,7 @@ int KeyedDropout(int, void **params, int *ndims, int64_t **shapes, const char **
   albert::ParallelFor(albert::Size(0, ndims, shapes), kMinElementsPerThread, [&](int64_t, int64_t begin,
                                                                                   int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const uint32_t h = Mix32(static_cast<uint32_t>(i) * 0x9E3779B9u + key);
+      const uint32_t h = Mix32((static_cast<uint32_t>(i) * 0x9E3779B9u) ^ key);
       y[i] = (h >> 8) >= threshold ? x[i] * scale : 0.0f;
     }
   });
