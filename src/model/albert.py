@@ -314,7 +314,9 @@ def keyed_dropout(x, calls, place, scale: float):
     """`x` with the counter-based mask of LayerDropout, by MindSpore's operations: what the kernels' KeyedDropout
     (src/model/kernels/row_ops.cc) computes, for networks without them."""
     key = _mix32_tensor(place[0] + calls * _as_int32(GOLDEN))
-    index = ops.arange(0, x.size, dtype=ms.int32).reshape(x.shape)
+    # Plus the count's zero: a run-time value, multiplied in int32 below. MindSpore 2.7 folds an expression of
+    # constants at compile time in floating point, which rounded the product (other masks than the kernels').
+    index = ops.arange(0, x.size, dtype=ms.int32).reshape(x.shape) + (calls - calls)
     bits = _mix32_tensor(ops.bitwise_xor(index * _as_int32(GOLDEN), key))
     keep = ops.stop_gradient((ops.bitwise_right_shift(bits, 8) & 0xFFFFFF) >= place[1])
     return x * keep.astype(x.dtype) * scale
