@@ -358,7 +358,7 @@ class LayerDropout(nn.Cell):
     With a `clock` (Runtime.keyed_dropout), element i of run r is kept when
         mix32((i * GOLDEN) xor mix32(place_key_r + calls * GOLDEN)) >> 8  >=  round(p * 2^24)
     (arithmetic modulo 2^32; `calls` the clock's count, place_key_r the run's key from the clock; the key enters by
-    xor, not +, so two masks are never shifted copies of each other) and then scaled
+    xor, not +, so that two masks are not shifted copies of each other) and then scaled
     by 1 / (1 - p): the same masks in every run with the same seed and after a resume, by the kernels' KeyedDropout
     (`kernels`, float32) or the same arithmetic in MindSpore's operations. Otherwise MindSpore's dropout, one per
     run: the same dropout operation called twice in one graph draws the same mask at both calls (MindSpore 2.10,
