@@ -342,7 +342,7 @@ class DropoutClock(nn.Cell):
         return _as_int32(mix32(self.seed * 0x85EBCA6B + self.places * 0xC2B2AE35))
 
 
-def dropout_clock(config: "AlbertConfig", is_training: bool, runtime: "Runtime",
+def dropout_clock(config: AlbertConfig, is_training: bool, runtime: Runtime,
                   *head_probs: float) -> Optional[DropoutClock]:
     """The clock of a training network with keyed dropout and some dropout probability above 0 (the backbone's or
     its heads' `head_probs`); None otherwise."""
