@@ -110,9 +110,7 @@ struct Matrix {
 // thread); a bfloat16 tensor is used as it is.
 uint16_t *Buffer(int slot, int64_t count) {
   thread_local std::vector<uint16_t> buffers[kOperandSlots];
-  std::vector<uint16_t> &buffer = buffers[slot];
-  if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(count);
-  return buffer.data();
+  return albert::dnnl::Aligned(&buffers[slot], count);
 }
 
 Matrix Operand(void **params, int64_t **shapes, const char **dtypes, int i, bool bf16, int slot) {
@@ -463,8 +461,7 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
   const Matrix dy = OutputGrad(params, shapes, dtypes, 0, bf16, 0, static_cast<float *>(params[10]));
   const Matrix w1 = Operand(params, shapes, dtypes, 4, bf16, 1), w2 = Operand(params, shapes, dtypes, 5, bf16, 2);
   thread_local std::vector<float> scratch;  // dh, then dpre in float32 (the calling thread's, as Buffer's)
-  scratch.resize(m * inner);
-  float *dpre = scratch.data();
+  float *dpre = albert::dnnl::Aligned(&scratch, m * inner);
   int status = ForBlocks(false, m, inner, [&](const Block &block) {
     return GemmBlock(false, false, block, inner, hidden, dy, w2, nullptr, 0.0f, dpre);
   });
@@ -564,9 +561,8 @@ float QuantizeRow(const float *row, int64_t k, int8_t *q) {
 QuantizedRows QuantizeRows(const float *x, int64_t rows, int64_t k) {
   thread_local std::vector<int8_t> values;
   thread_local std::vector<float> scales;
-  if (static_cast<int64_t>(values.size()) < rows * k) values.resize(rows * k);
   if (static_cast<int64_t>(scales.size()) < rows) scales.resize(rows);
-  int8_t *q = values.data();
+  int8_t *q = albert::dnnl::Aligned(&values, rows * k);
   float *s = scales.data();
   albert::ParallelFor(rows, 16, [&](int64_t, int64_t begin, int64_t end) {
     ALBERT_PROFILE("thread: activations to int8");
@@ -579,19 +575,19 @@ QuantizedRows QuantizeRows(const float *x, int64_t rows, int64_t k) {
 int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, const int8_t *w,
               const float *w_scales, const float *bias, float *y) {
   const int64_t columns = block.c1 - block.c0;
-  thread_local std::vector<int32_t> sums;
-  if (static_cast<int64_t>(sums.size()) < kChunkRows * columns) sums.resize(kChunkRows * columns);
+  thread_local std::vector<int32_t> buffer;
+  int32_t *sums = albert::dnnl::Aligned(&buffer, kChunkRows * columns);
   for (int64_t r0 = block.r0; r0 < block.r1; r0 += kChunkRows) {
     const int64_t rows = std::min(kChunkRows, block.r1 - r0);
     {
       ALBERT_PROFILE("thread: matmul primitive int8");
       const albert::dnnl::Shape shape{false, true, false, false, rows, columns, k, k, k, columns, albert::dnnl::kS8};
-      if (!albert::dnnl::Run(shape, x.values + r0 * k, w + block.c0 * k, nullptr, sums.data())) return 3;
+      if (!albert::dnnl::Run(shape, x.values + r0 * k, w + block.c0 * k, nullptr, sums)) return 3;
     }
     ALBERT_PROFILE("thread: int8 sums to float32");
     for (int64_t r = 0; r < rows; ++r) {
       const float row_scale = x.scales[r0 + r];
-      const int32_t *from = sums.data() + r * columns;
+      const int32_t *from = sums + r * columns;
       const float *scales = w_scales + block.c0;
       float *to = y + (r0 + r) * n + block.c0;
       if (bias) {
@@ -714,10 +710,9 @@ int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const ch
   return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
     thread_local std::vector<float> activations, scales;
     thread_local std::vector<int8_t> quantized;
-    activations.resize(kChunkRows * inner);
-    quantized.resize(kChunkRows * inner);
+    float *h = albert::dnnl::Aligned(&activations, kChunkRows * inner);
+    int8_t *h8 = albert::dnnl::Aligned(&quantized, kChunkRows * inner);
     scales.resize(kChunkRows);
-    float *h = activations.data();
     int status = Int8Block(Block{0, rows, 0, inner}, inner, hidden,
                            QuantizedRows{x.values + r0 * hidden, x.scales + r0}, w1, s1, b1, h);
     if (status != 0) return status;
@@ -726,10 +721,10 @@ int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const ch
       for (int64_t r = 0; r < rows; ++r) {
         float *row = h + r * inner;
         for (int64_t c = 0; c < inner; ++c) row[c] = albert::Gelu(row[c]);
-        scales[r] = QuantizeRow(row, inner, quantized.data() + r * inner);
+        scales[r] = QuantizeRow(row, inner, h8 + r * inner);
       }
     }
-    status = Int8Block(Block{0, rows, 0, hidden}, hidden, inner, QuantizedRows{quantized.data(), scales.data()}, w2,
+    status = Int8Block(Block{0, rows, 0, hidden}, hidden, inner, QuantizedRows{h8, scales.data()}, w2,
                        s2, b2, y + r0 * hidden);
     if (status == 0 && norm) {
       ResidualNormRows(y + r0 * hidden, input + r0 * hidden, static_cast<const float *>(params[7]),
@@ -949,11 +944,11 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
   const int64_t parts = albert::ParallelFor(batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
     thread_local std::vector<float> own_scores;
     thread_local std::vector<uint16_t> probs;
-    if (!kept) own_scores.resize(n * seq * seq);
-    probs.resize(n * seq * seq);
+    float *own = kept ? nullptr : albert::dnnl::Aligned(&own_scores, n * seq * seq);
+    uint16_t *probs16 = albert::dnnl::Aligned(&probs, n * seq * seq);
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
       const int64_t row = b * seq * hidden;
-      float *scores = kept ? kept + b * n * seq * seq : own_scores.data();
+      float *scores = kept ? kept + b * n * seq * seq : own;
       {
         ALBERT_PROFILE("thread: attention primitives bf16");
         failed[part] = !albert::dnnl::Run(scores_shape, q16 + row, k16 + row, nullptr, scores);
@@ -965,12 +960,12 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
           for (int64_t r = 0; r < seq; ++r) {
             float *line = scores + (h * seq + r) * seq;
             albert::SoftmaxRow(line, mask.Row(heads, b * n + h, r), line, seq);
-            ToBf16(line, probs.data() + (h * seq + r) * seq, seq);
+            ToBf16(line, probs16 + (h * seq + r) * seq, seq);
           }
         }
       }
       ALBERT_PROFILE("thread: attention primitives bf16");
-      failed[part] = !albert::dnnl::Run(context_shape, probs.data(), v16 + row, nullptr, context + row);
+      failed[part] = !albert::dnnl::Run(context_shape, probs16, v16 + row, nullptr, context + row);
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
@@ -1030,41 +1025,40 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
   const int64_t parts = albert::ParallelFor(heads.batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
     thread_local std::vector<uint16_t> rows16, square16;
     thread_local std::vector<float> dprobs;
-    rows16.resize(4 * seq * hidden);
-    square16.resize(n * seq * seq);
-    dprobs.resize(n * seq * seq);
-    uint16_t *dcontext16 = rows16.data(), *q16 = dcontext16 + seq * hidden, *k16 = q16 + seq * hidden;
-    uint16_t *v16 = k16 + seq * hidden;
+    uint16_t *dcontext16 = albert::dnnl::Aligned(&rows16, 4 * seq * hidden), *q16 = dcontext16 + seq * hidden;
+    uint16_t *k16 = q16 + seq * hidden, *v16 = k16 + seq * hidden;
+    uint16_t *p16 = albert::dnnl::Aligned(&square16, n * seq * seq);  // the probabilities, then ds
+    float *ds_all = albert::dnnl::Aligned(&dprobs, n * seq * seq);
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
       const int64_t row = b * seq * hidden;
       const float *p = probs + b * n * seq * seq;
       {
         ALBERT_PROFILE("thread: attention operands to bf16");
         for (int i = 0; i < 4; ++i) {
-          ToBf16(static_cast<const float *>(params[i + 1]) + row, rows16.data() + i * seq * hidden,
+          ToBf16(static_cast<const float *>(params[i + 1]) + row, dcontext16 + i * seq * hidden,
                  seq * hidden);
         }
-        ToBf16(p, square16.data(), n * seq * seq);
+        ToBf16(p, p16, n * seq * seq);
       }
       {
         ALBERT_PROFILE("thread: attention primitives bf16");
-        failed[part] = !albert::dnnl::Run(outer, dcontext16, v16, nullptr, dprobs.data()) ||
-                       !albert::dnnl::Run(transposed, square16.data(), dcontext16, nullptr,
+        failed[part] = !albert::dnnl::Run(outer, dcontext16, v16, nullptr, ds_all) ||
+                       !albert::dnnl::Run(transposed, p16, dcontext16, nullptr,
                                           static_cast<float *>(params[8]) + row);
       }
       if (failed[part]) break;
       {
         ALBERT_PROFILE("thread: attention softmax grad");
         for (int64_t line = 0; line < n * seq; ++line) {
-          float *ds = dprobs.data() + line * seq;
+          float *ds = ds_all + line * seq;
           albert::SoftmaxGradRow(p + line * seq, ds, ds, seq);
           for (int64_t c = 0; c < seq; ++c) ds[c] *= scale;
-          ToBf16(ds, square16.data() + line * seq, seq);
+          ToBf16(ds, p16 + line * seq, seq);
         }
       }
       ALBERT_PROFILE("thread: attention primitives bf16");
-      failed[part] = !albert::dnnl::Run(plain, square16.data(), k16, nullptr, static_cast<float *>(params[6]) + row) ||
-                     !albert::dnnl::Run(transposed, square16.data(), q16, nullptr,
+      failed[part] = !albert::dnnl::Run(plain, p16, k16, nullptr, static_cast<float *>(params[6]) + row) ||
+                     !albert::dnnl::Run(transposed, p16, q16, nullptr,
                                         static_cast<float *>(params[7]) + row);
     }
   });
