@@ -157,7 +157,7 @@ struct Shape {
 // and oneDNN's scratchpad (where the primitive packs the weights on each call) start on a cache line, not on the
 // 16-byte boundary std::vector gives, where tile rows straddle two lines. Measured on a Xeon with AMX (2 threads,
 // 2026-11-28; benchmarks/results): the bfloat16 primitives' CPU time per train step at batch 4, seq 512 went from
-// 1655-1659 to 1501-1554 ms; weights packed for the primitive ran 0.41-0.62x as fast 16 bytes past a line as on
+// 1655-1659 to 1501-1554 ms; weights packed for the primitive ran 0.32-0.67x as fast 16 bytes past a line as on
 // one (benchmarks/bench_products.py).
 template <typename T>
 T *Aligned(std::vector<T> *buffer, size_t count) {
