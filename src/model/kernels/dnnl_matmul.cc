@@ -82,7 +82,10 @@ const int64_t kColumnSplitBelowRows = 512;
 // (k = 3072, n = 768, bias included) ran 1.08-1.34x as fast as through a primitive, the first feed-forward layer's
 // input gradient (k = 3072, n = 768) 0.89-1.45x (above 1.1x in 10 of 13 runs), the masked-LM decoder's input gradient
 // (k = 30000, n = 128) 1.06-1.28x; every product with k = 768 0.50-1.02x; the weight gradients with k >= 2048 mixed
-// (0.84-1.63x), the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. Not measured without
+// (0.84-1.63x), the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. On the same kind of VM on
+// 2026-11-28 (steady matrix unit, operands aligned) the products alone measured the other way (the BLAS-style call
+// 0.74-0.98x on the products this rule gives it) and the train step was mixed (the products' CPU time lower with
+// the rule in 2 of 4 pairs at seq 128, higher in both at seq 512): kept until more runs decide. Not measured without
 // AMX: there every bfloat16 forward and input gradient keeps the primitive (bench_products.py measures it on any
 // CPU).
 const int64_t kBf16BlasFromTerms = 2048;

@@ -157,8 +157,8 @@ struct Shape {
 // and oneDNN's scratchpad (where the primitive packs the weights on each call) start on a cache line, not on the
 // 16-byte boundary std::vector gives, where tile rows straddle two lines. Measured on a Xeon with AMX (2 threads,
 // 2026-11-28; benchmarks/results): the bfloat16 primitives' CPU time per train step at batch 4, seq 512 went from
-// 1655-1659 to 1501-1554 ms; weights packed for the primitive ran 0.32-0.67x as fast 16 bytes past a line as on
-// one (benchmarks/bench_products.py).
+// 1655-1659 to 1501-1554 ms; weights packed for the primitive took 762.5 ms per step of products 16 bytes past a
+// line, 388.6 on one (benchmarks/bench_products.py, two runs).
 template <typename T>
 T *Aligned(std::vector<T> *buffer, size_t count) {
   const size_t slack = 64 / sizeof(T);
