@@ -278,8 +278,9 @@ def _init_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed:
 
 
 def _init_pool_worker(tokenizer: FullTokenizer, options: MaskingOptions, random_seed: int) -> None:
-    """A forked worker: `_init_worker`, with the default signal handling (the parent's handlers would make each
-    worker print a traceback when the parent is stopped; the parent ends the pool itself)."""
+    """A forked worker: `_init_worker`, without the parent's signal handlers (they would make each worker print a
+    traceback when the parent is stopped): Ctrl-C, which reaches the whole process group, is ignored and SIGTERM
+    has its default; the parent ends the pool itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _init_worker(tokenizer, options, random_seed)
