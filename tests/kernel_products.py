@@ -1,10 +1,10 @@
 """Run by tests/test_cpu_kernels.py::test_products_on_a_lower_isa_forced in a process whose ONEDNN_MAX_CPU_ISA caps
 what oneDNN may use: the dense products (forward and both gradients) against float64 numpy, in float32 and in
 bfloat16 (weights rounded per call, and their bfloat16 copy from the graph), and serving's int8 products (where oneDNN
-has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized operands, on 1 and 2
-threads; the feed-forward network in one call under bfloat16 as the three kernels it replaces; below AMX, attention
-(int8 serving's, and training's in bfloat16 but where the status line says it runs batched) as the float32
-attention, bit for bit. The last line printed is the kernels' oneDNN description."""
+has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized operands, reading the
+weights packed at load, on 1 and 2 threads; the feed-forward network in one call under bfloat16 as the three kernels
+it replaces; below AMX, attention (int8 serving's, and training's in bfloat16 but where the status line says it runs
+batched) as the float32 attention, bit for bit. The last line printed is the kernels' oneDNN description."""
 import ctypes
 import json
 import sys
@@ -18,7 +18,7 @@ from src.model import cpu_kernels  # noqa: E402
 from tests.test_cpu_kernels import (Call, FeedForward, FusedContext, WithCopies, amx_bf16,  # noqa: E402
                                     assert_bf16_product, assert_close, attention_operands, batched_attention,
                                     bf16_rounded, dense_grads, feed_forward_operands, forward_and_input_grads,
-                                    int8_operands, int8_reference, run_feed_forward)
+                                    int8_operands, int8_reads, int8_reference, run_feed_forward)
 
 
 def feed_forward(copies: bool) -> None:
@@ -86,8 +86,10 @@ def main() -> None:
         attention_below_amx()
         cpu_kernels.set_bf16(False)
         if cpu_kernels.int8_support()[0]:  # int8 needs VNNI or AMX-INT8 (without, it is refused)
-            y = Call(cpu_kernels.matmul_int8(True))(Tensor(x), *int8_operands(w), Tensor(b)).asnumpy()
+            y, read_packed, read_stored = int8_reads(
+                lambda: Call(cpu_kernels.matmul_int8(True))(Tensor(x), *int8_operands(w), Tensor(b)).asnumpy())
             assert_close(y, int8_reference(x, w, b), 1e-6)
+            assert read_packed > 0 and read_stored == 0, (read_packed, read_stored)  # packed for this ISA at load
     print(json.dumps(cpu_kernels.bf16_support()))  # bfloat16 runs allowed here, or why not
     library = cpu_kernels._library(cpu_kernels._build()[0])
     text = ctypes.create_string_buffer(400)

@@ -321,11 +321,13 @@ def int8_reference(x, w, b):
     return y if b is None else y + b
 
 
-def int8_operands(w):
+def int8_operands(w, packed=True):
+    """(values, packed values, scales) of weights w as the int8 products read them; without `packed`, a header of
+    zeros in place of the packed values (what pack_int8 gives where packing is not available)."""
     values, scales = cpu_kernels.quantize_int8(w)
     qw, sw = int8_rows(w)
     assert values.dtype == np.int8 and np.array_equal(values, qw) and np.allclose(scales, sw, rtol=1e-7, atol=0)
-    return Tensor(values), Tensor(scales)
+    return Tensor(values), Tensor(cpu_kernels.pack_int8(values) if packed else np.zeros(64, np.int8)), Tensor(scales)
 
 
 @needs_kernels
@@ -341,13 +343,68 @@ def test_int8_products_are_the_exact_integer_product_of_the_quantized_operands(m
     x[m // 2] *= 50
     if m > 2:
         x[-1] = 0  # a zero row: zeros (plus the bias)
-    values, scales = int8_operands(w)
-    inputs = (Tensor(x), values, scales) + ((Tensor(b),) if bias else ())
+    inputs = (Tensor(x), *int8_operands(w)) + ((Tensor(b),) if bias else ())
     y = Call(cpu_kernels.matmul_int8(bias))(*inputs).asnumpy()
     want = int8_reference(x, w, b if bias else None)
     assert_close(y, want, 1e-6)
     exact = x.astype(np.float64) @ w.T.astype(np.float64) + (b if bias else 0)
     assert 0 < np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+
+
+PACKED_LABEL, STORED_LABEL = "thread: matmul primitive int8, packed weights", "thread: matmul primitive int8"
+
+
+def int8_reads(run):
+    """run()'s result and how many of its int8 products read packed weights and how many the weights as stored (the
+    kernels' profile)."""
+    cpu_kernels.start_profile()
+    try:
+        result = run()
+    finally:
+        counts = cpu_kernels.stop_profile()
+    return result, counts.get(PACKED_LABEL, (0, 0))[0], counts.get(STORED_LABEL, (0, 0))[0]
+
+
+@needs_kernels
+@needs_int8
+def test_int8_products_read_the_weights_packed_at_load_and_nothing_else(threads):
+    """pack_int8 lays the weights out once for oneDNN's primitive: the products whose block holds every column (rows
+    split over the threads) read it and give the numbers the weights as stored give, bit for bit. A packed tensor of
+    another process (its token), of other weights or a bare header (packing not available) is not read: the
+    products read the weights as stored, same numbers."""
+    rng = np.random.default_rng(11)
+    m, k, n = 700, 96, 160
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,)))
+    values, packed, scales = int8_operands(w)
+    product = Call(cpu_kernels.matmul_int8(True))
+
+    def run(blob):
+        return int8_reads(lambda: product(Tensor(x), values, Tensor(blob), scales, Tensor(b)).asnumpy())
+
+    y, read_packed, read_stored = run(packed.asnumpy())
+    assert read_packed > 0 and read_stored == 0, (read_packed, read_stored)
+    assert_close(y, int8_reference(x, w, b), 1e-6)
+    stranger = packed.asnumpy().copy()
+    stranger[8:16] ^= np.int8(0x5A)  # the packing process's token
+    other = cpu_kernels.pack_int8(cpu_kernels.quantize_int8(w[:, :64])[0])
+    for blob in (stranger, other, np.zeros(64, np.int8)):
+        got, read_packed, read_stored = run(blob)
+        assert read_packed == 0 and read_stored > 0, (read_packed, read_stored)
+        np.testing.assert_array_equal(got, y)
+
+
+@needs_kernels
+@needs_int8
+def test_packed_weights_copied_onto_a_cache_line_stay_bounded():
+    """MindSpore places a tensor 16 bytes off a cache line as often as not: the kernels copy such packed weights onto
+    one, once per packing, keeping at most 64 copies however many weights are served."""
+    library = cpu_kernels._library(cpu_kernels._build()[0])
+    product = Call(cpu_kernels.matmul_int8(False))
+    rng = np.random.default_rng(12)
+    x = Tensor(rng.standard_normal((4, 16)).astype(np.float32))
+    for _ in range(120):
+        product(x, *int8_operands(rng.standard_normal((8, 16)).astype(np.float32))).asnumpy()
+    assert 0 < library.PackedCopies() <= 64
 
 
 @needs_kernels
@@ -359,7 +416,7 @@ def test_int8_query_key_value_layers_share_the_quantized_input(threads):
     bs = [rng.standard_normal(48).astype(np.float32) for _ in range(3)]
     operands = [int8_operands(w) for w in ws]
     outputs = Call(cpu_kernels.dense_qkv_int8())(Tensor(x), *(o[0] for o in operands), *(o[1] for o in operands),
-                                                 *map(Tensor, bs))
+                                                 *(o[2] for o in operands), *map(Tensor, bs))
     for got, w, b in zip(outputs, ws, bs):
         assert_close(got.asnumpy(), int8_reference(x, w, b), 1e-6)
 
@@ -415,8 +472,7 @@ def test_int8_products_keep_nan_and_inf_visible():
     """A row holding NaN or inf cannot be quantized: its outputs are NaN, the other rows as usual."""
     x = np.ones((4, 32), np.float32)
     x[1, 3], x[2, 7] = np.nan, np.inf
-    values, scales = int8_operands(np.ones((8, 32), np.float32))
-    y = Call(cpu_kernels.matmul_int8(False))(Tensor(x), values, scales).asnumpy()
+    y = Call(cpu_kernels.matmul_int8(False))(Tensor(x), *int8_operands(np.ones((8, 32), np.float32))).asnumpy()
     assert np.isnan(y[1:3]).all() and np.allclose(y[[0, 3]], 32.0)
 
 
@@ -461,6 +517,7 @@ def test_products_on_a_lower_isa_forced(isa):
     int8 = described.split("; int8: ")[1]
     vnni = isa in ("AVX512_CORE_VNNI", "AVX512_CORE_BF16")
     assert int8.startswith("none (") if not vnni else "none" in int8 or "vnni" in int8, described
+    assert ("weights packed at load" in int8) == ("vnni" in int8), described  # laid out for that ISA
 
 
 def _gelu_tanh(x):

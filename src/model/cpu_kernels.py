@@ -718,6 +718,22 @@ def quantize_int8(weights: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return values, (largest / np.float32(127.0)).astype(np.float32)
 
 
+def pack_int8(values: np.ndarray) -> np.ndarray:
+    """int8 weights [N, K] (`quantize_int8`'s values) packed once, in this process, into the layout oneDNN's int8
+    primitive reads here (AMX or VNNI tiles), for the int8 products to read instead of packing them on every call
+    (src/model/kernels/dnnl_matmul.cc, PackedHeader): a 1-D int8 array, a 64-byte header then the packed weights.
+    Where they cannot be packed, the header alone, and the products read the weights as stored."""
+    values = np.ascontiguousarray(values, np.int8)
+    n, k = values.shape
+    library = _library(_build()[0])
+    library.PackedInt8Bytes.restype = ctypes.c_int64
+    size = library.PackedInt8Bytes(ctypes.c_int64(n), ctypes.c_int64(k))
+    packed = np.zeros(size, np.int8)
+    library.PackInt8Weights(values.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(n), ctypes.c_int64(k),
+                            packed.ctypes.data_as(ctypes.c_void_p))
+    return packed
+
+
 def round_to_bf16(values: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even, as the kernels' RoundToBf16), still float32
     (exactly representable in bfloat16, so a cast to it is exact); NaN stays NaN."""
@@ -729,24 +745,25 @@ def round_to_bf16(values: np.ndarray) -> np.ndarray:
 
 @lru_cache(maxsize=None)
 def matmul_int8(bias: bool) -> ops.Custom:
-    """(x [M, K] float32, w [N, K] int8, scales [N] float32[, b [N]]) -> x w^T (+ b) [M, N] float32: a dense layer
-    with weights quantized once at load (`quantize_int8`), x quantized per row on each call, summed exactly in int32
-    by oneDNN's int8 matmul primitive. Serving only: no gradient."""
+    """(x [M, K] float32, w [N, K] int8, p (w packed: `pack_int8`), scales [N] float32[, b [N]]) -> x w^T (+ b)
+    [M, N] float32: a dense layer with weights quantized and packed once at load (`quantize_int8`, `pack_int8`), x
+    quantized per row on each call, summed exactly in int32 by oneDNN's int8 matmul primitive. Serving only: no
+    gradient."""
     if bias:
-        return _kernel("MatMulInt8Bias", lambda x, w, s, b: (x[0], w[0]), lambda x, *_: x)
-    return _kernel("MatMulInt8", lambda x, w, s: (x[0], w[0]), lambda x, *_: x)
+        return _kernel("MatMulInt8Bias", lambda x, w, p, s, b: (x[0], w[0]), lambda x, *_: x)
+    return _kernel("MatMulInt8", lambda x, w, p, s: (x[0], w[0]), lambda x, *_: x)
 
 
 @lru_cache(maxsize=None)
 def dense_qkv_int8() -> ops.Custom:
-    """(x, wq, wk, wv int8, sq, sk, sv, bq, bk, bv) -> (q, k, v): `dense_qkv` with `matmul_int8`'s weights, x
-    quantized once for the three."""
+    """(x, wq, wk, wv int8, pq, pk, pv (packed), sq, sk, sv, bq, bk, bv) -> (q, k, v): `dense_qkv` with
+    `matmul_int8`'s weights, x quantized once for the three."""
     return _kernel("DenseQKVInt8", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x))
 
 
 @lru_cache(maxsize=None)
 def feed_forward_int8(norm: bool = False) -> ops.Custom:
-    """(x [M, H], w1 [I, H] int8, s1, b1 [I], w2 [H, I] int8, s2, b2 [H]) -> gelu(x w1^T + b1) w2^T + b2 [M, H]
+    """(x [M, H], w1 [I, H] int8, p1, s1, b1 [I], w2 [H, I] int8, p2, s2, b2 [H]) -> gelu(x w1^T + b1) w2^T + b2 [M, H]
     (the tanh GELU): a block's feed-forward network served in int8 in one call, its [M, I] activations kept in cache
     chunk by chunk (src/model/kernels/dnnl_matmul.cc, FeedForward). With `norm`, (..., gamma, beta [H], eps [1]) ->
     LayerNorm(x + that): a post-LN block's end too. Serving only: no gradient."""
@@ -755,16 +772,16 @@ def feed_forward_int8(norm: bool = False) -> ops.Custom:
 
 @lru_cache(maxsize=None)
 def dense_residual_norm_int8() -> ops.Custom:
-    """(x [M, K], w [N, K] int8, s, b [N], residual [M, N], gamma, beta [N], eps [1]) -> LayerNorm(residual + x w^T
-    + b): attention's output layer, residual and LayerNorm (post-LN) served in int8 in one call."""
-    return _kernel("DenseResidualNormInt8", lambda x, w, s, b, residual, *_: residual, lambda x, *_: x)
+    """(x [M, K], w [N, K] int8, p, s, b [N], residual [M, N], gamma, beta [N], eps [1]) -> LayerNorm(residual +
+    x w^T + b): attention's output layer, residual and LayerNorm (post-LN) served in int8 in one call."""
+    return _kernel("DenseResidualNormInt8", lambda x, w, p, s, b, residual, *_: residual, lambda x, *_: x)
 
 
 class Dense(nn.Dense):
     """nn.Dense (same parameters, names and initialisation) computed by `matmul_nt(_bias)` when `use_kernels`,
     reading the weights' `bf16_copy` with `bf16_weights`. `serving_weights` ("bfloat16" or "int8") makes the
     products' weights once, from the loaded values (`convert_weights`, before the first call), instead of per call:
-    their bfloat16 copy, or int8 values and scales for `matmul_int8`."""
+    their bfloat16 copy, or int8 values, their packed form and scales for `matmul_int8`."""
 
     def __init__(self, in_channels: int, out_channels: int, use_kernels: bool, bf16_weights: bool = False,
                  serving_weights: str = "", **kwargs):
@@ -780,21 +797,23 @@ class Dense(nn.Dense):
             self.product = matmul_nt_bias(self.bf16_weights) if self.has_bias else matmul_nt(self.bf16_weights)
 
     def convert_weights(self) -> None:
-        """The products' weights made once from the weights as loaded (serving_weights): int8 values with their
-        scales, or the bfloat16 copy; constants of the network (no gradient), named after the weights."""
+        """The products' weights made once from the weights as loaded (serving_weights): int8 values, packed and
+        with their scales, or the bfloat16 copy; constants of the network (no gradient), named after the weights."""
         weight = self.weight.asnumpy()
         if self.serving_weights == "int8":
             values, scales = quantize_int8(weight)
             self.weight_int8 = Parameter(Tensor(values), name=f"{self.weight.name}_int8", requires_grad=False)
+            self.weight_packed = Parameter(Tensor(pack_int8(values)), name=f"{self.weight.name}_int8_packed",
+                                           requires_grad=False)
             self.weight_scales = Parameter(Tensor(scales), name=f"{self.weight.name}_scales", requires_grad=False)
         elif self.serving_weights == "bfloat16":
             copy = Tensor(round_to_bf16(weight)).astype(ms.bfloat16)
             self.weight_bf16 = Parameter(copy, name=f"{self.weight.name}_bf16", requires_grad=False)
 
     def weight_operands(self) -> tuple:
-        """What the product reads for the weights: (w,), (w, its bfloat16 copy) or (int8 values, scales)."""
+        """What the product reads for the weights: (w,), (w, its bfloat16 copy) or (int8 values, packed, scales)."""
         if self.serving_weights == "int8":
-            return self.weight_int8, self.weight_scales
+            return self.weight_int8, self.weight_packed, self.weight_scales
         if self.serving_weights == "bfloat16":
             return self.weight, self.weight_bf16
         if self.bf16_weights:

@@ -27,10 +27,13 @@
 // See src/model/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <cpuid.h>
 #include <immintrin.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <random>
 
 #include "dnnl_primitives.h"
 #include "parallel.h"
@@ -510,9 +513,122 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
 // primitive on AMX-INT8 or VNNI: cpu_kernels.int8_support refuses the others, see ExactInt8), and each row's sums
 // become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets a NaN
 // scale, so its outputs are NaN.
+
+// Packed weights copied onto a cache line (see AlignedPacked).
+struct PackedCopy {
+  std::vector<int8_t> storage;
+  const int8_t *data;  // on a cache line of storage
+};
+
+// Int8 weights w [n, k] with their scales [n], and the same packed (null when not: see PackedInt8), in the tensor
+// or in `copy`.
+struct Int8Weights {
+  const int8_t *values = nullptr, *packed = nullptr;
+  const float *scales = nullptr;
+  std::shared_ptr<const PackedCopy> copy;
+};
+
 // Rows of a thread's block per call in the int8 kernels that keep a chunk in cache (its int32 sums, the
-// feed-forward network's activations).
-const int64_t kChunkRows = 128;
+// feed-forward network's activations); the weights are packed for products of this many rows.
+const int64_t kChunkRows = albert::dnnl::kPackedRows;
+
+// Serving's int8 weights packed once at load (cpu_kernels.pack_int8, through PackInt8Weights): an int8 tensor
+// holding this header, then w [n, k] in the layout oneDNN's primitive picks for it (albert::dnnl::Pack). The header
+// names the weights' shape and the process that packed them (a random token: the layout is this CPU's and this
+// library's). A tensor packed by another process or for other weights, or a header of zeros (packing not available
+// here), is not used: the products read w as stored.
+struct PackedHeader {
+  char magic[8];
+  uint64_t process;
+  uint64_t serial;      // which packing of this process (see AlignedPacked)
+  int64_t n, k, bytes;  // bytes: the packed weights' size
+  char unused[16];
+};
+static_assert(sizeof(PackedHeader) == 64, "the packed weights start on a cache line of the tensor");
+const char kPackedMagic[8] = {'A', 'L', 'B', 'E', 'R', 'T', 'P', '8'};
+
+// Packed weights copied onto a cache line, by their packing's serial number, for tensors whose packed weights do
+// not start on one: MindSpore places a tensor's data on a 16-byte boundary (measured: 0, 16, 32 or 48 bytes past
+// a line), and weights packed off a cache line ran at 0.59-0.71x of the weights as stored (bfloat16, AMX; see
+// Aligned). A serial number is never reused within a process and a tensor's bytes are its header's, so a copy
+// found is the tensor's. At most kCapacity copies, the least recently used dropped (serving a few models at once
+// needs a few dozen); one dropped while a thread still reads it lives until that thread is done.
+class AlignedPacked {
+ public:
+  static const size_t kCapacity = 64;
+
+  static AlignedPacked &Get() {
+    static AlignedPacked *copies = new AlignedPacked();  // never destroyed: threads may still read at exit
+    return *copies;
+  }
+
+  // The copy of packing `serial`'s `bytes` packed weights at `data`, made on first use.
+  std::shared_ptr<const PackedCopy> Find(uint64_t serial, const int8_t *data, int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto found = entries_.find(serial);
+    if (found != entries_.end()) {
+      order_.splice(order_.end(), order_, found->second.position);
+      return found->second.copy;
+    }
+    auto copy = std::make_shared<PackedCopy>();
+    int8_t *aligned = albert::dnnl::Aligned(&copy->storage, bytes);
+    std::memcpy(aligned, data, bytes);
+    copy->data = aligned;
+    if (entries_.size() >= kCapacity) {
+      entries_.erase(order_.front());
+      order_.pop_front();
+    }
+    entries_.emplace(serial, Entry{copy, order_.insert(order_.end(), serial)});
+    return copy;
+  }
+
+  size_t Size() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<const PackedCopy> copy;
+    std::list<uint64_t>::iterator position;
+  };
+  std::mutex mutex_;
+  std::map<uint64_t, Entry> entries_;
+  std::list<uint64_t> order_;
+};
+
+uint64_t ProcessToken() {
+  static const uint64_t token = [] {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32 | device()) ^ static_cast<uint64_t>(getpid());
+  }();
+  return token;
+}
+
+// Tensor i (a packed-weights tensor) checked: false where it is not 1-D int8 (a wrong call), else w->packed set to
+// its packed weights for w [n, k] on a cache line (in the tensor, or a copy: AlignedPacked), or to null when it
+// holds none usable here (see PackedHeader).
+bool PackedInt8(void **params, const int *ndims, int64_t **shapes, const char **dtypes, int i, int64_t n, int64_t k,
+                Int8Weights *w) {
+  if (ndims[i] != 1 || std::strcmp(dtypes[i], "int8") != 0) return false;
+  w->packed = nullptr;
+  const int64_t size = shapes[i][0];
+  if (size < static_cast<int64_t>(sizeof(PackedHeader))) return true;
+  PackedHeader header;
+  std::memcpy(&header, params[i], sizeof(header));
+  const int8_t *data = static_cast<const int8_t *>(params[i]) + sizeof(PackedHeader);
+  if (std::memcmp(header.magic, kPackedMagic, sizeof(kPackedMagic)) != 0 || header.process != ProcessToken() ||
+      header.n != n || header.k != k || size != static_cast<int64_t>(sizeof(PackedHeader)) + header.bytes) {
+    return true;
+  }
+  if (reinterpret_cast<uintptr_t>(data) % 64 == 0) {
+    w->packed = data;
+  } else {
+    w->copy = AlignedPacked::Get().Find(header.serial, data, header.bytes);
+    w->packed = w->copy->data;
+  }
+  return true;
+}
 
 struct QuantizedRows {
   const int8_t *values;
@@ -574,24 +690,36 @@ QuantizedRows QuantizeRows(const float *x, int64_t rows, int64_t k) {
   return QuantizedRows{q, s};
 }
 
+// Rows r0 .. r0 + rows - 1 and columns `block` of the int32 sums x w^T into sums [rows, columns]: on the packed
+// weights where the block has all the columns and oneDNN reads that layout for this many rows, else on w as stored.
+bool Int8Sums(const Block &block, int64_t r0, int64_t rows, int64_t k, const QuantizedRows &x, const Int8Weights &w,
+              int64_t n, int32_t *sums) {
+  const int64_t columns = block.c1 - block.c0;
+  if (w.packed && block.c0 == 0 && columns == n) {
+    ALBERT_PROFILE("thread: matmul primitive int8, packed weights");
+    albert::dnnl::Shape shape{false, false, false, false, rows, n, k, k, 0, n, albert::dnnl::kS8};
+    shape.packed_b = true;
+    if (albert::dnnl::Run(shape, x.values + r0 * k, w.packed, nullptr, sums)) return true;
+  }
+  ALBERT_PROFILE("thread: matmul primitive int8");
+  const albert::dnnl::Shape shape{false, true, false, false, rows, columns, k, k, k, columns, albert::dnnl::kS8};
+  return albert::dnnl::Run(shape, x.values + r0 * k, w.values + block.c0 * k, nullptr, sums);
+}
+
 // Rows and columns `block` of y [m, n] = x w^T (+ bias): x quantized rows [m, k], w [n, k] int8 with scales [n].
-int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, const int8_t *w,
-              const float *w_scales, const float *bias, float *y) {
+int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, const Int8Weights &w,
+              const float *bias, float *y) {
   const int64_t columns = block.c1 - block.c0;
   thread_local std::vector<int32_t> buffer;
   int32_t *sums = albert::dnnl::Aligned(&buffer, kChunkRows * columns);
   for (int64_t r0 = block.r0; r0 < block.r1; r0 += kChunkRows) {
     const int64_t rows = std::min(kChunkRows, block.r1 - r0);
-    {
-      ALBERT_PROFILE("thread: matmul primitive int8");
-      const albert::dnnl::Shape shape{false, true, false, false, rows, columns, k, k, k, columns, albert::dnnl::kS8};
-      if (!albert::dnnl::Run(shape, x.values + r0 * k, w + block.c0 * k, nullptr, sums)) return 3;
-    }
+    if (!Int8Sums(block, r0, rows, k, x, w, n, sums)) return 3;
     ALBERT_PROFILE("thread: int8 sums to float32");
     for (int64_t r = 0; r < rows; ++r) {
       const float row_scale = x.scales[r0 + r];
       const int32_t *from = sums + r * columns;
-      const float *scales = w_scales + block.c0;
+      const float *scales = w.scales + block.c0;
       float *to = y + (r0 + r) * n + block.c0;
       if (bias) {
         const float *b = bias + block.c0;
@@ -604,17 +732,29 @@ int Int8Block(const Block &block, int64_t n, int64_t k, const QuantizedRows &x, 
   return 0;
 }
 
-// `count` dense layers sharing their input, in int8: (x [M, K] float32, w_0..w_{count-1} [N, K] int8,
-// s_0.. [N] float32 (w's scales), with `biases` b_0.. [N] float32) -> y_0.. [M, N] float32; x quantized once.
+// Tensors w_at (int8 [n, k]), p_at (the same packed, see PackedInt8) and s_at (float32 scales [n]) as int8
+// weights; false when they are not such tensors.
+bool ReadInt8Weights(void **params, const int *ndims, int64_t **shapes, const char **dtypes, int w_at, int p_at,
+                     int s_at, int64_t n, int64_t k, Int8Weights *w) {
+  w->values = static_cast<const int8_t *>(params[w_at]);
+  w->scales = static_cast<const float *>(params[s_at]);
+  return Matrix2D(ndims, shapes, dtypes, w_at, "int8", n, k) && Vectors(ndims, shapes, dtypes, s_at, 1, n) &&
+         PackedInt8(params, ndims, shapes, dtypes, p_at, n, k, w);
+}
+
+// `count` dense layers sharing their input, in int8: (x [M, K] float32, w_0..w_{count-1} [N, K] int8, p_0.. (w
+// packed), s_0.. [N] float32 (w's scales), with `biases` b_0.. [N] float32) -> y_0.. [M, N] float32; x quantized
+// once.
 int DenseInt8(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  const int w_at = 1, s_at = 1 + count, b_at = s_at + count, y_at = b_at + (biases ? count : 0);
+  const int w_at = 1, p_at = 1 + count, s_at = p_at + count, b_at = s_at + count, y_at = b_at + (biases ? count : 0);
   if (ndims[0] != 2 || ndims[w_at] != 2) return 1;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[w_at][0];
-  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) || !Vectors(ndims, shapes, dtypes, s_at, y_at - s_at, n)) {
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) || !Vectors(ndims, shapes, dtypes, b_at, y_at - b_at, n)) {
     return 1;
   }
+  std::vector<Int8Weights> weights(count);
   for (int i = 0; i < count; ++i) {
-    if (!Matrix2D(ndims, shapes, dtypes, w_at + i, "int8", n, k) ||
+    if (!ReadInt8Weights(params, ndims, shapes, dtypes, w_at + i, p_at + i, s_at + i, n, k, &weights[i]) ||
         !Matrix2D(ndims, shapes, dtypes, y_at + i, "float32", m, n)) {
       return 1;
     }
@@ -623,9 +763,7 @@ int DenseInt8(int count, bool biases, void **params, int *ndims, int64_t **shape
   return ForBlocks(true, m, n, [&](const Block &block) {
     int status = 0;
     for (int i = 0; i < count && status == 0; ++i) {
-      status = Int8Block(block, n, k, x, static_cast<const int8_t *>(params[w_at + i]),
-                         static_cast<const float *>(params[s_at + i]),
-                         biases ? static_cast<const float *>(params[b_at + i]) : nullptr,
+      status = Int8Block(block, n, k, x, weights[i], biases ? static_cast<const float *>(params[b_at + i]) : nullptr,
                          static_cast<float *>(params[y_at + i]));
     }
     return status;
@@ -662,76 +800,83 @@ int ForRowChunks(int64_t m, Fn fn) {
 }
 
 // Attention's output layer served in int8 with the residual and LayerNorm after it (post-LN blocks):
-// (x [M, K], w [N, K] int8, s [N], b [N], residual [M, N], gamma [N], beta [N], eps [1]) -> y [M, N] =
+// (x [M, K], w [N, K] int8, p (w packed), s [N], b [N], residual [M, N], gamma [N], beta [N], eps [1]) -> y [M, N] =
 // LayerNorm(residual + x w^T + b), each chunk of rows normalized while in cache.
 int DenseResidualNorm(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   if (ndims[0] != 2 || ndims[1] != 2) return 1;
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
-  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) || !Matrix2D(ndims, shapes, dtypes, 1, "int8", n, k) ||
-      !Vectors(ndims, shapes, dtypes, 2, 2, n) || !Matrix2D(ndims, shapes, dtypes, 4, "float32", m, n) ||
-      !Vectors(ndims, shapes, dtypes, 5, 2, n) || !Vectors(ndims, shapes, dtypes, 7, 1, 1) ||
-      !Matrix2D(ndims, shapes, dtypes, 8, "float32", m, n)) {
+  Int8Weights w;
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, k) ||
+      !ReadInt8Weights(params, ndims, shapes, dtypes, 1, 2, 3, n, k, &w) || !Vectors(ndims, shapes, dtypes, 4, 1, n) ||
+      !Matrix2D(ndims, shapes, dtypes, 5, "float32", m, n) || !Vectors(ndims, shapes, dtypes, 6, 2, n) ||
+      !Vectors(ndims, shapes, dtypes, 8, 1, 1) || !Matrix2D(ndims, shapes, dtypes, 9, "float32", m, n)) {
     return 1;
   }
-  const int8_t *w = static_cast<const int8_t *>(params[1]);
-  const float *scales = static_cast<const float *>(params[2]), *bias = static_cast<const float *>(params[3]);
-  const float *residual = static_cast<const float *>(params[4]);
-  const float *gamma = static_cast<const float *>(params[5]), *beta = static_cast<const float *>(params[6]);
-  const float eps = *static_cast<const float *>(params[7]);
-  float *y = static_cast<float *>(params[8]);
+  const float *bias = static_cast<const float *>(params[4]), *residual = static_cast<const float *>(params[5]);
+  const float *gamma = static_cast<const float *>(params[6]), *beta = static_cast<const float *>(params[7]);
+  const float eps = *static_cast<const float *>(params[8]);
+  float *y = static_cast<float *>(params[9]);
   const QuantizedRows x = QuantizeRows(static_cast<const float *>(params[0]), m, k);
   return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
-    const int status = Int8Block(Block{r0, r0 + rows, 0, n}, n, k, x, w, scales, bias, y);
+    const int status = Int8Block(Block{r0, r0 + rows, 0, n}, n, k, x, w, bias, y);
     if (status == 0) ResidualNormRows(y + r0 * n, residual + r0 * n, gamma, beta, eps, rows, n);
     return status;
   });
 }
 
 // A transformer block's feed-forward network served in int8, each thread's rows in chunks that stay in cache:
-// (x [M, H] float32, w1 [I, H] int8, s1 [I], b1 [I], w2 [H, I] int8, s2 [H], b2 [H]) -> y = gelu(x w1^T + b1) w2^T
-// + b2 [M, H] (the tanh GELU), the same as DenseInt8, GeluTanh and DenseInt8 in turn, but the [M, I] activations
-// never leave the thread: each chunk's intermediate rows are made, put through GELU, quantized and multiplied while
-// in cache (on ALBERT-base at batch 32 the three passes over that 50 MB tensor were a fifth of the serving time).
+// (x [M, H] float32, w1 [I, H] int8, p1 (w1 packed), s1 [I], b1 [I], w2 [H, I] int8, p2, s2 [H], b2 [H]) -> y =
+// gelu(x w1^T + b1) w2^T + b2 [M, H] (the tanh GELU), the same as DenseInt8, GeluTanh and DenseInt8 in turn, but the
+// [M, I] activations never leave the thread: each chunk's intermediate rows are made, put through GELU, quantized
+// and multiplied while in cache (on ALBERT-base at batch 32 the three passes over that 50 MB tensor were a fifth of
+// the serving time).
 // With `norm`, three more inputs (gamma, beta [H], eps [1]) make y = LayerNorm(x + that), a post-LN block's end.
 int FeedForward(bool norm, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   if (ndims[0] != 2 || ndims[1] != 2) return 1;
   const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[1][0];
-  const int out = norm ? 10 : 7;
+  const int out = norm ? 12 : 9;
+  Int8Weights w1, w2;
   if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
-      !Matrix2D(ndims, shapes, dtypes, 1, "int8", inner, hidden) || !Vectors(ndims, shapes, dtypes, 2, 2, inner) ||
-      !Matrix2D(ndims, shapes, dtypes, 4, "int8", hidden, inner) || !Vectors(ndims, shapes, dtypes, 5, 2, hidden) ||
-      (norm && (!Vectors(ndims, shapes, dtypes, 7, 2, hidden) || !Vectors(ndims, shapes, dtypes, 9, 1, 1))) ||
+      !ReadInt8Weights(params, ndims, shapes, dtypes, 1, 2, 3, inner, hidden, &w1) ||
+      !Vectors(ndims, shapes, dtypes, 4, 1, inner) ||
+      !ReadInt8Weights(params, ndims, shapes, dtypes, 5, 6, 7, hidden, inner, &w2) ||
+      !Vectors(ndims, shapes, dtypes, 8, 1, hidden) ||
+      (norm && (!Vectors(ndims, shapes, dtypes, 9, 2, hidden) || !Vectors(ndims, shapes, dtypes, 11, 1, 1))) ||
       !Matrix2D(ndims, shapes, dtypes, out, "float32", m, hidden)) {
     return 1;
   }
   const float *input = static_cast<const float *>(params[0]);
-  const int8_t *w1 = static_cast<const int8_t *>(params[1]), *w2 = static_cast<const int8_t *>(params[4]);
-  const float *s1 = static_cast<const float *>(params[2]), *b1 = static_cast<const float *>(params[3]);
-  const float *s2 = static_cast<const float *>(params[5]), *b2 = static_cast<const float *>(params[6]);
+  const float *b1 = static_cast<const float *>(params[4]), *b2 = static_cast<const float *>(params[8]);
   float *y = static_cast<float *>(params[out]);
   const QuantizedRows x = QuantizeRows(input, m, hidden);
   return ForRowChunks(m, [&](int64_t r0, int64_t rows) {
+    thread_local std::vector<int32_t> first;
     thread_local std::vector<float> activations, scales;
     thread_local std::vector<int8_t> quantized;
-    float *h = albert::dnnl::Aligned(&activations, kChunkRows * inner);
+    int32_t *sums = albert::dnnl::Aligned(&first, kChunkRows * inner);
+    float *row = albert::dnnl::Aligned(&activations, inner);
     int8_t *h8 = albert::dnnl::Aligned(&quantized, kChunkRows * inner);
     scales.resize(kChunkRows);
-    int status = Int8Block(Block{0, rows, 0, inner}, inner, hidden,
-                           QuantizedRows{x.values + r0 * hidden, x.scales + r0}, w1, s1, b1, h);
-    if (status != 0) return status;
+    const QuantizedRows chunk{x.values + r0 * hidden, x.scales + r0};
+    if (!Int8Sums(Block{0, rows, 0, inner}, 0, rows, hidden, chunk, w1, inner, sums)) return 3;
     {
-      ALBERT_PROFILE("thread: feed-forward gelu and int8");
+      // Each row of the first product's sums made float32 (both scales, the bias), put through GELU and quantized
+      // while it is in L1: no float32 [rows, I] block written and read again.
+      ALBERT_PROFILE("thread: feed-forward sums, gelu and int8");
       for (int64_t r = 0; r < rows; ++r) {
-        float *row = h + r * inner;
-        for (int64_t c = 0; c < inner; ++c) row[c] = albert::Gelu(row[c]);
+        const int32_t *from = sums + r * inner;
+        const float row_scale = chunk.scales[r];
+        for (int64_t c = 0; c < inner; ++c) {
+          row[c] = albert::Gelu(static_cast<float>(from[c]) * (row_scale * w1.scales[c]) + b1[c]);
+        }
         scales[r] = QuantizeRow(row, inner, h8 + r * inner);
       }
     }
-    status = Int8Block(Block{0, rows, 0, hidden}, hidden, inner, QuantizedRows{h8, scales.data()}, w2,
-                       s2, b2, y + r0 * hidden);
+    const int status = Int8Block(Block{0, rows, 0, hidden}, hidden, inner, QuantizedRows{h8, scales.data()}, w2, b2,
+                                 y + r0 * hidden);
     if (status == 0 && norm) {
-      ResidualNormRows(y + r0 * hidden, input + r0 * hidden, static_cast<const float *>(params[7]),
-                       static_cast<const float *>(params[8]), *static_cast<const float *>(params[9]), rows, hidden);
+      ResidualNormRows(y + r0 * hidden, input + r0 * hidden, static_cast<const float *>(params[9]),
+                       static_cast<const float *>(params[10]), *static_cast<const float *>(params[11]), rows, hidden);
     }
     return status;
   });
@@ -1126,6 +1271,15 @@ bool NativeBf16(const std::string &implementation) {
          implementation.find("avx10") != std::string::npos || implementation.find("amx") != std::string::npos;
 }
 
+// How serving's int8 products read their weights (see PackedHeader): packed once at load, or as stored and why.
+std::string Int8Packing() {
+  const std::string &why = albert::dnnl::GetApi().no_packing;
+  if (!why.empty()) return ", weights as stored (" + why + ")";
+  const int64_t probe = 256;
+  return albert::dnnl::PackedSize(probe, probe, albert::dnnl::kS8) > 0 ? ", weights packed at load"
+                                                                      : ", weights as stored (no packed layout)";
+}
+
 int CopyOut(const std::string &text, char *out, int size) {
   if (out && size > 0) {
     std::strncpy(out, text.c_str(), size - 1);
@@ -1167,7 +1321,7 @@ int DnnlDescribe(char *out, int size) {
     text += AmxBf16() ? ", batched attention: training and int8 serving" : ", batched attention: training";
   }
   text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
-                       : ExactInt8(int8) ? "matmul primitive " + int8
+                       : ExactInt8(int8) ? "matmul primitive " + int8 + Int8Packing()
                                          : "none (oneDNN's int8 matmul here, " + int8 + ", has neither VNNI nor AMX: "
                                            "its 16-bit sums saturate)");
   return CopyOut(text + ")", out, size);
@@ -1187,6 +1341,8 @@ int Bf16Implementation(char *out, int size) {
 }
 // Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
 int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
+// Packed weights held on a cache line by AlignedPacked (bounded by its kCapacity).
+int PackedCopies() { return static_cast<int>(AlignedPacked::Get().Size()); }
 int ProfileReport(char *out, int size) { return albert::ProfileReport(out, size); }
 int MatMulNT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("MatMulNT");
@@ -1259,8 +1415,30 @@ int DenseGeluDenseGrad(int, void **p, int *d, int64_t **s, const char **t, void 
   ALBERT_PROFILE("DenseGeluDenseGrad");
   return DenseGeluDenseGradients(p, d, s, t);
 }
-// Serving's int8 dense layers (see DenseInt8): (x, w int8, scales) -> x w^T; (x, w, scales, b) -> x w^T + b;
-// (x, wq, wk, wv, sq, sk, sv, bq, bk, bv) -> (q, k, v).
+// Bytes of the tensor PackInt8Weights fills for int8 weights [n, k] (see PackedHeader): the header alone where they
+// cannot be packed here.
+int64_t PackedInt8Bytes(int64_t n, int64_t k) {
+  return static_cast<int64_t>(sizeof(PackedHeader) + albert::dnnl::PackedSize(n, k, albert::dnnl::kS8));
+}
+// Fills out (PackedInt8Bytes(n, k) bytes) from int8 weights w [n, k]: the header and the packed weights, 1 returned;
+// or, where they cannot be packed, a header of zeros, 0 returned.
+int PackInt8Weights(const int8_t *w, int64_t n, int64_t k, int8_t *out) {
+  const size_t bytes = albert::dnnl::PackedSize(n, k, albert::dnnl::kS8);
+  static std::atomic<uint64_t> packings(0);
+  PackedHeader header{};
+  if (bytes > 0 && albert::dnnl::Pack(w, n, k, albert::dnnl::kS8, out + sizeof(PackedHeader))) {
+    std::memcpy(header.magic, kPackedMagic, sizeof(kPackedMagic));
+    header.process = ProcessToken();
+    header.serial = ++packings;
+    header.n = n;
+    header.k = k;
+    header.bytes = static_cast<int64_t>(bytes);
+  }
+  std::memcpy(out, &header, sizeof(header));
+  return header.bytes > 0 ? 1 : 0;
+}
+// Serving's int8 dense layers (see DenseInt8): (x, w int8, p (w packed), scales) -> x w^T; (x, w, p, scales, b) ->
+// x w^T + b; (x, wq, wk, wv, pq, pk, pv, sq, sk, sv, bq, bk, bv) -> (q, k, v).
 int MatMulInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("MatMulInt8");
   return DenseInt8(1, false, p, d, s, t);
@@ -1273,17 +1451,18 @@ int DenseQKVInt8(int, void **p, int *d, int64_t **s, const char **t, void *, voi
   ALBERT_PROFILE("DenseQKVInt8");
   return DenseInt8(3, true, p, d, s, t);
 }
-// (x, w1, s1, b1, w2, s2, b2) -> gelu(x w1^T + b1) w2^T + b2: a block's feed-forward network in int8 (FeedForward).
+// (x, w1, p1, s1, b1, w2, p2, s2, b2) -> gelu(x w1^T + b1) w2^T + b2: a block's feed-forward network in int8
+// (FeedForward).
 int FeedForwardInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FeedForwardInt8");
   return FeedForward(false, p, d, s, t);
 }
-// (x, w1, s1, b1, w2, s2, b2, gamma, beta, eps) -> LayerNorm(x + gelu(x w1^T + b1) w2^T + b2).
+// (x, w1, p1, s1, b1, w2, p2, s2, b2, gamma, beta, eps) -> LayerNorm(x + gelu(x w1^T + b1) w2^T + b2).
 int FeedForwardNormInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FeedForwardNormInt8");
   return FeedForward(true, p, d, s, t);
 }
-// (x, w, s, b, residual, gamma, beta, eps) -> LayerNorm(residual + x w^T + b) (DenseResidualNorm).
+// (x, w, p, s, b, residual, gamma, beta, eps) -> LayerNorm(residual + x w^T + b) (DenseResidualNorm).
 int DenseResidualNormInt8(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseResidualNormInt8");
   return DenseResidualNorm(p, d, s, t);
