@@ -20,10 +20,10 @@
 // does attention with dropout on its probabilities (two calls around the dropout). Softmax and its gradient,
 // LayerNorm and everything else stay float32.
 // Serving a checkpoint in int8 (src.predict --precision int8) has its own dense kernels below (DenseInt8 and the fused
-// feed-forward and output layers): weights quantized at load, inputs per row per call, int32 sums by oneDNN; on AMX
-// its attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not per pair (on Zen 5 they
-// measured no faster: 2.8 against 2.2 ms per call at batch 1, 69-82 against 75-78 at batch 32). Serving in float32 or
-// bfloat16 runs attention's products in float32 per pair.
+// feed-forward and output layers): weights quantized and packed at load (PackedHeader), inputs per row per call, int32
+// sums by oneDNN; on AMX its attention runs a batch row's heads in batched bfloat16 primitives (AttentionBf16), not
+// per pair (on Zen 5 they measured no faster: 2.8 against 2.2 ms per call at batch 1, 69-82 against 75-78 at batch
+// 32). Serving in float32 or bfloat16 runs attention's products in float32 per pair.
 // See src/model/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <cpuid.h>
 #include <immintrin.h>
