@@ -551,51 +551,22 @@ const char kPackedMagic[8] = {'A', 'L', 'B', 'E', 'R', 'T', 'P', '8'};
 // not start on one: MindSpore places a tensor's data on a 16-byte boundary (measured: 0, 16, 32 or 48 bytes past
 // a line), and weights packed off a cache line ran at 0.59-0.71x of the weights as stored (bfloat16, AMX; see
 // Aligned). A serial number is never reused within a process and a tensor's bytes are its header's, so a copy
-// found is the tensor's. At most kCapacity copies, the least recently used dropped (serving a few models at once
-// needs a few dozen); one dropped while a thread still reads it lives until that thread is done.
-class AlignedPacked {
- public:
-  static const size_t kCapacity = 64;
+// found is the tensor's. At most 64 copies (serving a few models at once needs a few dozen).
+albert::dnnl::LruCache<uint64_t, PackedCopy> &AlignedPacked() {
+  static auto *copies = new albert::dnnl::LruCache<uint64_t, PackedCopy>(64);
+  return *copies;
+}
 
-  static AlignedPacked &Get() {
-    static AlignedPacked *copies = new AlignedPacked();  // never destroyed: threads may still read at exit
-    return *copies;
-  }
-
-  // The copy of packing `serial`'s `bytes` packed weights at `data`, made on first use.
-  std::shared_ptr<const PackedCopy> Find(uint64_t serial, const int8_t *data, int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto found = entries_.find(serial);
-    if (found != entries_.end()) {
-      order_.splice(order_.end(), order_, found->second.position);
-      return found->second.copy;
-    }
+// The copy of packing `serial`'s `bytes` packed weights at `data` (AlignedPacked), made on first use.
+std::shared_ptr<const PackedCopy> AlignedCopy(uint64_t serial, const int8_t *data, int64_t bytes) {
+  return AlignedPacked().Find(serial, [&] {
     auto copy = std::make_shared<PackedCopy>();
     int8_t *aligned = albert::dnnl::Aligned(&copy->storage, bytes);
     std::memcpy(aligned, data, bytes);
     copy->data = aligned;
-    if (entries_.size() >= kCapacity) {
-      entries_.erase(order_.front());
-      order_.pop_front();
-    }
-    entries_.emplace(serial, Entry{copy, order_.insert(order_.end(), serial)});
-    return copy;
-  }
-
-  size_t Size() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return entries_.size();
-  }
-
- private:
-  struct Entry {
-    std::shared_ptr<const PackedCopy> copy;
-    std::list<uint64_t>::iterator position;
-  };
-  std::mutex mutex_;
-  std::map<uint64_t, Entry> entries_;
-  std::list<uint64_t> order_;
-};
+    return std::shared_ptr<const PackedCopy>(copy);
+  });
+}
 
 uint64_t ProcessToken() {
   static const uint64_t token = [] {
@@ -624,7 +595,7 @@ bool PackedInt8(void **params, const int *ndims, int64_t **shapes, const char **
   if (reinterpret_cast<uintptr_t>(data) % 64 == 0) {
     w->packed = data;
   } else {
-    w->copy = AlignedPacked::Get().Find(header.serial, data, header.bytes);
+    w->copy = AlignedCopy(header.serial, data, header.bytes);
     w->packed = w->copy->data;
   }
   return true;
@@ -1341,8 +1312,8 @@ int Bf16Implementation(char *out, int size) {
 }
 // Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
 int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
-// Packed weights held on a cache line by AlignedPacked (bounded by its kCapacity).
-int PackedCopies() { return static_cast<int>(AlignedPacked::Get().Size()); }
+// Packed weights held on a cache line by AlignedPacked (at most 64).
+int PackedCopies() { return static_cast<int>(AlignedPacked().Size()); }
 int ProfileReport(char *out, int size) { return albert::ProfileReport(out, size); }
 int MatMulNT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("MatMulNT");

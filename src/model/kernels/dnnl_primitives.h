@@ -342,39 +342,30 @@ inline bool Create(const Api &api, const Shape &shape, Matmul *matmul) {
   return ok;
 }
 
-// Primitives by shape, the least recently used dropped beyond kCapacity (a run's products have a few dozen
-// shapes; serving with changing batch sizes must not grow without bound). A shape oneDNN has no primitive for is
-// remembered too. Entries are shared: one dropped while a thread still runs it is released when that thread is done.
-class Cache {
+// A bounded map of shared values, the least recently used dropped beyond `capacity`. Values are shared: one
+// dropped while a thread still uses it lives until that thread is done. Never destroyed where it is a static
+// (threads may still use values at exit).
+template <typename Key, typename Value>
+class LruCache {
  public:
-  static const size_t kCapacity = 256;
+  explicit LruCache(size_t capacity) : capacity_(capacity) {}
 
-  static Cache &Get() {
-    static Cache *cache = new Cache();  // never destroyed: threads may still run products at exit
-    return *cache;
-  }
-
-  // The primitive for `shape`, created on first use (its `primitive` is null when oneDNN has none).
-  std::shared_ptr<const Matmul> Find(const Shape &shape) {
+  // The value for `key`, made by make() on first use.
+  template <typename Make>
+  std::shared_ptr<const Value> Find(const Key &key, Make make) {
     std::lock_guard<std::mutex> lock(mutex_);
-    const auto key = shape.Key();
     auto found = entries_.find(key);
     if (found != entries_.end()) {
       order_.splice(order_.end(), order_, found->second.position);
-      return found->second.matmul;
+      return found->second.value;
     }
-    const Api &api = GetApi();
-    std::shared_ptr<Matmul> matmul(new Matmul(), [](Matmul *done) {
-      Release(GetApi(), done);
-      delete done;
-    });
-    Create(api, shape, matmul.get());  // on failure it stays empty: no primitive for the shape
-    if (entries_.size() >= kCapacity) {
+    std::shared_ptr<const Value> value = make();
+    if (entries_.size() >= capacity_) {
       entries_.erase(order_.front());
       order_.pop_front();
     }
-    entries_.emplace(key, Entry{matmul, order_.insert(order_.end(), key)});
-    return matmul;
+    entries_.emplace(key, Entry{value, order_.insert(order_.end(), key)});
+    return value;
   }
 
   size_t Size() {
@@ -383,17 +374,39 @@ class Cache {
   }
 
  private:
-  typedef std::tuple<bool, bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int64_t,
-                     int64_t, int64_t, int64_t, bool>
-      Key;
   struct Entry {
-    std::shared_ptr<const Matmul> matmul;
-    std::list<Key>::iterator position;
+    std::shared_ptr<const Value> value;
+    typename std::list<Key>::iterator position;
   };
 
+  const size_t capacity_;
   std::mutex mutex_;
   std::map<Key, Entry> entries_;
   std::list<Key> order_;
+};
+
+// Primitives by shape, at most kCapacity (a run's products have a few dozen shapes; serving with changing batch
+// sizes must not grow without bound). A shape oneDNN has no primitive for is remembered too (its `primitive` null).
+class Cache {
+ public:
+  static const size_t kCapacity = 256;
+
+  static LruCache<decltype(Shape().Key()), Matmul> &Get() {
+    static auto *cache = new LruCache<decltype(Shape().Key()), Matmul>(kCapacity);
+    return *cache;
+  }
+
+  // The primitive for `shape`, created on first use.
+  static std::shared_ptr<const Matmul> Find(const Shape &shape) {
+    return Get().Find(shape.Key(), [&shape] {
+      std::shared_ptr<Matmul> matmul(new Matmul(), [](Matmul *done) {
+        Release(GetApi(), done);
+        delete done;
+      });
+      Create(GetApi(), shape, matmul.get());  // on failure it stays empty: no primitive for the shape
+      return std::shared_ptr<const Matmul>(matmul);
+    });
+  }
 };
 
 // Runs the product of `shape` through its primitive on this thread; false (nothing written) when the primitives
@@ -401,7 +414,7 @@ class Cache {
 inline bool Run(const Shape &shape, const void *a, const void *b, const float *bias, void *c) {
   const Api &api = GetApi();
   if (!api.missing.empty()) return false;
-  const std::shared_ptr<const Matmul> matmul = Cache::Get().Find(shape);
+  const std::shared_ptr<const Matmul> matmul = Cache::Find(shape);
   if (matmul->primitive == nullptr) return false;
   thread_local Handle stream = nullptr;
   if (stream == nullptr && api.stream_create(&stream, api.engine, kInOrderStream) != 0) {
