@@ -393,6 +393,13 @@ def test_int8_products_read_the_weights_packed_at_load_and_nothing_else(threads)
         np.testing.assert_array_equal(got, y)
 
 
+def test_packing_without_the_kernels_says_why(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "_build", lambda: (None, "no C++ compiler found"))
+    with pytest.raises(RuntimeError) as raised:
+        cpu_kernels.pack_int8(np.ones((2, 3), np.int8))
+    assert str(raised.value) == "the compiled CPU kernels are not available here (no C++ compiler found)"
+
+
 @needs_kernels
 @needs_int8
 def test_packed_weights_copied_onto_a_cache_line_stay_bounded():

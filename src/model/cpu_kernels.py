@@ -723,9 +723,12 @@ def pack_int8(values: np.ndarray) -> np.ndarray:
     primitive reads here (AMX or VNNI tiles), for the int8 products to read instead of packing them on every call
     (src/model/kernels/dnnl_matmul.cc, PackedHeader): a 1-D int8 array, a 64-byte header then the packed weights.
     Where they cannot be packed, the header alone, and the products read the weights as stored."""
+    path = _build()[0]
+    if path is None:
+        raise RuntimeError(f"the compiled CPU kernels are not available here ({_build()[1]})")
     values = np.ascontiguousarray(values, np.int8)
     n, k = values.shape
-    library = _library(_build()[0])
+    library = _library(path)
     library.PackedInt8Bytes.restype = ctypes.c_int64
     size = library.PackedInt8Bytes(ctypes.c_int64(n), ctypes.c_int64(k))
     packed = np.zeros(size, np.int8)
