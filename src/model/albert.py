@@ -203,8 +203,9 @@ class Runtime:
         product rounding them again.
     serving_weights: for serving a checkpoint with the kernels, the dense layers' weights made once when it is
         loaded (`cpu_kernels.convert_weights`) instead of per call: "bfloat16" (the copy the bfloat16 products
-        read) or "int8" (int8 values with a float32 scale per output channel; the products quantize their input per
-        row on each call and sum in int32: `cpu_kernels.matmul_int8`); "" otherwise.
+        read) or "int8" (int8 values with a float32 scale per output channel, and the same packed for oneDNN's
+        primitive; the products quantize their input per row on each call and sum in int32:
+        `cpu_kernels.matmul_int8`); "" otherwise.
     split_heads: attention heads moved between [B, S, H] and [B, N, S, D] by a split and a stack instead of
         transposes: on CPU MindSpore's Transpose kernels each keep about twice their output's size allocated for the
         whole run (~100 MB per layer at batch 32) and are slower than a split and a stack. MindSpore's ONNX export
