@@ -25,8 +25,9 @@ The file's suffix picks the engine:
   with (default: the shipped one; the classifier's class count comes from the checkpoint), --seq_length the feature
   length (default: the max_seq_length of its fine-tuning data, which a run records in its checkpoints, else 128),
   --precision bfloat16 the kernels' products in bfloat16 (CPUs with AVX512_BF16 or AMX-BF16), --precision int8
-  the dense layers' in int8 (weights quantized once at load per output channel, inputs per row on each call; CPUs
-  whose oneDNN int8 matmul is AMX-INT8 or VNNI) and, on AMX, attention's in bfloat16 (float32 elsewhere, faster there).
+  the dense layers' in int8 (weights quantized per output channel and packed for oneDNN once at load, inputs per
+  row on each call; CPUs whose oneDNN int8 matmul is AMX-INT8 or VNNI) and, on AMX, attention's in bfloat16
+  (float32 elsewhere, faster there).
 
 --input_file holds JSON lines, one request per line with the keys of the flags (classifier: text_a and optionally
 text_b; race: article, question and options, a list; squad_v1/v2: question and context) and optionally an id;
@@ -126,9 +127,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--precision", default="float32", choices=("float32", "bfloat16", "int8"),
                         help=".ckpt on CPU: bfloat16 runs the compiled kernels' dense products in bfloat16 with "
                              "float32 accumulation (needs AVX512_BF16 or AMX-BF16); int8 runs them in int8 (weights "
-                             "quantized once at load per output channel, inputs per row on each call; needs VNNI or "
-                             "AMX-INT8) and, on AMX, attention's products in bfloat16; softmax, LayerNorm and the "
-                             "rest stay float32. .onnx with --engine openvino and .xml: OpenVINO's precision hint "
+                             "quantized per output channel and packed once at load, inputs per row on each call; "
+                             "needs VNNI or AMX-INT8) and, on AMX, attention's products in bfloat16; softmax, "
+                             "LayerNorm and the rest stay float32. .onnx with --engine openvino and .xml: OpenVINO's "
+                             "precision hint "
                              "(int8 IR: of the parts left float)")
     parser.add_argument("--engine", default="", choices=("onnxruntime", "openvino"),
                         help=".onnx: ONNX Runtime (the default), or OpenVINO's CPU plugin (pip install openvino); an "

@@ -496,7 +496,8 @@ class AlbertAttention(nn.Cell):
         cells' weights); the products read each head where it lies in [B, S, H] (no split, stack or transpose) and
         take the scale as the products' factor; mask and softmax run inside the product."""
         shape = inputs.shape
-        # (wq, wk, wv), then their bfloat16 copies, or int8 packed forms and scales, where the products read them
+        # (wq, wk, wv) (in int8 their int8 values), then their bfloat16 copies, or int8 packed forms and scales, where
+        # the products read them
         query_operands, key_operands = self.query.weight_operands(), self.key.weight_operands()
         value_operands = self.value.weight_operands()
         weights = ()

@@ -17,11 +17,11 @@ is code this process runs: it is loaded from the cache only when this user owns 
 symlink and nobody else can write them; otherwise it is built in a private folder of the process. Cells use them
 when their `albert_model.Runtime` says so: `src.devices.device_setup.model_runtime` asks for them on CPU in float32, and
 in bfloat16 for their products (`set_bf16`), when `available()`; `serving_runtime` for a checkpoint served with int8
-dense products (`int8_support()`), their weights quantized at load (`convert_weights`). MindSpore's own operations
-are used instead, with results equal up to float32 rounding, on other devices, in float16, and when no C++ compiler
-or oneDNN library is found, the compilation fails, the library does not load (a cached one that does not is built
-again, once), `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says which;
-bfloat16 and int8 are then refused). Exported models never use them (export.py's `export_runtime`), so a MINDIR
+dense products (`int8_support()`), their weights quantized and packed at load (`convert_weights`). MindSpore's own
+operations are used instead, with results equal up to float32 rounding, on other devices, in float16, and when no C++
+compiler or oneDNN library is found, the compilation fails, the library does not load (a cached one that does not is
+built again, once), `MS_CUSTOM_AOT_WHITE_LIST` excludes the cache, or `ALBERT_CPU_KERNELS=0` is set (`status()` says
+which; bfloat16 and int8 are then refused). Exported models never use them (export.py's `export_runtime`), so a MINDIR
 never needs the .so.
 """
 import atexit
@@ -722,7 +722,8 @@ def pack_int8(values: np.ndarray) -> np.ndarray:
     """int8 weights [N, K] (`quantize_int8`'s values) packed once, in this process, into the layout oneDNN's int8
     primitive reads here (AMX or VNNI tiles), for the int8 products to read instead of packing them on every call
     (src/model/kernels/dnnl_matmul.cc, PackedHeader): a 1-D int8 array, a 64-byte header then the packed weights.
-    Where they cannot be packed, the header alone, and the products read the weights as stored."""
+    Where they cannot be packed, a header of zeros (with nothing or unused bytes after it), and the products read the
+    weights as stored."""
     path = _build()[0]
     if path is None:
         raise RuntimeError(f"the compiled CPU kernels are not available here ({_build()[1]})")

@@ -34,6 +34,7 @@
 #include <initializer_list>
 #include <limits>
 #include <random>
+#include <utility>
 
 #include "dnnl_primitives.h"
 #include "parallel.h"
@@ -507,12 +508,12 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
   return status;
 }
 
-// Serving's int8 products (src.predict --precision int8): y = x w^T (+ b) with w quantized once at load, int8 per
-// output channel with float32 scales (cpu_kernels.quantize_int8), and x quantized on each call per row, symmetric:
-// q = round(x * 127 / max|row|), scale max|row| / 127. The int8 product sums exactly in int32 (a oneDNN matmul
-// primitive on AMX-INT8 or VNNI: cpu_kernels.int8_support refuses the others, see ExactInt8), and each row's sums
-// become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets a NaN
-// scale, so its outputs are NaN.
+// Serving's int8 products (src.predict --precision int8): y = x w^T (+ b) with w quantized (and packed: PackedHeader)
+// once at load, int8 per output channel with float32 scales (cpu_kernels.quantize_int8), and x quantized on each call
+// per row, symmetric: q = round(x * 127 / max|row|), scale max|row| / 127. The int8 product sums exactly in int32 (a
+// oneDNN matmul primitive on AMX-INT8 or VNNI: cpu_kernels.int8_support refuses the others, see ExactInt8), and each
+// row's sums become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets
+// a NaN scale, so its outputs are NaN.
 
 // Packed weights copied onto a cache line (see AlignedPacked).
 struct PackedCopy {
@@ -535,8 +536,10 @@ const int64_t kChunkRows = albert::dnnl::kPackedRows;
 // Serving's int8 weights packed once at load (cpu_kernels.pack_int8, through PackInt8Weights): an int8 tensor
 // holding this header, then w [n, k] in the layout oneDNN's primitive picks for it (albert::dnnl::Pack). The header
 // names the weights' shape and the process that packed them (a random token: the layout is this CPU's and this
-// library's). A tensor packed by another process or for other weights, or a header of zeros (packing not available
-// here), is not used: the products read w as stored.
+// library's). A tensor packed by another process, for weights of another shape, or of another size than this
+// process packs such weights to, or a header of zeros (packing not available here), is not used: the products read
+// w as stored. (Which weights of that shape it holds is the caller's to keep straight: cpu_kernels.Dense keeps each
+// layer's pair together.)
 struct PackedHeader {
   char magic[8];
   uint64_t process;
@@ -551,10 +554,21 @@ const char kPackedMagic[8] = {'A', 'L', 'B', 'E', 'R', 'T', 'P', '8'};
 // not start on one: MindSpore places a tensor's data on a 16-byte boundary (measured: 0, 16, 32 or 48 bytes past
 // a line), and weights packed off a cache line ran at 0.59-0.71x of the weights as stored (bfloat16, AMX; see
 // Aligned). A serial number is never reused within a process and a tensor's bytes are its header's, so a copy
-// found is the tensor's. At most 64 copies (serving a few models at once needs a few dozen).
+// found is the tensor's. At most 256 copies (an ALBERT model shares one layer's weights: a few per model; an
+// unshared 24-layer one has 147).
 albert::dnnl::LruCache<uint64_t, PackedCopy> &AlignedPacked() {
-  static auto *copies = new albert::dnnl::LruCache<uint64_t, PackedCopy>(64);
+  static auto *copies = new albert::dnnl::LruCache<uint64_t, PackedCopy>(256);
   return *copies;
+}
+
+// The bytes this process packs int8 weights [n, k] to (albert::dnnl::PackedSize, kept per shape: it creates a
+// primitive description).
+int64_t PackedBytes(int64_t n, int64_t k) {
+  static auto *sizes = new albert::dnnl::LruCache<std::pair<int64_t, int64_t>, int64_t>(256);
+  return *sizes->Find(std::make_pair(n, k), [n, k] {
+    return std::make_shared<const int64_t>(
+        static_cast<int64_t>(albert::dnnl::PackedSize(n, k, albert::dnnl::kS8)));
+  });
 }
 
 // The copy of packing `serial`'s `bytes` packed weights at `data` (AlignedPacked), made on first use.
@@ -589,7 +603,8 @@ bool PackedInt8(void **params, const int *ndims, int64_t **shapes, const char **
   std::memcpy(&header, params[i], sizeof(header));
   const int8_t *data = static_cast<const int8_t *>(params[i]) + sizeof(PackedHeader);
   if (std::memcmp(header.magic, kPackedMagic, sizeof(kPackedMagic)) != 0 || header.process != ProcessToken() ||
-      header.n != n || header.k != k || size != static_cast<int64_t>(sizeof(PackedHeader)) + header.bytes) {
+      header.n != n || header.k != k || header.bytes <= 0 || header.bytes != PackedBytes(n, k) ||
+      size != static_cast<int64_t>(sizeof(PackedHeader)) + header.bytes) {
     return true;
   }
   if (reinterpret_cast<uintptr_t>(data) % 64 == 0) {
@@ -667,10 +682,12 @@ bool Int8Sums(const Block &block, int64_t r0, int64_t rows, int64_t k, const Qua
               int64_t n, int32_t *sums) {
   const int64_t columns = block.c1 - block.c0;
   if (w.packed && block.c0 == 0 && columns == n) {
-    ALBERT_PROFILE("thread: matmul primitive int8, packed weights");
     albert::dnnl::Shape shape{false, false, false, false, rows, n, k, k, 0, n, albert::dnnl::kS8};
     shape.packed_b = true;
-    if (albert::dnnl::Run(shape, x.values + r0 * k, w.packed, nullptr, sums)) return true;
+    if (albert::dnnl::Cache::Find(shape)->primitive) {  // else oneDNN picks another layout for this many rows
+      ALBERT_PROFILE("thread: matmul primitive int8, packed weights");
+      if (albert::dnnl::Run(shape, x.values + r0 * k, w.packed, nullptr, sums)) return true;
+    }
   }
   ALBERT_PROFILE("thread: matmul primitive int8");
   const albert::dnnl::Shape shape{false, true, false, false, rows, columns, k, k, k, columns, albert::dnnl::kS8};
@@ -1312,7 +1329,7 @@ int Bf16Implementation(char *out, int size) {
 }
 // Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
 int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
-// Packed weights held on a cache line by AlignedPacked (at most 64).
+// Packed weights held on a cache line by AlignedPacked (at most 256).
 int PackedCopies() { return static_cast<int>(AlignedPacked().Size()); }
 int ProfileReport(char *out, int size) { return albert::ProfileReport(out, size); }
 int MatMulNT(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {

@@ -265,12 +265,12 @@ inline size_t PackedSize(int64_t n, int64_t k, int type) {
   return size;
 }
 
-// Weights w [n, k] (row-major; the products' op(b) = w^T) of `type` reordered into `out` (PackedSize bytes, on a
-// cache line) in the layout oneDNN's primitive picks for them, once (serving's int8 weights at load): a primitive
-// reading the weights as stored packs them into its scratchpad on every call instead. Measured on a Xeon with AMX
-// (oneDNN 3.10.1, 2 threads, 2026-11-28; benchmarks/results): serving ALBERT-base in int8 at batch 32, seq 128, the
-// int8 primitives took 330.3 instead of 456.6 ms of CPU time per call. False when it cannot be done (out untouched
-// or partly written).
+// Weights w [n, k] (row-major; the products' op(b) = w^T) of `type` reordered into `out` (PackedSize bytes) in the
+// layout oneDNN's primitive picks for them, once (serving's int8 weights at load): a primitive reading the weights
+// as stored packs them into its scratchpad on every call instead. Measured on a Xeon with AMX (oneDNN 3.10.1, 2
+// threads, 2026-11-28; benchmarks/results): serving ALBERT-base in int8 at batch 32, seq 128, the int8 primitives
+// took 330.3 instead of 456.6 ms of CPU time per call. False when it cannot be done (out untouched or partly
+// written).
 inline bool Pack(const void *w, int64_t n, int64_t k, int type, void *out) {
   const Api &api = GetApi();
   Handle description = PackedDescription(api, kPackedRows, n, k, type);
