@@ -1,10 +1,11 @@
 """Run by tests/test_cpu_kernels.py::test_products_on_a_lower_isa_forced in a process whose ONEDNN_MAX_CPU_ISA caps
 what oneDNN may use: the dense products (forward and both gradients) against float64 numpy, in float32 and in
-bfloat16 (weights rounded per call, and their bfloat16 copy from the graph), and serving's int8 products (where oneDNN
-has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized operands, reading the
-weights packed at load, on 1 and 2 threads; the feed-forward network in one call under bfloat16 as the three kernels
-it replaces; below AMX, attention (int8 serving's, and training's in bfloat16 but where the status line says it runs
-batched) as the float32 attention, bit for bit. The last line printed is the kernels' oneDNN description."""
+bfloat16 (weights rounded per call, their bfloat16 copy from the graph and the same packed), and serving's int8
+products (where oneDNN has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized
+operands, reading the weights packed at load, on 1 and 2 threads; the feed-forward network in one call under
+bfloat16 as the three kernels it replaces (copies and packed); below AMX, attention (int8 serving's, and training's
+in bfloat16 but where the status line says it runs batched) as the float32 attention, bit for bit. The last line
+printed is the kernels' oneDNN description."""
 import ctypes
 import json
 import sys
@@ -21,11 +22,11 @@ from tests.test_cpu_kernels import (Call, FeedForward, FusedContext, WithCopies,
                                     int8_operands, int8_reads, int8_reference, run_feed_forward)
 
 
-def feed_forward(copies: bool) -> None:
+def feed_forward(copies: bool, packed: bool = False) -> None:
     """The fused feed-forward network (bfloat16 products on) gives what dense, GELU and dense give in turn."""
     *inputs, dy = feed_forward_operands(600, 32, 128)
-    fused = run_feed_forward(FeedForward(copies), inputs, dy)
-    steps = run_feed_forward(FeedForward(copies, steps=True), inputs, dy)
+    fused = run_feed_forward(FeedForward(copies, packed=packed), inputs, dy)
+    steps = run_feed_forward(FeedForward(copies, steps=True, packed=packed), inputs, dy)
     steps[0][2] = bf16_rounded(steps[0][2])  # with the copies h comes rounded, as the second product reads it
     for got, want in zip([*fused[0], *fused[1]], [*steps[0], *steps[1]]):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-35)
@@ -75,14 +76,16 @@ def main() -> None:
         assert_close(dx, dy64 @ w64)
         assert_close(dw, dy64.T @ x64)
         cpu_kernels.set_bf16(True)
-        # float32 weights rounded by each call, and the weights' bfloat16 copy made in the graph
-        for cell in (Call(cpu_kernels.matmul_nt_bias()), WithCopies(cpu_kernels.matmul_nt_bias(True), 1)):
+        # float32 weights rounded by each call, the weights' bfloat16 copy made in the graph, the same packed
+        for cell in (Call(cpu_kernels.matmul_nt_bias()), WithCopies(cpu_kernels.matmul_nt_bias(True), 1),
+                     WithCopies(cpu_kernels.matmul_nt_bias(True), 1, packed=True)):
             tensors = [Tensor(x), Tensor(w), Tensor(b)]
             dx, dw, _ = (grad.asnumpy() for grad in dense_grads(cell, tensors, Tensor(dy)))
             assert_bf16_product(cell(*tensors).asnumpy(), xb @ wb.T + b, x64 @ w64.T + b)
             assert_bf16_product(dx, dyb @ wb, dy64 @ w64)
             assert_bf16_product(dw, dyb.T @ xb, dy64.T @ x64)
         feed_forward(copies=True)
+        feed_forward(copies=True, packed=True)
         attention_below_amx()
         cpu_kernels.set_bf16(False)
         if cpu_kernels.int8_support()[0]:  # int8 needs VNNI or AMX-INT8 (without, it is refused)

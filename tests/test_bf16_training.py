@@ -89,7 +89,8 @@ def test_first_loss_and_gradients_stay_within_bfloat16_rounding_of_float32(float
 
 def test_each_weight_is_rounded_to_bfloat16_once_per_step_whatever_the_layers_sharing_it(float32_afterwards):
     """In a bfloat16 train step (GRAPH mode) every dense layer's weights and the tied decoder table are rounded to
-    bfloat16 once (the layers sharing them share the copy), while the products run once per layer."""
+    bfloat16 once (the layers sharing them share the copy), while the products run once per layer; the shared
+    layer's six weights are rounded and packed in one call each (PackBf16Weights), the others copied."""
     import mindspore as ms
     from mindspore import ParameterTuple, Tensor, nn, ops
 
@@ -116,8 +117,33 @@ def test_each_weight_is_rounded_to_bfloat16_once_per_step_whatever_the_layers_sh
     for _ in range(2):
         step(*batch)
     counts = cpu_kernels.stop_profile()
-    assert counts["RoundToBf16"][0] == 2 * (len(dense_weights) + 1)  # + the decoder's table
+    packed = {id(cell.weight) for _, cell in net.cells_and_names()
+              if isinstance(cell, cpu_kernels.Dense) and cell.pack_weights}
+    assert len(packed) == 6  # query, key, value, attention's output, the feed-forward network's two
+    assert counts["PackBf16Weights"][0] == 2 * len(packed)
+    assert counts["RoundToBf16"][0] == 2 * (len(dense_weights) - len(packed) + 1)  # + the decoder's table
     assert counts["DenseQKVCopy"][0] == 2 * 3  # the query, key and value products: once per layer
+
+
+@pytest.mark.parametrize("share_type, groups, packed", [
+    ("all", 1, ["query", "key", "value", "dense", "ffn", "ffn_output"]), ("all", 3, []),
+    ("attention", 1, ["query", "key", "value", "dense"]), ("ffn", 1, ["ffn", "ffn_output"]), ("none", 1, [])])
+def test_the_weights_of_layers_several_layers_run_are_packed_the_rest_copied(share_type, groups, packed,
+                                                                           float32_afterwards):
+    """Packing pays where several layers read the weights in a step (benchmarks/bench_products.py: a product saves
+    about what packing its weights costs): the dense layers of a shared group or shared part, never the embeddings'
+    projection, the pooler or the heads, nor the layers of a group run once (3 groups for 3 layers, share_type
+    none). Float32 networks pack nothing."""
+    from src.devices.device_setup import model_runtime
+    from src.model.albert import AlbertConfig, AlbertModel
+
+    config = dict(TINY, num_hidden_layers=3, num_hidden_groups=groups, share_type=share_type)
+    for compute_type in ("bfloat16", "float32"):
+        model = AlbertModel(AlbertConfig(**config, compute_type=compute_type), is_training=True,
+                            runtime=model_runtime("CPU", compute_type))
+        names = {name.rsplit(".", 1)[-1] for name, cell in model.cells_and_names()
+                 if isinstance(cell, cpu_kernels.Dense) and cell.pack_weights}
+        assert names == (set(packed) if compute_type == "bfloat16" else set()), compute_type
 
 
 def test_a_cpu_without_native_bfloat16_is_refused_in_one_line(data, tmp_path, monkeypatch, capsys,

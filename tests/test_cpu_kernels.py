@@ -93,15 +93,16 @@ def test_products_equal_numpy_in_float64(m, k, n, threads):
 
 class WithCopies(nn.Cell):
     """A product that takes its weights' bfloat16 copies after them, called on the weights alone: the copies made in
-    the graph (cpu_kernels.bf16_copy), as the network makes them."""
+    the graph (cpu_kernels.bf16_copy, or with `packed` cpu_kernels.bf16_packed), as the network makes them."""
 
-    def __init__(self, op, weights: int, first: int = 1):
+    def __init__(self, op, weights: int, first: int = 1, packed: bool = False):
         super().__init__()
         self.op, self.weights, self.first = op, weights, first
+        self.make = cpu_kernels.bf16_packed if packed else cpu_kernels.bf16_copy
 
     def construct(self, *inputs):
         weights = inputs[self.first:self.first + self.weights]
-        copies = tuple(cpu_kernels.bf16_copy(weight) for weight in weights)
+        copies = tuple(self.make(weight) for weight in weights)
         return self.op(*inputs[:self.first + self.weights], *copies, *inputs[self.first + self.weights:])
 
 
@@ -109,14 +110,16 @@ def dense_grads(cell, tensors, sens):
     return ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, sens)
 
 
-def run_dense_qkv(rng: np.random.Generator, m: int, k: int, n: int, copies: bool = False):
+def run_dense_qkv(rng: np.random.Generator, m: int, k: int, n: int, copies: str = ""):
     """Random x [m, k], three weights [n, k], biases and output gradients through `dense_qkv` (reading the weights'
-    bfloat16 copies with `copies`): (x, weights, biases, output gradients, outputs, input gradients)."""
+    bfloat16 copies with `copies` "copy", or the same packed with "packed"): (x, weights, biases, output gradients,
+    outputs, input gradients)."""
     x = rng.standard_normal((m, k)).astype(np.float32)
     weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
     biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     sens = [rng.standard_normal((m, n)).astype(np.float32) for _ in range(3)]
-    cell = WithCopies(cpu_kernels.dense_qkv(True), 3) if copies else Call(cpu_kernels.dense_qkv())
+    cell = (WithCopies(cpu_kernels.dense_qkv(True), 3, packed=copies == "packed") if copies
+            else Call(cpu_kernels.dense_qkv()))
     tensors = [Tensor(value) for value in (x, *weights, *biases)]
     grads = dense_grads(cell, tensors, tuple(Tensor(d) for d in sens))
     return x, weights, biases, sens, cell(*tensors), grads
@@ -196,7 +199,7 @@ def assert_bf16_product(got, bf16_operands, float32_operands):
 
 
 @needs_kernels
-@pytest.mark.parametrize("copy", [False, True], ids=["float32_weights", "bf16_copy"])
+@pytest.mark.parametrize("copy", ["", "copy", "packed"], ids=["float32_weights", "bf16_copy", "bf16_packed"])
 @pytest.mark.parametrize("m, k, n", [(63, 17, 9), (200, 70, 130), (600, 20, 70), (1024, 256, 384),
                                      (1100, 2048, 40), (600, 30, 2048), (256, 1024, 3072)])
 def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, threads, bf16_products):
@@ -204,13 +207,15 @@ def test_bf16_products_are_bfloat16_operands_with_float32_sums(m, k, n, copy, th
     transposed), whatever its size and whether a primitive or the BLAS-style call runs it (on AMX, k >= 2048 and
     k >= 4 x the block's columns: the forward of (1100, 2048, 40) on one or two threads, the input gradient of
     (600, 30, 2048); on AMD's AVX512-BF16 the weight gradient of (256, 1024, 3072)), is the float64 product of the
-    operands rounded to bfloat16: with float32 weights (each call rounds them) and with the weights' bfloat16 copy
-    made in the graph (the network's way), whose weights still get their gradient, in float32."""
+    operands rounded to bfloat16: with float32 weights (each call rounds them), with the weights' bfloat16 copy
+    made in the graph (the network's way) and with the same packed (a shared layer's way), whose weights still get
+    their gradient, in float32."""
     rng = np.random.default_rng(m * k)
     x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,), (m, n)))
     xb, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x, w, dy))
     x64, w64, dy64 = (a.astype(np.float64) for a in (x, w, dy))
-    cell = WithCopies(cpu_kernels.matmul_nt_bias(True), 1) if copy else Call(cpu_kernels.matmul_nt_bias())
+    cell = (WithCopies(cpu_kernels.matmul_nt_bias(True), 1, packed=copy == "packed") if copy
+            else Call(cpu_kernels.matmul_nt_bias()))
     tensors = [Tensor(x), Tensor(w), Tensor(b)]
     dx, dw, db = (grad.asnumpy() for grad in dense_grads(cell, tensors, Tensor(dy)))
     assert_bf16_product(cell(*tensors).asnumpy(), xb @ wb.T + b, x64 @ w64.T + b)
@@ -271,10 +276,11 @@ def test_status_says_where_attention_runs_batched_in_bfloat16():
 
 
 @needs_kernels
-@pytest.mark.parametrize("copies", [False, True], ids=["float32_weights", "bf16_copies"])
+@pytest.mark.parametrize("copies", ["", "copy", "packed"], ids=["float32_weights", "bf16_copies", "bf16_packed"])
 def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(copies, threads, bf16_products):
     """The query, key and value layers under set_bf16(True): their input gradient is three primitive products, the
-    second and third added to the first by the primitive's sum post-op; with the weights' bfloat16 copies too."""
+    second and third added to the first by the primitive's sum post-op; with the weights' bfloat16 copies too, and
+    with the same packed."""
     x, weights, biases, sens, outputs, grads = run_dense_qkv(np.random.default_rng(11), 1024, 256, 256, copies)
     xb, wb, dyb = (bf16_rounded(x).astype(np.float64), [bf16_rounded(w).astype(np.float64) for w in weights],
                    [bf16_rounded(d).astype(np.float64) for d in sens])
@@ -286,6 +292,151 @@ def test_bf16_dense_qkv_sums_its_input_gradient_in_the_primitive(copies, threads
     for i in range(3):
         assert_bf16_product(grads[1 + i].asnumpy(), dyb[i].T @ xb, dy64[i].T @ x64)
         assert_close(grads[4 + i].asnumpy(), dy64[i].sum(0))
+
+
+BF16_PACKED_LABEL = "thread: matmul primitive bf16, packed weights"
+BF16_PRIMITIVE_LABEL = "thread: matmul primitive bf16"
+
+
+def bf16_packing() -> bool:
+    """Whether the kernels' status line says shared layers' bfloat16 weights are packed once per step here."""
+    return "shared weights packed once per step" in _bf16_status()
+
+
+def profiled(run):
+    """run()'s result and the kernels' profile counts while it ran."""
+    cpu_kernels.start_profile()
+    try:
+        result = run()
+    finally:
+        counts = cpu_kernels.stop_profile()
+    return result, counts
+
+
+class TwoLayers(nn.Cell):
+    """Two dense layers sharing weights w (x1 w^T + b and x2 w^T + b), reading the weights' packed form (`packed`) or
+    their bfloat16 copy, made in the graph once per use: as ALBERT's shared layers read them."""
+
+    def __init__(self, packed: bool):
+        super().__init__()
+        self.product, self.packed = cpu_kernels.matmul_nt_bias(True), packed
+
+    def construct(self, x1, x2, w, b):
+        form = cpu_kernels.bf16_packed if self.packed else cpu_kernels.bf16_copy
+        return self.product(x1, w, form(w), b) + self.product(x2, w, form(w), b)
+
+
+@needs_kernels
+def test_bf16_shared_weights_are_packed_once_and_read_packed_both_ways(threads, bf16_products):
+    """bf16_packed rounds a layer's weights and reorders them for oneDNN's primitive once, for every product reading
+    them: two layers sharing the weights make one packing (MindSpore merges the identical calls). Where the status
+    line says it packs, each forward and each input gradient (a block of all columns on each thread: rows split)
+    reads the packed forms, the weight gradients read no weights; the numbers are those of the bfloat16 copy, bit
+    for bit (the same primitive on the same bfloat16 operands), and bfloat16 products (checked against numpy)."""
+    rng = np.random.default_rng(21)
+    m, k, n = 1024, 256, 384
+    x1, x2, w, b, dy = (rng.standard_normal(shape).astype(np.float32)
+                        for shape in ((m, k), (m, k), (n, k), (n,), (m, n)))
+    tensors = [Tensor(x1), Tensor(x2), Tensor(w), Tensor(b)]
+    runs = {}
+    for packed in (True, False):
+        cell = TwoLayers(packed)
+        cell(*tensors).asnumpy()  # compiled outside the counts
+        y, forward = profiled(lambda: cell(*tensors).asnumpy())
+        grads, backward = profiled(lambda: [g.asnumpy() for g in dense_grads(cell, tensors, Tensor(dy))])
+        runs[packed] = (y, grads, forward, backward)
+    (y, grads, forward, backward), (copy_y, copy_grads, *_) = runs[True], runs[False]
+    reads = 2 * threads if bf16_packing() else 0  # two layers' forwards; two input gradients
+    assert forward.get(BF16_PACKED_LABEL, (0,))[0] == reads and forward["PackBf16Weights"][0] == 1, forward
+    assert backward.get(BF16_PACKED_LABEL, (0,))[0] == reads, backward
+    assert backward[BF16_PRIMITIVE_LABEL][0] == 2 * threads + 2 * threads - reads, backward  # + the weight gradients
+    np.testing.assert_array_equal(y, copy_y)
+    for got, want in zip(grads, copy_grads):
+        np.testing.assert_array_equal(got, want)
+    xb1, xb2, wb, dyb = (bf16_rounded(a).astype(np.float64) for a in (x1, x2, w, dy))
+    x64, w64 = x1.astype(np.float64), w.astype(np.float64)
+    assert_bf16_product(y, xb1 @ wb.T + xb2 @ wb.T + 2 * b, x64 @ w64.T + x2.astype(np.float64) @ w64.T + 2 * b)
+    assert_bf16_product(grads[0], dyb @ wb, dy.astype(np.float64) @ w64)
+
+
+class GivenPacked(nn.Cell):
+    """x w'^T + b with w' a packed tensor given as an input, moved by the graph first (an Add of zeros): MindSpore
+    places it on its cache line as it places the packing's own output."""
+
+    def __init__(self):
+        super().__init__()
+        self.product = cpu_kernels.matmul_nt_bias(True)
+
+    def construct(self, x, w, packed, b, zeros):
+        return self.product(x, w, packed + zeros, b)
+
+
+def header_field(packed: np.ndarray, field: int, value=None) -> int:
+    """Field `field` (an int64 of the 64-byte header: 2 n, 3 k, 4 offset, 5 and 6 the packed forms' sizes) of a
+    `bf16_packed` tensor, set to `value` when given (in place)."""
+    if value is not None:
+        packed[8 * field:8 * field + 8] = np.array([value], np.int64).view(np.int8)
+    return int(packed[8 * field:8 * field + 8].view(np.int64)[0])
+
+
+def relaid(packed: np.ndarray, offset: int) -> np.ndarray:
+    """The same packed tensor with its rounded and packed weights moved to start `offset` bytes in (64-127)."""
+    moved, start = np.zeros_like(packed), header_field(packed, 4)
+    moved[:64] = packed[:64]
+    data = packed[start:start + packed.size - 128]  # the tensor holds 128 bytes besides them
+    moved[offset:offset + data.size] = data
+    header_field(moved, 4, offset)
+    return moved
+
+
+@needs_kernels
+def test_a_packed_tensor_from_elsewhere_is_read_as_rounded_weights_or_refused(bf16_products, request):
+    """The products trust a packed tensor's layout only where it is this process's and on a cache line: of the same
+    tensor with its weights moved 0, 16, 32 and 48 bytes along (MindSpore places tensors on 16-byte boundaries),
+    exactly the one landing on a cache line is read packed (where the status line says this CPU packs), every one
+    gives the bfloat16 copy's numbers; one naming another process is read as rounded weights, same numbers; one
+    whose header names another shape, another magic or a packed size the layout does not have is refused (the call
+    fails), never read."""
+    rng = np.random.default_rng(31)
+    m, k, n = 1024, 64, 96
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) for shape in ((m, k), (n, k), (n,)))
+    packed = Call(cpu_kernels._pack_bf16())(Tensor(w)).asnumpy()
+    assert packed.dtype == np.int8 and packed.size == cpu_kernels.bf16_pack_bytes(n, k)
+    assert (header_field(packed, 2), header_field(packed, 3)) == (n, k)
+    want = WithCopies(cpu_kernels.matmul_nt_bias(True), 1)(Tensor(x), Tensor(w), Tensor(b)).asnumpy()
+    given = GivenPacked()
+    cpu_kernels.set_threads(2)
+    request.addfinalizer(lambda: cpu_kernels.set_threads(0))
+
+    def run(tensor):
+        y, counts = profiled(lambda: given(Tensor(x), Tensor(w), Tensor(tensor), Tensor(b),
+                                           Tensor(np.zeros_like(tensor))).asnumpy())
+        return y, counts.get(BF16_PACKED_LABEL, (0,))[0]
+
+    reads = []
+    for offset in (64, 80, 96, 112):
+        y, read = run(relaid(packed, offset))
+        np.testing.assert_array_equal(y, want)
+        reads.append(read)
+    if not bf16_packing():
+        assert reads == [0] * 4
+        return
+    assert sorted(reads) == [0, 0, 0, 2], reads  # each thread's rows
+    aligned = relaid(packed, (64, 80, 96, 112)[int(np.argmax(reads))])
+    stranger = aligned.copy()
+    stranger[8:16] ^= np.int8(0x5A)  # the packing process's token
+    y, read = run(stranger)
+    assert read == 0
+    np.testing.assert_array_equal(y, want)
+    for field, value in ((2, n + 1), (3, k - 1), (5, header_field(aligned, 5) + 64)):
+        wrong = aligned.copy()
+        header_field(wrong, field, value)
+        with pytest.raises(RuntimeError):
+            run(wrong)
+    wrong = aligned.copy()
+    wrong[:8] = np.frombuffer(b"ALBERTP8", np.int8)  # int8 serving's magic
+    with pytest.raises(RuntimeError):
+        run(wrong)
 
 
 @needs_kernels
@@ -520,6 +671,8 @@ def test_products_on_a_lower_isa_forced(isa):
                                                                     "(oneDNN has no bfloat16 matmul primitive)"))
     assert "amx" not in described and (isa != "AVX2" or "avx512" not in described), described
     assert "for long sums" not in described  # the BLAS-style rule was measured on AMX only
+    # shared layers' bfloat16 weights are packed wherever a bfloat16 primitive reads them
+    assert ("shared weights packed once per step" in described) == ("bfloat16: matmul primitive" in described)
     amd = isa == "AVX512_CORE_BF16" and amd_cpu() and "avx512_core_bf16" in described  # AMD's rules apply
     assert ("batched attention: training" in described) == amd and "int8 serving" not in described, described
     assert ("for large weight gradients" in described) == amd, described
@@ -561,16 +714,17 @@ def test_gelu_keeps_nan_and_inf_visible():
 class FeedForward(nn.Cell):
     """A block's feed-forward network (x, w1, b1, w2, b2) by the kernels as the network runs it: `feed_forward` in
     one call, (y, pre, h), or (`steps`) the three kernels it replaces, dense, GELU and dense, ((y, pre, h) as they
-    make it); with `copies`, reading the weights' bfloat16 copies made in the graph."""
+    make it); with `copies`, reading the weights' bfloat16 copies made in the graph (`packed`: the same packed)."""
 
-    def __init__(self, copies: bool, steps: bool = False):
+    def __init__(self, copies: bool, steps: bool = False, packed: bool = False):
         super().__init__()
         self.copies, self.steps = copies, steps
+        self.make = cpu_kernels.bf16_packed if packed else cpu_kernels.bf16_copy
         self.fused, self.dense, self.gelu = (cpu_kernels.feed_forward(copies), cpu_kernels.matmul_nt_bias(copies),
                                              cpu_kernels.gelu_tanh())
 
     def construct(self, x, w1, b1, w2, b2):
-        first, second = ((cpu_kernels.bf16_copy(w1),), (cpu_kernels.bf16_copy(w2),)) if self.copies else ((), ())
+        first, second = ((self.make(w1),), (self.make(w2),)) if self.copies else ((), ())
         if not self.steps:
             return self.fused(x, w1, *first, b1, w2, *second, b2)
         pre = self.dense(x, w1, *first, b1)
@@ -611,7 +765,7 @@ def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, i
 
 
 @needs_kernels
-@pytest.mark.parametrize("copies", [False, True], ids=["float32_weights", "bf16_copies"])
+@pytest.mark.parametrize("copies", ["", "copy", "packed"], ids=["float32_weights", "bf16_copies", "bf16_packed"])
 @pytest.mark.parametrize("m, hidden, inner", [(63, 17, 40), (1024, 64, 2048)])
 def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidden, inner, copies, threads,
                                                                         bf16_products):
@@ -621,10 +775,12 @@ def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidde
     about -10, where e^z nears float32's largest number, which a vectorised loop and its scalar remainder may round
     to that number or to infinity: an output of ~1e-37 or 0), and its products bfloat16 products: pre is
     that of x and w1 rounded, and w2's gradient that of dy and the activations h as kept, which come in bfloat16
-    when the weights' copies do (rounded once, where GELU makes them)."""
+    when the weights' copies do (rounded once, where GELU makes them). The same with the copies packed."""
     *inputs, dy = feed_forward_operands(m, hidden, inner)
-    (y, pre, h), grads = run_feed_forward(FeedForward(copies), inputs, dy)
-    (step_y, step_pre, step_h), step_grads = run_feed_forward(FeedForward(copies, steps=True), inputs, dy)
+    packed = copies == "packed"
+    (y, pre, h), grads = run_feed_forward(FeedForward(bool(copies), packed=packed), inputs, dy)
+    (step_y, step_pre, step_h), step_grads = run_feed_forward(FeedForward(bool(copies), steps=True, packed=packed),
+                                                              inputs, dy)
     step_h = bf16_rounded(step_h) if copies else step_h  # the second product reads it so
     for got, want in zip([y, pre, h, *grads], [step_y, step_pre, step_h, *step_grads]):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-35)
@@ -633,7 +789,7 @@ def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidde
                         x.astype(np.float64) @ w1.T.astype(np.float64) + b1)
     assert_bf16_product(grads[3], bf16_rounded(dy).astype(np.float64).T @ bf16_rounded(h),
                         dy.astype(np.float64).T @ h)
-    assert (FeedForward(copies)(*map(Tensor, inputs))[2].dtype == ms.bfloat16) == copies
+    assert (FeedForward(bool(copies))(*map(Tensor, inputs))[2].dtype == ms.bfloat16) == bool(copies)
 
 
 @needs_kernels

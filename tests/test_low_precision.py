@@ -226,7 +226,8 @@ def test_int8_is_refused_where_it_cannot_run_and_on_exported_models(heads, expor
 
 def test_served_weights_are_made_once_at_load(monkeypatch):
     """A network served in bfloat16 reads its weights' bfloat16 copy made when loaded: no rounding kernel runs per
-    request, and the results are bit-identical to rounding per call (the training path); served in int8, every dense
+    request, and the results are bit-identical to rounding per call (the training path, which also packs the shared
+    layer's weights once per call: the same numbers); served in int8, every dense
     product is an int8 kernel reading the weights quantized at load (the feed-forward network and attention's output
     one call each per layer, with their residual and LayerNorm), and the outputs stay near float32's."""
     import mindspore as ms
@@ -260,7 +261,7 @@ def test_served_weights_are_made_once_at_load(monkeypatch):
         reference, fp32, _ = served(serving_runtime("CPU", "float32", "float32"))
         if cpu_kernels.bf16_support()[0]:
             _, per_call, counts = served(Runtime(kernels=True, bf16_weights=True), reference)
-            assert counts["RoundToBf16"][0] > 0
+            assert counts["RoundToBf16"][0] > 0 and counts["PackBf16Weights"][0] == 6  # the shared layer's, packed
             _, at_load, counts = served(serving_runtime("CPU", "bfloat16", "bfloat16"), reference)
             assert "RoundToBf16" not in counts and counts["DenseQKVCopy"][0] == TINY["num_hidden_layers"]
             for got, want in zip(at_load, per_call):

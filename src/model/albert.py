@@ -200,7 +200,8 @@ class Runtime:
     bf16_weights: with kernels in bfloat16, every dense layer's weights (and the tied decoder table) rounded to a
         bfloat16 copy by one kernel call per step in the graph (`cpu_kernels.bf16_copy`), which the products read:
         the layers that share weights share the copy (MindSpore merges the identical calls), instead of each
-        product rounding them again.
+        product rounding them again. Weights that several layers run (ALBERT's shared layers) are packed in the
+        same call into the layouts oneDNN's products read (`cpu_kernels.bf16_packed`), instead of by each product.
     serving_weights: for serving a checkpoint with the kernels, the dense layers' weights made once when it is
         loaded (`cpu_kernels.convert_weights`) instead of per call: "bfloat16" (the copy the bfloat16 products
         read) or "int8" (int8 values with a float32 scale per output channel, and the same packed for oneDNN's
@@ -639,6 +640,8 @@ class AlbertTransformer(nn.Cell):
             self.layer_to_group = list(range(layers))
             shared_cells = {"attention": ("attention",), "ffn": AlbertLayer.FFN_CELLS}.get(config.share_type, ())
             self._share(shared_cells, [group_index(i, layers, groups) for i in range(layers)])
+        # Dense layers that several layers run read their bfloat16 weights packed once per step.
+        cpu_kernels.pack_shared_weights([self.albert_layer_groups[group] for group in self.layer_to_group])
 
     def _share(self, cell_names: Tuple[str, ...], owner_of_layer: List[int]) -> None:
         """Make the named cells of every layer the very Cells of the first layer with the same owner group."""

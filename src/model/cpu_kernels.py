@@ -471,14 +471,15 @@ def _kernel(name: str, out_shape, out_dtype=None, bprop=None) -> ops.Custom:
 
 @lru_cache(maxsize=None)
 def _dense_grads(count: int, biases: bool) -> ops.Custom:
-    """(dy_1..dy_count [M, N], x [M, K], w_1..w_count [N, K] float32 or bfloat16 copies) -> (dx = sum_i dy_i w_i,
-    dw_i = dy_i^T x, and with `biases` db_i = column sums of dy_i): the gradients of dense layers sharing their input,
-    each dy read once (src/model/kernels/dnnl_matmul.cc, DenseGrads)."""
+    """(dy_1..dy_count [M, N], x [M, K], w_1..w_count [N, K] float32, or their bfloat16 copies or `bf16_packed`
+    forms) -> (dx = sum_i dy_i w_i, dw_i = dy_i^T x, and with `biases` db_i = column sums of dy_i): the gradients of
+    dense layers sharing their input, each dy read once (src/model/kernels/dnnl_matmul.cc, DenseGrads). The shapes
+    come from dy and x (a packed w is 1-D)."""
     name = {(1, True): "DenseGrad", (1, False): "DenseGradNoBias", (3, True): "DenseQKVGrad"}[(count, biases)]
 
     def shapes(*tensors):
-        dy, x, w = tensors[0], tensors[count], tensors[count + 1]
-        return (x,) + (w,) * count + (((dy[1],),) * count if biases else ())
+        dy, x = tensors[0], tensors[count]
+        return (x,) + ([dy[1], x[1]],) * count + (((dy[1],),) * count if biases else ())
 
     def dtypes(*types):
         return (types[0],) * (1 + count * (2 if biases else 1))
@@ -495,6 +496,27 @@ def bf16_copy(weight):
     products give the float32 weight its gradient). In a graph, MindSpore merges the identical calls on one weight
     (the layers that share it) into one per step."""
     return ops.stop_gradient(_round_to_bf16()(weight))
+
+
+def bf16_pack_bytes(rows: int, columns: int) -> int:
+    """Bytes of `bf16_packed`'s tensor for weights [rows, columns] in this process."""
+    library = _library(_build()[0])
+    library.Bf16PackBytes.restype = ctypes.c_int64
+    return int(library.Bf16PackBytes(ctypes.c_int64(rows), ctypes.c_int64(columns)))
+
+
+@lru_cache(maxsize=None)
+def _pack_bf16() -> ops.Custom:
+    return _kernel("PackBf16Weights", lambda w: [bf16_pack_bytes(*w)], lambda w: ms.int8)
+
+
+def bf16_packed(weight):
+    """`bf16_copy` for weights that several layers read (a shared layer's): an int8 tensor holding `weight` rounded
+    to bfloat16 and the same reordered into the layouts oneDNN's primitive reads for the forward and for the input
+    gradient (src/model/kernels/dnnl_matmul.cc, Bf16PackHeader), which the products read instead of reordering
+    the weights on every call; made once per step (MindSpore merges the identical calls) and passed where the copy
+    would be."""
+    return ops.stop_gradient(_pack_bf16()(weight))
 
 
 @lru_cache(maxsize=None)
@@ -632,9 +654,11 @@ def gelu_tanh() -> ops.Custom:
 @lru_cache(maxsize=None)
 def _feed_forward_grad() -> ops.Custom:
     """(dy [M, H], x [M, H], pre [M, I], h [M, I], w1 [I, H], w2 [H, I]) -> (dx, dw1, db1, dw2, db2): the gradients of
-    `feed_forward`, h and the weights in float32 or bfloat16 (the copies)."""
-    return _kernel("DenseGeluDenseGrad", lambda dy, x, pre, h, w1, w2: (x, w1, (w1[0],), w2, (w2[0],)),
-                   lambda dy, *_: (dy,) * 5)
+    `feed_forward`, h and the weights in float32 or bfloat16 (the copies, or `bf16_packed`: the shapes come from the
+    activations)."""
+    def shapes(dy, x, pre, h, w1, w2):
+        return x, [pre[1], x[1]], (pre[1],), [dy[1], h[1]], (dy[1],)
+    return _kernel("DenseGeluDenseGrad", shapes, lambda dy, *_: (dy,) * 5)
 
 
 @lru_cache(maxsize=None)
@@ -783,9 +807,11 @@ def dense_residual_norm_int8() -> ops.Custom:
 
 class Dense(nn.Dense):
     """nn.Dense (same parameters, names and initialisation) computed by `matmul_nt(_bias)` when `use_kernels`,
-    reading the weights' `bf16_copy` with `bf16_weights`. `serving_weights` ("bfloat16" or "int8") makes the
-    products' weights once, from the loaded values (`convert_weights`, before the first call), instead of per call:
-    their bfloat16 copy, or int8 values, their packed form and scales for `matmul_int8`."""
+    reading the weights' `bf16_copy` with `bf16_weights`, or their `bf16_packed` form once `pack_weights` is set (the
+    network sets it on layers that several of its layers run: see `pack_shared_weights`). `serving_weights`
+    ("bfloat16" or "int8") makes the products' weights once, from the loaded values (`convert_weights`, before the
+    first call), instead of per call: their bfloat16 copy, or int8 values, their packed form and scales for
+    `matmul_int8`."""
 
     def __init__(self, in_channels: int, out_channels: int, use_kernels: bool, bf16_weights: bool = False,
                  serving_weights: str = "", **kwargs):
@@ -795,6 +821,7 @@ class Dense(nn.Dense):
         self.serving_weights = serving_weights if use_kernels else ""
         # Whether the products read a bfloat16 copy of the weights beside them (see weight_operands).
         self.reads_copy = self.serving_weights == "bfloat16" or (self.bf16_weights and not self.serving_weights)
+        self.pack_weights = False
         if self.serving_weights == "int8":
             self.product = matmul_int8(self.has_bias)
         elif use_kernels:
@@ -815,13 +842,14 @@ class Dense(nn.Dense):
             self.weight_bf16 = Parameter(copy, name=f"{self.weight.name}_bf16", requires_grad=False)
 
     def weight_operands(self) -> tuple:
-        """What the product reads for the weights: (w,), (w, its bfloat16 copy) or (int8 values, packed, scales)."""
+        """What the product reads for the weights: (w,), (w, its bfloat16 copy or packed form) or (int8 values,
+        packed, scales)."""
         if self.serving_weights == "int8":
             return self.weight_int8, self.weight_packed, self.weight_scales
         if self.serving_weights == "bfloat16":
             return self.weight, self.weight_bf16
         if self.bf16_weights:
-            return self.weight, bf16_copy(self.weight)
+            return self.weight, (bf16_packed if self.pack_weights else bf16_copy)(self.weight)
         return (self.weight,)
 
     def construct(self, x):
@@ -836,6 +864,24 @@ class Dense(nn.Dense):
         else:
             y = self.product(flat, *self.weight_operands())
         return y.reshape(shape[:-1] + (self.out_channels,))
+
+
+def pack_shared_weights(runs: List[nn.Cell]) -> int:
+    """Set `pack_weights` on the dense layers with bfloat16 weights (`bf16_weights`) that appear in more than one of
+    `runs` (the cells a network runs in turn, e.g. its layer groups in layer order): their weights are then packed
+    once per step for all their products. Weights read once per step are left as copies: a product saves about what
+    packing costs (benchmarks/bench_products.py). Returns how many layers were set."""
+    seen: Dict[int, int] = {}
+    layers: Dict[int, Dense] = {}
+    for run in runs:
+        for _, cell in run.cells_and_names():
+            if isinstance(cell, Dense) and cell.bf16_weights and not cell.serving_weights:
+                seen[id(cell)] = seen.get(id(cell), 0) + 1
+                layers[id(cell)] = cell
+    shared = [layers[key] for key, count in seen.items() if count > 1]
+    for layer in shared:
+        layer.pack_weights = True
+    return len(shared)
 
 
 def convert_weights(network: nn.Cell) -> int:

@@ -105,11 +105,13 @@ const int64_t kAmdBlasGradOutputs = 1 << 20;
 const int64_t kAmdBlasGradFromTerms = 64;
 
 // A product's operand: a row-major matrix (leading dimension ld) in float32, or in bfloat16 when the call's
-// products run in bfloat16.
+// products run in bfloat16. A dense layer's weights packed once per step (Bf16PackHeader) also carry their packed
+// forms: packed[1] for x w^T (op(b) = w^T), packed[0] for dy w (op(b) = w); null where there is none.
 struct Matrix {
   const float *f32;
   const uint16_t *bf16;
   int64_t ld;
+  const void *packed[2] = {nullptr, nullptr};
 };
 
 // Tensor i of a call (2-D) as a product's operand. In bfloat16 (bf16) a float32 tensor is rounded once, over the
@@ -154,10 +156,11 @@ Matrix OutputGrad(void **params, int64_t **shapes, const char **dtypes, int i, b
   return bf16 ? Matrix{nullptr, rounded, cols} : Matrix{dy, nullptr, cols};
 }
 
-// Whether a call's products run in bfloat16: under SetBf16(1), or when an operand comes in bfloat16.
+// Whether a call's products run in bfloat16: under SetBf16(1), or when an operand comes in bfloat16 (or as
+// weights packed in bfloat16: an int8 tensor, see Bf16PackHeader).
 bool Bf16Call(const char **dtypes, std::initializer_list<int> operands) {
   for (const int i : operands) {
-    if (IsBf16(dtypes[i])) return true;
+    if (IsBf16(dtypes[i]) || std::strcmp(dtypes[i], "int8") == 0) return true;
   }
   return Bf16();
 }
@@ -165,6 +168,80 @@ bool Bf16Call(const char **dtypes, std::initializer_list<int> operands) {
 // True when tensor i is float32, or bfloat16 where `bf16_allowed`.
 bool Float(const char **dtypes, int i, bool bf16_allowed) {
   return std::strcmp(dtypes[i], "float32") == 0 || (bf16_allowed && IsBf16(dtypes[i]));
+}
+
+// A random number of this process: packed weights carry their packer's (the layout is this CPU's and this
+// library's, see PackedHeader and Bf16PackHeader).
+uint64_t ProcessToken() {
+  static const uint64_t token = [] {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32 | device()) ^ static_cast<uint64_t>(getpid());
+  }();
+  return token;
+}
+
+// Training's bfloat16 weights packed once per step (cpu_kernels.bf16_packed, through PackBf16Weights): for a dense
+// layer that several of the network's layers run (ALBERT's shared layers: each weight read by 12 forwards and 12
+// input gradients per step at 12 layers), the graph makes, once per step, an int8 tensor holding this header and,
+// from the first cache line at least 64 bytes in (`offset` bytes from the tensor's start), the weights w [n, k]
+// rounded to bfloat16, then the same reordered into the layout oneDNN's primitive picks (albert::dnnl::Pack) for the
+// forward x w^T and for the input gradient dy w, each on a cache line. A product reads a packed form where its
+// thread's block has all the columns and oneDNN picks that layout for its rows (GemmBlock), else the rounded
+// weights; so does every product of a tensor another process packed, or one not on a cache line here.
+struct Bf16PackHeader {
+  char magic[8];
+  uint64_t process;
+  int64_t n, k;
+  int64_t offset;                           // of the rounded weights, from the tensor's start
+  int64_t forward_bytes, input_grad_bytes;  // the packed forms' sizes; 0 where a form is not there
+  int64_t unused;
+};
+static_assert(sizeof(Bf16PackHeader) == 64, "the header takes one cache line");
+const char kBf16PackMagic[8] = {'A', 'L', 'B', 'E', 'R', 'T', 'P', 'B'};
+
+int64_t RoundUp64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// The packed forms' sizes for weights [n, k] here: for x w^T (op(b) [k, n]) and for dy w (op(b) [n, k]); 0 where
+// they cannot be packed.
+int64_t ForwardPackBytes(int64_t n, int64_t k) {
+  return static_cast<int64_t>(albert::dnnl::PackedSize(n, k, albert::dnnl::kBf16));
+}
+int64_t InputGradPackBytes(int64_t n, int64_t k) {
+  return static_cast<int64_t>(albert::dnnl::PackedSize(k, n, albert::dnnl::kBf16, false));
+}
+
+// The size of PackBf16Weights' tensor for weights [n, k]: the header, room to reach a cache line, the rounded
+// weights and both packed forms.
+int64_t Bf16PackTensorBytes(int64_t n, int64_t k) {
+  return 2 * 64 + RoundUp64(2 * n * k) + RoundUp64(ForwardPackBytes(n, k)) + RoundUp64(InputGradPackBytes(n, k));
+}
+
+// Tensor i as a dense layer's weights [n, k] for the products (into *w): float32 or their bfloat16 copy, 2-D [n, k]
+// (see Operand), or an int8 tensor PackBf16Weights filled for weights [n, k]. False when it is none of these.
+bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char **dtypes, int i, int64_t n,
+                   int64_t k, bool bf16, int slot, Matrix *w) {
+  if (std::strcmp(dtypes[i], "int8") != 0) {
+    if (ndims[i] != 2 || shapes[i][0] != n || shapes[i][1] != k || !Float(dtypes, i, true)) return false;
+    *w = Operand(params, shapes, dtypes, i, bf16, slot);
+    return true;
+  }
+  if (ndims[i] != 1 || shapes[i][0] != Bf16PackTensorBytes(n, k)) return false;
+  Bf16PackHeader header;
+  std::memcpy(&header, params[i], sizeof(header));
+  const int64_t forward = ForwardPackBytes(n, k), input_grad = InputGradPackBytes(n, k);
+  if (std::memcmp(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic)) != 0 || header.n != n || header.k != k ||
+      header.offset < 64 || header.offset >= 128 || (header.forward_bytes != 0 && header.forward_bytes != forward) ||
+      (header.input_grad_bytes != 0 && header.input_grad_bytes != input_grad)) {
+    return false;
+  }
+  const char *data = static_cast<const char *>(params[i]) + header.offset;
+  *w = Matrix{nullptr, reinterpret_cast<const uint16_t *>(data), k};
+  if (header.process == ProcessToken() && reinterpret_cast<uintptr_t>(data) % 64 == 0) {
+    const char *forward_form = data + RoundUp64(2 * n * k);
+    if (header.forward_bytes > 0) w->packed[1] = forward_form;
+    if (header.input_grad_bytes > 0) w->packed[0] = forward_form + RoundUp64(forward);
+  }
+  return true;
 }
 
 // Rows [r0, r1) x columns [c0, c1) of c[m, n] = op(a) op(b) + beta c (+ bias[n] on every row instead of beta c),
@@ -223,6 +300,14 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
+  if (a.bf16 && !ta && b.packed[tb] && columns == n) {  // weights packed once per step (Bf16PackHeader)
+    albert::dnnl::Shape shape{false, false, bias != nullptr, beta != 0.0f, rows, n, k, a.ld, 0, n};
+    shape.packed_b = true;
+    if (albert::dnnl::Cache::Find(shape)->primitive) {  // else oneDNN picks another layout for this many rows
+      ALBERT_PROFILE("thread: matmul primitive bf16, packed weights");
+      if (albert::dnnl::Run(shape, a.bf16 + a_start, b.packed[tb], bias, c_block)) return 0;
+    }
+  }
   if (a.bf16 && !Bf16BlasFaster(ta, tb, rows, columns, k)) {
     ALBERT_PROFILE("thread: matmul primitive bf16");
     const albert::dnnl::Shape shape{ta, tb, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, b.ld, n};
@@ -301,26 +386,32 @@ bool Matrix2D(const int *ndims, int64_t **shapes, const char **dtypes, int i, co
 }
 
 // Where a product kernel finds its tensors: c = op(a) op(b) (+ bias). `weights`, when not -1, is a dense layer's
-// float32 weights passed beside b, their bfloat16 copy: only there to give the weights their gradient.
+// float32 weights passed beside b, their bfloat16 copy or the same packed (Bf16PackHeader): only there to give the
+// weights their gradient.
 struct Layout {
   int a, b, bias, out, weights;
 };
 
-// c[m, n] = op(a) op(b) (+ bias[n] on every row), row-major; a and b float32 or bfloat16, bias and c float32.
+// c[m, n] = op(a) op(b) (+ bias[n] on every row), row-major; a and b float32 or bfloat16 (b also packed, beside
+// the weights), bias and c float32.
 int Gemm(bool ta, bool tb, const Layout &at, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  if (ndims[at.a] != 2 || ndims[at.b] != 2 || ndims[at.out] != 2 || (at.bias >= 0 && ndims[at.bias] != 1) ||
-      !Float(dtypes, at.a, true) || !Float(dtypes, at.b, true) || !Float(dtypes, at.out, false) ||
-      (at.bias >= 0 && !Float(dtypes, at.bias, false)) ||
-      (at.weights >= 0 && (!Float(dtypes, at.weights, false) || !SameShapes(ndims, shapes, at.weights, 1, at.b)))) {
+  const int b_shape = at.weights >= 0 ? at.weights : at.b;  // b's shape is the weights'
+  if (ndims[at.a] != 2 || ndims[b_shape] != 2 || ndims[at.out] != 2 || (at.bias >= 0 && ndims[at.bias] != 1) ||
+      !Float(dtypes, at.a, true) || !Float(dtypes, at.out, false) ||
+      (at.bias >= 0 && !Float(dtypes, at.bias, false)) || (at.weights >= 0 && !Float(dtypes, at.weights, false))) {
     return 1;
   }
   const bool bf16 = Bf16Call(dtypes, {at.a, at.b});
-  const Matrix a = Operand(params, shapes, dtypes, at.a, bf16, 0), b = Operand(params, shapes, dtypes, at.b, bf16, 1);
+  Matrix b;
+  if (!WeightOperand(params, ndims, shapes, dtypes, at.b, shapes[b_shape][0], shapes[b_shape][1], bf16, 1, &b)) {
+    return 1;
+  }
+  const Matrix a = Operand(params, shapes, dtypes, at.a, bf16, 0);
   const float *bias = at.bias >= 0 ? static_cast<const float *>(params[at.bias]) : nullptr;
   float *c = static_cast<float *>(params[at.out]);
   const int64_t m = ta ? shapes[at.a][1] : shapes[at.a][0], k = ta ? shapes[at.a][0] : shapes[at.a][1];
-  const int64_t n = tb ? shapes[at.b][0] : shapes[at.b][1];
-  if ((tb ? shapes[at.b][1] : shapes[at.b][0]) != k) return 1;
+  const int64_t n = tb ? shapes[b_shape][0] : shapes[b_shape][1];
+  if ((tb ? shapes[b_shape][1] : shapes[b_shape][0]) != k) return 1;
   return ForBlocks(tb && !ta, m, n, [&](const Block &block) {
     return GemmBlock(ta, tb, block, n, k, a, b, bias, 0.0f, c);
   });
@@ -328,23 +419,24 @@ int Gemm(bool ta, bool tb, const Layout &at, void **params, int *ndims, int64_t 
 
 // The query, key and value layers of attention in one call, each thread's slice of all three in turn:
 // (x [M, K], w0, w1, w2 [N, K], b0, b1, b2 [N]) -> y_i = x w_i^T + b_i [M, N]; with `copies`, the weights'
-// bfloat16 copies follow the weights: (x, w0, w1, w2, w0', w1', w2', b0, b1, b2) (see Layout).
+// bfloat16 copies (or the same packed) follow the weights: (x, w0, w1, w2, w0', w1', w2', b0, b1, b2) (see Layout).
 int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int weights = copies ? 4 : 1, biases = weights + 3, outputs = biases + 3;
-  if (ndims[0] != 2 || ndims[1] != 2 || ndims[biases] != 1 || !SameShapes(ndims, shapes, 2, weights + 1, 1) ||
+  if (ndims[0] != 2 || ndims[1] != 2 || ndims[biases] != 1 || !SameShapes(ndims, shapes, 2, 2, 1) ||
       !SameShapes(ndims, shapes, biases + 1, 2, biases) || shapes[0][1] != shapes[1][1] ||
       shapes[biases][0] != shapes[1][0] || !Float(dtypes, 0, false)) {
     return 1;
   }
   for (int i = 1; i < outputs + 3; ++i) {
-    if (!Float(dtypes, i, i >= weights && i < weights + 3)) return 1;
+    if ((i < weights || i >= weights + 3) && !Float(dtypes, i, false)) return 1;  // the weights: WeightOperand
   }
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   const bool bf16 = Bf16Call(dtypes, {weights, weights + 1, weights + 2});
+  Matrix w[3];
+  for (int i = 0; i < 3; ++i) {
+    if (!WeightOperand(params, ndims, shapes, dtypes, weights + i, n, k, bf16, 1 + i, &w[i])) return 1;
+  }
   const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0);
-  const Matrix w[3] = {Operand(params, shapes, dtypes, weights, bf16, 1),
-                       Operand(params, shapes, dtypes, weights + 1, bf16, 2),
-                       Operand(params, shapes, dtypes, weights + 2, bf16, 3)};
   return ForBlocks(true, m, n, [&](const Block &block) {
     int status = 0;
     for (int i = 0; i < 3 && status == 0; ++i) {
@@ -356,27 +448,27 @@ int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const c
 }
 
 // The gradients of dense layers y_i = x w_i^T (+ b_i) that share their input x [M, K], in one call: dy_i [M, N],
-// x, w_i [N, K] (float32 or bfloat16 copies) -> dx = sum_i dy_i w_i [M, K], dw_i = dy_i^T x [N, K] and, with biases,
-// db_i = column sums of dy_i [N]. Tensors: dy_0..dy_{n-1}, x, w_0..w_{n-1}, then the outputs dx, dw_*, db_*. Each
-// dy_i is read once for its bias gradient and its bfloat16 form, x is rounded once for all n weight gradients.
+// x, w_i [N, K] (float32, or bfloat16 copies or packed: WeightOperand) -> dx = sum_i dy_i w_i [M, K], dw_i = dy_i^T x
+// [N, K] and, with biases, db_i = column sums of dy_i [N]. Tensors: dy_0..dy_{n-1}, x, w_0..w_{n-1}, then the
+// outputs dx, dw_*, db_*. Each dy_i is read once for its bias gradient and its bfloat16 form, x is rounded once for
+// all n weight gradients.
 int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int x_at = count, w_at = count + 1, dx_at = 2 * count + 1, dw_at = dx_at + 1, db_at = dw_at + count;
   const int tensors = db_at + (biases ? count : 0);
   for (int i = 0; i < tensors; ++i) {
-    if (!Float(dtypes, i, i >= w_at && i < dx_at) || ndims[i] != (biases && i >= db_at ? 1 : 2)) return 1;
+    if (i >= w_at && i < dx_at) continue;  // the weights: WeightOperand
+    if (!Float(dtypes, i, false) || ndims[i] != (biases && i >= db_at ? 1 : 2)) return 1;
   }
-  if (!SameShapes(ndims, shapes, 1, count - 1, 0) || !SameShapes(ndims, shapes, w_at + 1, count - 1, w_at) ||
-      shapes[x_at][0] != shapes[0][0] || shapes[w_at][0] != shapes[0][1] || shapes[w_at][1] != shapes[x_at][1]) {
-    return 1;
-  }
+  if (!SameShapes(ndims, shapes, 1, count - 1, 0) || shapes[x_at][0] != shapes[0][0]) return 1;
   const int64_t m = shapes[0][0], n = shapes[0][1], k = shapes[x_at][1];
   const bool bf16 = Bf16Call(dtypes, {w_at});
   std::vector<Matrix> dy(count), w(count);
-  std::vector<float> unused_sums(biases ? 0 : n);
+  for (int i = 0; i < count; ++i) {
+    if (!WeightOperand(params, ndims, shapes, dtypes, w_at + i, n, k, bf16, count + 1 + i, &w[i])) return 1;
+  }
   for (int i = 0; i < count; ++i) {
     float *sums = biases ? static_cast<float *>(params[db_at + i]) : nullptr;
     dy[i] = sums ? OutputGrad(params, shapes, dtypes, i, bf16, i, sums) : Operand(params, shapes, dtypes, i, bf16, i);
-    w[i] = Operand(params, shapes, dtypes, w_at + i, bf16, count + 1 + i);
   }
   const Matrix x = Operand(params, shapes, dtypes, x_at, bf16, count);
   float *dx = static_cast<float *>(params[dx_at]);
@@ -405,12 +497,14 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
 int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int w1_at = copies ? 2 : 1, b1_at = w1_at + 1, w2_at = copies ? 5 : 3, b2_at = w2_at + 1;
   const int y_at = b2_at + 1, pre_at = y_at + 1, h_at = y_at + 2;
-  if (ndims[0] != 2 || ndims[w1_at] != 2) return 1;
-  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[w1_at][0];
+  if (ndims[0] != 2 || ndims[1] != 2) return 1;
+  const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[1][0];
   const bool bf16 = Bf16Call(dtypes, {w1_at, w2_at, h_at});
-  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) || !Is2D(ndims, shapes, w1_at, inner, hidden) ||
-      !Float(dtypes, w1_at, true) || !Vectors(ndims, shapes, dtypes, b1_at, 1, inner) ||
-      !Is2D(ndims, shapes, w2_at, hidden, inner) || !Float(dtypes, w2_at, true) ||
+  Matrix w1, w2;
+  if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
+      !WeightOperand(params, ndims, shapes, dtypes, w1_at, inner, hidden, bf16, 1, &w1) ||
+      !Vectors(ndims, shapes, dtypes, b1_at, 1, inner) ||
+      !WeightOperand(params, ndims, shapes, dtypes, w2_at, hidden, inner, bf16, 2, &w2) ||
       !Vectors(ndims, shapes, dtypes, b2_at, 1, hidden) ||
       !Matrix2D(ndims, shapes, dtypes, y_at, "float32", m, hidden) ||
       !Matrix2D(ndims, shapes, dtypes, pre_at, "float32", m, inner) || !Is2D(ndims, shapes, h_at, m, inner) ||
@@ -419,8 +513,7 @@ int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, con
                   !Matrix2D(ndims, shapes, dtypes, 4, "float32", hidden, inner)))) {
     return 1;
   }
-  const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0), w1 = Operand(params, shapes, dtypes, w1_at, bf16, 1);
-  const Matrix w2 = Operand(params, shapes, dtypes, w2_at, bf16, 2);
+  const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0);
   float *pre = static_cast<float *>(params[pre_at]);
   const bool h_bf16 = IsBf16(dtypes[h_at]);
   int status = ForBlocks(true, m, inner, [&](const Block &block) {
@@ -446,19 +539,20 @@ int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, con
 }
 
 // DenseGeluDense's gradients: (dy [M, H], x [M, H], pre [M, I], h [M, I], w1 [I, H], w2 [H, I]) -> (dx [M, H],
-// dw1 [I, H], db1 [I], dw2 [H, I], db2 [H]); h and the weights float32 or bfloat16 (the copies). dpre = (dy w2) *
-// gelu'(pre) is made, summed by columns for db1 and rounded for the products in one pass (as GeluTanhGrad and
-// DenseGrad's read of its output gradient would in two), then the products as DenseGrad's.
+// dw1 [I, H], db1 [I], dw2 [H, I], db2 [H]); h and the weights float32 or bfloat16 (the copies, or packed:
+// WeightOperand). dpre = (dy w2) * gelu'(pre) is made, summed by columns for db1 and rounded for the products in one
+// pass (as GeluTanhGrad and DenseGrad's read of its output gradient would in two), then the products as DenseGrad's.
 int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   if (ndims[0] != 2 || ndims[2] != 2) return 1;
   const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[2][1];
   const bool bf16 = Bf16Call(dtypes, {3, 4, 5});
+  Matrix w1, w2;
   if (!Matrix2D(ndims, shapes, dtypes, 0, "float32", m, hidden) ||
       !Matrix2D(ndims, shapes, dtypes, 1, "float32", m, hidden) ||
       !Matrix2D(ndims, shapes, dtypes, 2, "float32", m, inner) ||
       !Is2D(ndims, shapes, 3, m, inner) || !Float(dtypes, 3, true) ||
-      !Is2D(ndims, shapes, 4, inner, hidden) || !Float(dtypes, 4, true) ||
-      !Is2D(ndims, shapes, 5, hidden, inner) || !Float(dtypes, 5, true) ||
+      !WeightOperand(params, ndims, shapes, dtypes, 4, inner, hidden, bf16, 1, &w1) ||
+      !WeightOperand(params, ndims, shapes, dtypes, 5, hidden, inner, bf16, 2, &w2) ||
       !Matrix2D(ndims, shapes, dtypes, 6, "float32", m, hidden) ||
       !Matrix2D(ndims, shapes, dtypes, 7, "float32", inner, hidden) || !Vectors(ndims, shapes, dtypes, 8, 1, inner) ||
       !Matrix2D(ndims, shapes, dtypes, 9, "float32", hidden, inner) || !Vectors(ndims, shapes, dtypes, 10, 1, hidden)) {
@@ -466,7 +560,6 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
   }
   float *db1 = static_cast<float *>(params[8]);
   const Matrix dy = OutputGrad(params, shapes, dtypes, 0, bf16, 0, static_cast<float *>(params[10]));
-  const Matrix w1 = Operand(params, shapes, dtypes, 4, bf16, 1), w2 = Operand(params, shapes, dtypes, 5, bf16, 2);
   thread_local std::vector<float> scratch;  // dh, then dpre in float32 (the calling thread's, as Buffer's)
   float *dpre = albert::dnnl::Aligned(&scratch, m * inner);
   int status = ForBlocks(false, m, inner, [&](const Block &block) {
@@ -561,16 +654,6 @@ albert::dnnl::LruCache<uint64_t, PackedCopy> &AlignedPacked() {
   return *copies;
 }
 
-// The bytes this process packs int8 weights [n, k] to (albert::dnnl::PackedSize, kept per shape: it creates a
-// primitive description).
-int64_t PackedBytes(int64_t n, int64_t k) {
-  static auto *sizes = new albert::dnnl::LruCache<std::pair<int64_t, int64_t>, int64_t>(256);
-  return *sizes->Find(std::make_pair(n, k), [n, k] {
-    return std::make_shared<const int64_t>(
-        static_cast<int64_t>(albert::dnnl::PackedSize(n, k, albert::dnnl::kS8)));
-  });
-}
-
 // The copy of packing `serial`'s `bytes` packed weights at `data` (AlignedPacked), made on first use.
 std::shared_ptr<const PackedCopy> AlignedCopy(uint64_t serial, const int8_t *data, int64_t bytes) {
   return AlignedPacked().Find(serial, [&] {
@@ -580,14 +663,6 @@ std::shared_ptr<const PackedCopy> AlignedCopy(uint64_t serial, const int8_t *dat
     copy->data = aligned;
     return std::shared_ptr<const PackedCopy>(copy);
   });
-}
-
-uint64_t ProcessToken() {
-  static const uint64_t token = [] {
-    std::random_device device;
-    return (static_cast<uint64_t>(device()) << 32 | device()) ^ static_cast<uint64_t>(getpid());
-  }();
-  return token;
 }
 
 // Tensor i (a packed-weights tensor) checked: false where it is not 1-D int8 (a wrong call), else w->packed set to
@@ -603,7 +678,8 @@ bool PackedInt8(void **params, const int *ndims, int64_t **shapes, const char **
   std::memcpy(&header, params[i], sizeof(header));
   const int8_t *data = static_cast<const int8_t *>(params[i]) + sizeof(PackedHeader);
   if (std::memcmp(header.magic, kPackedMagic, sizeof(kPackedMagic)) != 0 || header.process != ProcessToken() ||
-      header.n != n || header.k != k || header.bytes <= 0 || header.bytes != PackedBytes(n, k) ||
+      header.n != n || header.k != k || header.bytes <= 0 ||
+      header.bytes != static_cast<int64_t>(albert::dnnl::PackedSize(n, k, albert::dnnl::kS8)) ||
       size != static_cast<int64_t>(sizeof(PackedHeader)) + header.bytes) {
     return true;
   }
@@ -1259,13 +1335,13 @@ bool NativeBf16(const std::string &implementation) {
          implementation.find("avx10") != std::string::npos || implementation.find("amx") != std::string::npos;
 }
 
-// How serving's int8 products read their weights (see PackedHeader): packed once at load, or as stored and why.
-std::string Int8Packing() {
+// How the products of `type` read weights that can be packed once (`done`: serving's int8 weights at load,
+// training's shared bfloat16 weights per step): packed, or as stored and why.
+std::string Packing(int type, const std::string &done) {
   const std::string &why = albert::dnnl::GetApi().no_packing;
   if (!why.empty()) return ", weights as stored (" + why + ")";
   const int64_t probe = 256;
-  return albert::dnnl::PackedSize(probe, probe, albert::dnnl::kS8) > 0 ? ", weights packed at load"
-                                                                      : ", weights as stored (no packed layout)";
+  return albert::dnnl::PackedSize(probe, probe, type) > 0 ? ", " + done : ", weights as stored (no packed layout)";
 }
 
 int CopyOut(const std::string &text, char *out, int size) {
@@ -1305,11 +1381,13 @@ int DnnlDescribe(char *out, int size) {
                              : "matmul primitive " + bf16 + " (emulated: no native bfloat16 dot products)";
   if (!bf16.empty() && AmxBf16()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
   if (!bf16.empty() && AmdBf16()) text += ", dnnl_gemm_bf16bf16f32 for large weight gradients";
+  if (!bf16.empty()) text += Packing(albert::dnnl::kBf16, "shared weights packed once per step");
   if (!bf16.empty() && BatchedBf16AttentionInTraining()) {
     text += AmxBf16() ? ", batched attention: training and int8 serving" : ", batched attention: training";
   }
   text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
-                       : ExactInt8(int8) ? "matmul primitive " + int8 + Int8Packing()
+                       : ExactInt8(int8)
+                           ? "matmul primitive " + int8 + Packing(albert::dnnl::kS8, "weights packed at load")
                                          : "none (oneDNN's int8 matmul here, " + int8 + ", has neither VNNI nor AMX: "
                                            "its 16-bit sums saturate)");
   return CopyOut(text + ")", out, size);
@@ -1414,7 +1492,7 @@ int PackInt8Weights(const int8_t *w, int64_t n, int64_t k, int8_t *out) {
   const size_t bytes = albert::dnnl::PackedSize(n, k, albert::dnnl::kS8);
   static std::atomic<uint64_t> packings(0);
   PackedHeader header{};
-  if (bytes > 0 && albert::dnnl::Pack(w, n, k, albert::dnnl::kS8, out + sizeof(PackedHeader))) {
+  if (bytes > 0 && albert::dnnl::Pack(w, n, k, true, albert::dnnl::kS8, out + sizeof(PackedHeader))) {
     std::memcpy(header.magic, kPackedMagic, sizeof(kPackedMagic));
     header.process = ProcessToken();
     header.serial = ++packings;
@@ -1464,6 +1542,45 @@ int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void
   albert::ParallelFor(albert::Size(0, d, s), kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
     ToBf16(from + begin, to + begin, end - begin);
   });
+  return 0;
+}
+// Bytes of the tensor PackBf16Weights fills for weights [n, k] (see Bf16PackHeader).
+int64_t Bf16PackBytes(int64_t n, int64_t k) { return Bf16PackTensorBytes(n, k); }
+// w float32 [n, k] -> int8 [Bf16PackBytes(n, k)]: w rounded to bfloat16 and packed both ways, once per step
+// (cpu_kernels.bf16_packed; Bf16PackHeader). The two packings run on two threads at once; a form oneDNN cannot pack
+// here is left out (its size 0 in the header), and the products read the rounded weights instead.
+int PackBf16Weights(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("PackBf16Weights");
+  if (std::strcmp(t[0], "float32") != 0 || d[0] != 2 || std::strcmp(t[1], "int8") != 0 || d[1] != 1) return 1;
+  const int64_t n = s[0][0], k = s[0][1];
+  if (s[1][0] != Bf16PackTensorBytes(n, k)) return 1;
+  char *tensor = static_cast<char *>(p[1]);
+  Bf16PackHeader header{};
+  header.offset = 64 + static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(tensor) + 64) % 64) % 64);
+  uint16_t *rounded = reinterpret_cast<uint16_t *>(tensor + header.offset);
+  const float *w = static_cast<const float *>(p[0]);
+  albert::ParallelFor(n * k, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    ToBf16(w + begin, rounded + begin, end - begin);
+  });
+  char *forward = tensor + header.offset + RoundUp64(2 * n * k);
+  char *input_grad = forward + RoundUp64(ForwardPackBytes(n, k));
+  bool packed[2] = {false, false};
+  albert::ParallelFor(2, 1, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: packing bf16 weights");
+    for (int64_t form = begin; form < end; ++form) {
+      packed[form] = form == 0 ? ForwardPackBytes(n, k) > 0 &&
+                                     albert::dnnl::Pack(rounded, n, k, true, albert::dnnl::kBf16, forward)
+                               : InputGradPackBytes(n, k) > 0 &&
+                                     albert::dnnl::Pack(rounded, k, n, false, albert::dnnl::kBf16, input_grad);
+    }
+  });
+  std::memcpy(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic));
+  header.process = ProcessToken();
+  header.n = n;
+  header.k = k;
+  header.forward_bytes = packed[0] ? ForwardPackBytes(n, k) : 0;
+  header.input_grad_bytes = packed[1] ? InputGradPackBytes(n, k) : 0;
+  std::memcpy(tensor, &header, sizeof(header));
   return 0;
 }
 // Under SetBf16(1) (training in bfloat16) attention's products run in bfloat16 too (AttentionBf16) where that

@@ -10,9 +10,10 @@
 //
 // The library ships no headers: the few C API entry points used are declared here (oneDNN 3.x C API, stable across
 // 3.x) and looked up in the loaded library at run time, so that a libdnnl without them leaves the BLAS-style path
-// in place, with the reason in `PrimitiveStatus`. Primitives are created once per shape (a bounded cache keyed by
-// everything they depend on) and run single-threaded on each thread's slice, as the BLAS-style calls do. Weights
-// the products read many times (serving's int8 weights) can be packed once into the layout a primitive picks (Pack).
+// in place, with the reason in the status line (DnnlDescribe). Primitives are created once per shape (a bounded
+// cache keyed by everything they depend on) and run single-threaded on each thread's slice, as the BLAS-style calls
+// do. Weights the products read many times (serving's int8 weights, training's shared bfloat16 weights) can be
+// packed once into the layout a primitive picks (Pack).
 #ifndef ALBERT_KERNELS_DNNL_PRIMITIVES_H_
 #define ALBERT_KERNELS_DNNL_PRIMITIVES_H_
 
@@ -91,7 +92,6 @@ struct Api {
   int (*memory_desc_clone)(Handle *, Handle);
   int (*memory_desc_equal)(Handle, Handle);
   int (*reorder_pd_create)(Handle *, Handle, Handle, Handle, Handle, Handle);
-  int (*stream_destroy)(Handle);
 
   Handle engine = nullptr;
   std::string missing;  // why the primitives cannot be used ("" when they can)
@@ -145,7 +145,6 @@ inline const Api &GetApi() {
     Find(library, "dnnl_memory_desc_clone", &found.memory_desc_clone, &p);
     Find(library, "dnnl_memory_desc_equal", &found.memory_desc_equal, &p);
     Find(library, "dnnl_reorder_primitive_desc_create", &found.reorder_pd_create, &p);
-    Find(library, "dnnl_stream_destroy", &found.stream_destroy, &p);
     if (p.empty() && !m.empty()) p = m;
     if (m.empty() && found.engine_create(&found.engine, kCpuEngine, 0) != 0) m = "dnnl_engine_create failed";
     return found;
@@ -253,48 +252,6 @@ inline bool PackedLayout(const Api &api, Handle description, int64_t n, int64_t 
                                                        api.pd_query_md(reference, kQueryWeightsMd, 0)) == 1;
   if (reference) api.pd_destroy(reference);
   return same;
-}
-
-// The bytes weights [n, k] of `type` take packed (Pack); 0 when they cannot be.
-inline size_t PackedSize(int64_t n, int64_t k, int type) {
-  const Api &api = GetApi();
-  Handle description = PackedDescription(api, kPackedRows, n, k, type);
-  if (!description) return 0;
-  const size_t size = api.memory_desc_get_size(api.pd_query_md(description, kQueryWeightsMd, 0));
-  api.pd_destroy(description);
-  return size;
-}
-
-// Weights w [n, k] (row-major; the products' op(b) = w^T) of `type` reordered into `out` (PackedSize bytes) in the
-// layout oneDNN's primitive picks for them, once (serving's int8 weights at load): a primitive reading the weights
-// as stored packs them into its scratchpad on every call instead. Measured on a Xeon with AMX (oneDNN 3.10.1, 2
-// threads, 2026-11-28; benchmarks/results): serving ALBERT-base in int8 at batch 32, seq 128, the int8 primitives
-// took 330.3 instead of 456.6 ms of CPU time per call. False when it cannot be done (out untouched or partly
-// written).
-inline bool Pack(const void *w, int64_t n, int64_t k, int type, void *out) {
-  const Api &api = GetApi();
-  Handle description = PackedDescription(api, kPackedRows, n, k, type);
-  if (!description) return false;
-  Handle plain = Desc(api, k, n, k, true, type), packed = api.pd_query_md(description, kQueryWeightsMd, 0);
-  Handle reorder_description = nullptr, reorder = nullptr, stream = nullptr, from = nullptr, to = nullptr;
-  bool ok = plain && api.reorder_pd_create(&reorder_description, plain, api.engine, packed, api.engine, nullptr) == 0 &&
-            api.primitive_create(&reorder, reorder_description) == 0 &&
-            api.stream_create(&stream, api.engine, kInOrderStream) == 0 &&
-            api.memory_create(&from, plain, api.engine, const_cast<void *>(w)) == 0 &&
-            api.memory_create(&to, packed, api.engine, out) == 0;
-  if (ok) {
-    const ExecArg exec[2] = {{kArgFrom, from}, {kArgTo, to}};
-    ok = api.primitive_execute(reorder, stream, 2, exec) == 0 && api.stream_wait(stream) == 0;
-  }
-  for (Handle memory : {from, to}) {
-    if (memory) api.memory_destroy(memory);
-  }
-  if (stream) api.stream_destroy(stream);
-  if (reorder) api.primitive_destroy(reorder);
-  if (reorder_description) api.pd_destroy(reorder_description);
-  if (plain) api.memory_desc_destroy(plain);
-  api.pd_destroy(description);
-  return ok;
 }
 
 // Creates the primitive for `shape`; false when oneDNN has none for it (the caller keeps the BLAS-style call, or
@@ -408,6 +365,91 @@ class Cache {
     });
   }
 };
+
+// A reorder of a product's operand b into the layout oneDNN's primitive picks for it (PackedDescription): op(b)
+// [k, n] from b stored [n, k] row-major, read transposed (tb: weights w in x w^T), or stored [k, n] (tb false: w in
+// dy w, a dense layer's input gradient). `bytes` is the packed size; 0 (no primitive) where b cannot be packed.
+// Its scratch memory is the caller's, as a Matmul's.
+struct Packer {
+  Handle primitive = nullptr, description = nullptr;
+  Handle plain = nullptr, packed = nullptr;  // memory descriptors (`packed` owned by `matmul`)
+  Handle matmul = nullptr;                   // the product's primitive description, for its weights layout
+  Handle scratchpad = nullptr;               // owned by `description`
+  size_t scratchpad_size = 0, bytes = 0;
+};
+
+inline void Release(const Api &api, Packer *packer) {
+  if (packer->primitive) api.primitive_destroy(packer->primitive);
+  if (packer->description) api.pd_destroy(packer->description);
+  if (packer->plain) api.memory_desc_destroy(packer->plain);
+  if (packer->matmul) api.pd_destroy(packer->matmul);
+}
+
+// The reorder for op(b) [k, n] of `type` (see Packer), created once per shape: at most 256 (a model's dense layers
+// have a few shapes, each packed both ways in bfloat16 training).
+inline std::shared_ptr<const Packer> FindPacker(int64_t n, int64_t k, bool tb, int type) {
+  static auto *cache = new LruCache<std::tuple<int64_t, int64_t, bool, int>, Packer>(256);
+  return cache->Find(std::make_tuple(n, k, tb, type), [=] {
+    const Api &api = GetApi();
+    std::shared_ptr<Packer> packer(new Packer(), [](Packer *done) {
+      Release(GetApi(), done);
+      delete done;
+    });
+    packer->matmul = PackedDescription(api, kPackedRows, n, k, type);
+    Handle attr = nullptr;
+    if (packer->matmul && api.attr_create(&attr) == 0) {
+      packer->packed = api.pd_query_md(packer->matmul, kQueryWeightsMd, 0);
+      packer->plain = Desc(api, k, n, tb ? k : n, tb, type);
+      if (packer->plain && api.attr_set_scratchpad_mode(attr, kScratchpadUser) == 0 &&
+          api.reorder_pd_create(&packer->description, packer->plain, api.engine, packer->packed, api.engine,
+                                attr) == 0 &&
+          api.primitive_create(&packer->primitive, packer->description) == 0) {
+        packer->scratchpad = api.pd_query_md(packer->description, kQueryScratchpadMd, 0);
+        packer->scratchpad_size = packer->scratchpad ? api.memory_desc_get_size(packer->scratchpad) : 0;
+        packer->bytes = api.memory_desc_get_size(packer->packed);
+      } else {
+        packer->primitive = nullptr;
+      }
+    }
+    if (attr) api.attr_destroy(attr);
+    return std::shared_ptr<const Packer>(packer);
+  });
+}
+
+// The bytes op(b) [k, n] of `type` takes packed (Pack; b stored [n, k] when tb, else [k, n]); 0 when it cannot be.
+inline size_t PackedSize(int64_t n, int64_t k, int type, bool tb = true) { return FindPacker(n, k, tb, type)->bytes; }
+
+// Operand b of products c = a op(b), op(b) [k, n] of `type` (b stored [n, k] when tb, else [k, n]; row-major, no
+// padding), reordered into `out` (PackedSize(n, k) bytes, on a cache line) in the layout oneDNN's primitive picks
+// for it, once: a primitive reading b as stored packs it into its scratchpad on every call instead. Serving packs
+// its int8 weights so at load, bfloat16 training a shared layer's weights once per step (both ways: for the forward
+// and for the input gradient). Measured on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-28; benchmarks/results):
+// serving ALBERT-base in int8 at batch 32, seq 128, the int8 primitives took 330.3 instead of 456.6 ms of CPU time
+// per call. False when it cannot be done (out untouched or partly written).
+inline bool Pack(const void *b, int64_t n, int64_t k, bool tb, int type, void *out) {
+  const Api &api = GetApi();
+  const std::shared_ptr<const Packer> packer = FindPacker(n, k, tb, type);
+  if (packer->primitive == nullptr) return false;
+  thread_local Handle stream = nullptr;
+  if (stream == nullptr && api.stream_create(&stream, api.engine, kInOrderStream) != 0) {
+    stream = nullptr;
+    return false;
+  }
+  thread_local std::vector<char> scratch;
+  char *scratchpad = Aligned(&scratch, packer->scratchpad_size);
+  Handle from = nullptr, to = nullptr, pad = nullptr;
+  bool ok = api.memory_create(&from, packer->plain, api.engine, const_cast<void *>(b)) == 0 &&
+            api.memory_create(&to, packer->packed, api.engine, out) == 0 &&
+            (!packer->scratchpad || api.memory_create(&pad, packer->scratchpad, api.engine, scratchpad) == 0);
+  if (ok) {
+    const ExecArg exec[3] = {{kArgFrom, from}, {kArgTo, to}, {kArgScratchpad, pad}};
+    ok = api.primitive_execute(packer->primitive, stream, pad ? 3 : 2, exec) == 0 && api.stream_wait(stream) == 0;
+  }
+  for (Handle memory : {from, to, pad}) {
+    if (memory) api.memory_destroy(memory);
+  }
+  return ok;
+}
 
 // Runs the product of `shape` through its primitive on this thread; false (nothing written) when the primitives
 // are not available or oneDNN has none for the shape, so the caller runs the BLAS-style call instead.
