@@ -217,7 +217,8 @@ int64_t Bf16PackTensorBytes(int64_t n, int64_t k) {
 }
 
 // Tensor i as a dense layer's weights [n, k] for the products (into *w): float32 or their bfloat16 copy, 2-D [n, k]
-// (see Operand), or an int8 tensor PackBf16Weights filled for weights [n, k]. False when it is none of these.
+// (see Operand), or, for products in bfloat16 (bf16), an int8 tensor PackBf16Weights filled for weights [n, k]. False
+// when it is none of these.
 bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char **dtypes, int i, int64_t n,
                    int64_t k, bool bf16, int slot, Matrix *w) {
   if (std::strcmp(dtypes[i], "int8") != 0) {
@@ -225,7 +226,7 @@ bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char
     *w = Operand(params, shapes, dtypes, i, bf16, slot);
     return true;
   }
-  if (ndims[i] != 1 || shapes[i][0] != Bf16PackTensorBytes(n, k)) return false;
+  if (!bf16 || ndims[i] != 1 || shapes[i][0] != Bf16PackTensorBytes(n, k)) return false;
   Bf16PackHeader header;
   std::memcpy(&header, params[i], sizeof(header));
   const int64_t forward = ForwardPackBytes(n, k), input_grad = InputGradPackBytes(n, k);

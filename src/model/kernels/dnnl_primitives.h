@@ -113,7 +113,7 @@ inline const Api &GetApi() {
     void *library = nullptr;
     if (dladdr(reinterpret_cast<void *>(&dnnl_sgemm), &info) == 0 || info.dli_fname == nullptr ||
         (library = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) == nullptr) {
-      found.missing = "cannot locate the loaded libdnnl";
+      found.missing = found.no_packing = "cannot locate the loaded libdnnl";
       return found;
     }
     std::string &m = found.missing;
@@ -231,7 +231,7 @@ inline std::string Implementation(const Api &api, Handle description) {
 // The primitive description of c[rows, n] = a[rows, k] w^T for weights w [n, k] of `type` in the layout oneDNN
 // picks for them ("any"), without bias or attributes; null when oneDNN has none (the caller destroys it).
 inline Handle PackedDescription(const Api &api, int64_t rows, int64_t n, int64_t k, int type) {
-  if (!api.no_packing.empty()) return nullptr;
+  if (!api.missing.empty() || !api.no_packing.empty()) return nullptr;
   const Dims dims = {k, n};
   Handle a = Desc(api, rows, k, k, false, type), c = Desc(api, rows, n, n, false, type == kS8 ? kS32 : kF32);
   Handle b = nullptr, description = nullptr;
@@ -366,6 +366,20 @@ class Cache {
   }
 };
 
+// This thread's oneDNN stream (in order), made on first use; null when it cannot be.
+inline Handle ThreadStream(const Api &api) {
+  thread_local Handle stream = nullptr;
+  if (stream == nullptr && api.stream_create(&stream, api.engine, kInOrderStream) != 0) stream = nullptr;
+  return stream;
+}
+
+// This thread's scratch memory for a primitive or a reorder (each runs with the caller's: see Matmul), `size` bytes on
+// a cache line.
+inline char *ThreadScratch(size_t size) {
+  thread_local std::vector<char> scratch;
+  return Aligned(&scratch, size);
+}
+
 // A reorder of a product's operand b into the layout oneDNN's primitive picks for it (PackedDescription): op(b)
 // [k, n] from b stored [n, k] row-major, read transposed (tb: weights w in x w^T), or stored [k, n] (tb false: w in
 // dy w, a dense layer's input gradient). `bytes` is the packed size; 0 (no primitive) where b cannot be packed.
@@ -429,14 +443,9 @@ inline size_t PackedSize(int64_t n, int64_t k, int type, bool tb = true) { retur
 inline bool Pack(const void *b, int64_t n, int64_t k, bool tb, int type, void *out) {
   const Api &api = GetApi();
   const std::shared_ptr<const Packer> packer = FindPacker(n, k, tb, type);
-  if (packer->primitive == nullptr) return false;
-  thread_local Handle stream = nullptr;
-  if (stream == nullptr && api.stream_create(&stream, api.engine, kInOrderStream) != 0) {
-    stream = nullptr;
-    return false;
-  }
-  thread_local std::vector<char> scratch;
-  char *scratchpad = Aligned(&scratch, packer->scratchpad_size);
+  Handle stream = ThreadStream(api);
+  if (packer->primitive == nullptr || stream == nullptr) return false;
+  char *scratchpad = ThreadScratch(packer->scratchpad_size);
   Handle from = nullptr, to = nullptr, pad = nullptr;
   bool ok = api.memory_create(&from, packer->plain, api.engine, const_cast<void *>(b)) == 0 &&
             api.memory_create(&to, packer->packed, api.engine, out) == 0 &&
@@ -457,14 +466,9 @@ inline bool Run(const Shape &shape, const void *a, const void *b, const float *b
   const Api &api = GetApi();
   if (!api.missing.empty()) return false;
   const std::shared_ptr<const Matmul> matmul = Cache::Find(shape);
-  if (matmul->primitive == nullptr) return false;
-  thread_local Handle stream = nullptr;
-  if (stream == nullptr && api.stream_create(&stream, api.engine, kInOrderStream) != 0) {
-    stream = nullptr;
-    return false;
-  }
-  thread_local std::vector<char> scratch;
-  char *scratchpad = Aligned(&scratch, matmul->scratchpad_size);
+  Handle stream = ThreadStream(api);
+  if (matmul->primitive == nullptr || stream == nullptr) return false;
+  char *scratchpad = ThreadScratch(matmul->scratchpad_size);
   Handle memory[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
   bool ok = api.memory_create(&memory[0], matmul->a, api.engine, const_cast<void *>(a)) == 0 &&
             api.memory_create(&memory[1], matmul->b, api.engine, const_cast<void *>(b)) == 0 &&
