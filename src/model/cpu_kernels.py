@@ -866,22 +866,17 @@ class Dense(nn.Dense):
         return y.reshape(shape[:-1] + (self.out_channels,))
 
 
-def pack_shared_weights(runs: List[nn.Cell]) -> int:
+def pack_shared_weights(runs: List[nn.Cell]) -> None:
     """Set `pack_weights` on the dense layers with bfloat16 weights (`bf16_weights`) that appear in more than one of
     `runs` (the cells a network runs in turn, e.g. its layer groups in layer order): their weights are then packed
     once per step for all their products. Weights read once per step are left as copies: a product saves about what
-    packing costs (benchmarks/bench_products.py). Returns how many layers were set."""
-    seen: Dict[int, int] = {}
-    layers: Dict[int, Dense] = {}
+    packing costs (benchmarks/bench_products.py)."""
+    seen = set()
     for run in runs:
         for _, cell in run.cells_and_names():
             if isinstance(cell, Dense) and cell.bf16_weights and not cell.serving_weights:
-                seen[id(cell)] = seen.get(id(cell), 0) + 1
-                layers[id(cell)] = cell
-    shared = [layers[key] for key, count in seen.items() if count > 1]
-    for layer in shared:
-        layer.pack_weights = True
-    return len(shared)
+                cell.pack_weights = id(cell) in seen  # True from its second run on
+                seen.add(id(cell))
 
 
 def convert_weights(network: nn.Cell) -> int:
