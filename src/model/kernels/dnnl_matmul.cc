@@ -5,7 +5,8 @@
 // rows (or columns) of the result, or by attention head, over albert::Threads() threads.
 // Float32 products run as dnnl_sgemm. With SetBf16(1) the dense layers' products run in bfloat16 with float32
 // accumulation: each float32 operand is rounded to bfloat16 once per call, over the threads (a dense layer's weights
-// come already rounded: the graph makes their bfloat16 copy once per step, see cpu_kernels.Dense), and the products
+// come already rounded: the graph makes their bfloat16 copy once per step, and packs a shared layer's for the
+// primitive, see cpu_kernels.Dense and Bf16PackHeader), and the products
 // run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h), or as dnnl_gemm_bf16bf16f32 where
 // the primitive API is missing and where it measured faster: on AMX for the long sums (kBf16BlasFromTerms), on AMD's
 // AVX512-BF16 for the large weight gradients (kAmdBlasGradOutputs).
@@ -78,20 +79,21 @@ const int64_t kMinConvertPerThread = 1 << 15;  // elements rounded to bfloat16 p
 const int kOperandSlots = 7;                   // float32 operands of one call rounded to bfloat16, at most
 // x w^T products with fewer rows than this are split by columns (see ForBlocks).
 const int64_t kColumnSplitBelowRows = 512;
-// On AMX, bfloat16 products of a dense layer whose k (terms summed into each output) is at least kBf16BlasFromTerms
-// and at least kBf16BlasDepthPerColumn times the output columns of the thread's block run through the BLAS-style
-// call, the rest through primitives: the weight gradient always, and a forward of fewer than kColumnSplitBelowRows
-// rows on a thread. Measured per product with benchmarks/bench_products.py on a Xeon with AMX (oneDNN 3.10.1, 2
-// threads, 2026-11-27; benchmarks/results): through dnnl_gemm_bf16bf16f32, ALBERT-base's feed-forward output forward
-// (k = 3072, n = 768, bias included) ran 1.08-1.34x as fast as through a primitive, the first feed-forward layer's
-// input gradient (k = 3072, n = 768) 0.89-1.45x (above 1.1x in 10 of 13 runs), the masked-LM decoder's input gradient
-// (k = 30000, n = 128) 1.06-1.28x; every product with k = 768 0.50-1.02x; the weight gradients with k >= 2048 mixed
-// (0.84-1.63x), the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. On the same kind of VM on
-// 2026-11-28 (steady matrix unit, operands aligned) the products alone measured the other way (the BLAS-style call
-// 0.74-0.98x on the products this rule gives it) and the train step was mixed (the products' CPU time lower with
-// the rule in 2 of 4 pairs at seq 128, higher in both at seq 512): kept until more runs decide. Not measured without
-// AMX: there every bfloat16 forward and input gradient keeps the primitive (bench_products.py measures it on any
-// CPU).
+// On AMX, bfloat16 products of a dense layer whose k (terms summed into each output) is at least kBf16BlasFromTerms and
+// at least kBf16BlasDepthPerColumn times the output columns of the thread's block run through the BLAS-style call, the
+// rest through primitives: the weight gradient always, a forward of fewer than kColumnSplitBelowRows rows on a thread,
+// and every product reading weights packed once per step (GemmBlock tries those first: on packed weights the primitive
+// measured faster, see Bf16PackHeader). Measured per product with benchmarks/bench_products.py on a Xeon with AMX
+// (oneDNN 3.10.1, 2 threads, 2026-11-27; benchmarks/results): through dnnl_gemm_bf16bf16f32, ALBERT-base's feed-forward
+// output forward (k = 3072, n = 768, bias included) ran 1.08-1.34x as fast as through a primitive, the first
+// feed-forward layer's input gradient (k = 3072, n = 768) 0.89-1.45x (above 1.1x in 10 of 13 runs), the masked-LM
+// decoder's input gradient (k = 30000, n = 128) 1.06-1.28x; every product with k = 768 0.50-1.02x; the weight gradients
+// with k >= 2048 mixed (0.84-1.63x), the forward at batch 1 (128 rows, split by columns) 0.66-1.39x, median 0.92x. On
+// the same kind of VM on 2026-11-28 (steady matrix unit, operands aligned) the products alone measured the other way
+// (the BLAS-style call 0.74-0.98x on the products this rule gives it) and the train step was mixed (the products' CPU
+// time lower with the rule in 2 of 4 pairs at seq 128, higher in both at seq 512): kept until more runs decide. Not
+// measured without AMX: there every bfloat16 forward and input gradient keeps the primitive (bench_products.py measures
+// it on any CPU).
 const int64_t kBf16BlasFromTerms = 2048;
 const int64_t kBf16BlasDepthPerColumn = 4;
 // On AMD's AVX512-BF16 (AmdBf16), a weight gradient whose block on a thread has at least kAmdBlasGradOutputs outputs,
@@ -210,10 +212,10 @@ int64_t InputGradPackBytes(int64_t n, int64_t k) {
   return static_cast<int64_t>(albert::dnnl::PackedSize(k, n, albert::dnnl::kBf16, false));
 }
 
-// The size of PackBf16Weights' tensor for weights [n, k]: the header, room to reach a cache line, the rounded
-// weights and both packed forms.
-int64_t Bf16PackTensorBytes(int64_t n, int64_t k) {
-  return 2 * 64 + RoundUp64(2 * n * k) + RoundUp64(ForwardPackBytes(n, k)) + RoundUp64(InputGradPackBytes(n, k));
+// The size of PackBf16Weights' tensor for weights [n, k] whose packed forms take `forward` and `input_grad` bytes:
+// the header, room to reach a cache line, the rounded weights and both packed forms.
+int64_t Bf16PackTensorBytes(int64_t n, int64_t k, int64_t forward, int64_t input_grad) {
+  return 2 * 64 + RoundUp64(2 * n * k) + RoundUp64(forward) + RoundUp64(input_grad);
 }
 
 // Tensor i as a dense layer's weights [n, k] for the products (into *w): float32 or their bfloat16 copy, 2-D [n, k]
@@ -226,10 +228,10 @@ bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char
     *w = Operand(params, shapes, dtypes, i, bf16, slot);
     return true;
   }
-  if (!bf16 || ndims[i] != 1 || shapes[i][0] != Bf16PackTensorBytes(n, k)) return false;
+  const int64_t forward = ForwardPackBytes(n, k), input_grad = InputGradPackBytes(n, k);
+  if (!bf16 || ndims[i] != 1 || shapes[i][0] != Bf16PackTensorBytes(n, k, forward, input_grad)) return false;
   Bf16PackHeader header;
   std::memcpy(&header, params[i], sizeof(header));
-  const int64_t forward = ForwardPackBytes(n, k), input_grad = InputGradPackBytes(n, k);
   if (std::memcmp(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic)) != 0 || header.n != n || header.k != k ||
       header.offset < 64 || header.offset >= 128 || (header.forward_bytes != 0 && header.forward_bytes != forward) ||
       (header.input_grad_bytes != 0 && header.input_grad_bytes != input_grad)) {
@@ -1546,7 +1548,9 @@ int RoundToBf16(int, void **p, int *d, int64_t **s, const char **t, void *, void
   return 0;
 }
 // Bytes of the tensor PackBf16Weights fills for weights [n, k] (see Bf16PackHeader).
-int64_t Bf16PackBytes(int64_t n, int64_t k) { return Bf16PackTensorBytes(n, k); }
+int64_t Bf16PackBytes(int64_t n, int64_t k) {
+  return Bf16PackTensorBytes(n, k, ForwardPackBytes(n, k), InputGradPackBytes(n, k));
+}
 // w float32 [n, k] -> int8 [Bf16PackBytes(n, k)]: w rounded to bfloat16 and packed both ways, once per step
 // (cpu_kernels.bf16_packed; Bf16PackHeader). The two packings run on two threads at once; a form oneDNN cannot pack
 // here is left out (its size 0 in the header), and the products read the rounded weights instead.
@@ -1554,7 +1558,8 @@ int PackBf16Weights(int, void **p, int *d, int64_t **s, const char **t, void *, 
   ALBERT_PROFILE("PackBf16Weights");
   if (std::strcmp(t[0], "float32") != 0 || d[0] != 2 || std::strcmp(t[1], "int8") != 0 || d[1] != 1) return 1;
   const int64_t n = s[0][0], k = s[0][1];
-  if (s[1][0] != Bf16PackTensorBytes(n, k)) return 1;
+  const int64_t sizes[2] = {ForwardPackBytes(n, k), InputGradPackBytes(n, k)};
+  if (s[1][0] != Bf16PackTensorBytes(n, k, sizes[0], sizes[1])) return 1;
   char *tensor = static_cast<char *>(p[1]);
   Bf16PackHeader header{};
   header.offset = 64 + static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(tensor) + 64) % 64) % 64);
@@ -1564,23 +1569,22 @@ int PackBf16Weights(int, void **p, int *d, int64_t **s, const char **t, void *, 
     ToBf16(w + begin, rounded + begin, end - begin);
   });
   char *forward = tensor + header.offset + RoundUp64(2 * n * k);
-  char *input_grad = forward + RoundUp64(ForwardPackBytes(n, k));
+  char *input_grad = forward + RoundUp64(sizes[0]);
   bool packed[2] = {false, false};
   albert::ParallelFor(2, 1, [&](int64_t, int64_t begin, int64_t end) {
     ALBERT_PROFILE("thread: packing bf16 weights");
     for (int64_t form = begin; form < end; ++form) {
-      packed[form] = form == 0 ? ForwardPackBytes(n, k) > 0 &&
-                                     albert::dnnl::Pack(rounded, n, k, true, albert::dnnl::kBf16, forward)
-                               : InputGradPackBytes(n, k) > 0 &&
-                                     albert::dnnl::Pack(rounded, k, n, false, albert::dnnl::kBf16, input_grad);
+      const bool tb = form == 0;  // the forward's op(b) = w^T, the input gradient's w
+      packed[form] = sizes[form] > 0 && albert::dnnl::Pack(rounded, tb ? n : k, tb ? k : n, tb, albert::dnnl::kBf16,
+                                                           tb ? forward : input_grad);
     }
   });
   std::memcpy(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic));
   header.process = ProcessToken();
   header.n = n;
   header.k = k;
-  header.forward_bytes = packed[0] ? ForwardPackBytes(n, k) : 0;
-  header.input_grad_bytes = packed[1] ? InputGradPackBytes(n, k) : 0;
+  header.forward_bytes = packed[0] ? sizes[0] : 0;
+  header.input_grad_bytes = packed[1] ? sizes[1] : 0;
   std::memcpy(tensor, &header, sizeof(header));
   return 0;
 }
