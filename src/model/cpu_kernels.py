@@ -762,6 +762,25 @@ def pack_int8(values: np.ndarray) -> np.ndarray:
     return packed
 
 
+def pack_bf16(weights: np.ndarray) -> np.ndarray:
+    """float32 weights [N, K] rounded to bfloat16 and packed once, in this process, for the forward products of
+    oneDNN's primitive (src/model/kernels/dnnl_matmul.cc, Bf16PackHeader): what a checkpoint served in bfloat16 reads
+    instead of its weights' `bf16_copy`, so that no product packs them again. A 1-D int8 array: a 64-byte header, the
+    rounded weights on a cache line, then the packed form where this CPU has one (else the products read the rounded
+    weights)."""
+    path = _build()[0]
+    if path is None:
+        raise RuntimeError(f"the compiled CPU kernels are not available here ({_build()[1]})")
+    weights = np.ascontiguousarray(weights, np.float32)
+    n, k = weights.shape
+    library = _library(path)
+    library.Bf16ServingPackBytes.restype = ctypes.c_int64
+    packed = np.zeros(library.Bf16ServingPackBytes(ctypes.c_int64(n), ctypes.c_int64(k)), np.int8)
+    library.PackBf16ServingWeights(weights.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(n), ctypes.c_int64(k),
+                                   packed.ctypes.data_as(ctypes.c_void_p))
+    return packed
+
+
 def round_to_bf16(values: np.ndarray) -> np.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even, as the kernels' RoundToBf16), still float32
     (exactly representable in bfloat16, so a cast to it is exact); NaN stays NaN."""
@@ -810,8 +829,8 @@ class Dense(nn.Dense):
     reading the weights' `bf16_copy` with `bf16_weights`, or their `bf16_packed` form once `pack_weights` is set (the
     network sets it on layers that several of its layers run: see `pack_shared_weights`). `serving_weights`
     ("bfloat16" or "int8") makes the products' weights once, from the loaded values (`convert_weights`, before the
-    first call), instead of per call: their bfloat16 copy, or int8 values, their packed form and scales for
-    `matmul_int8`."""
+    first call), instead of per call: their bfloat16 copy packed for the forward (`pack_bf16`), or int8 values, their
+    packed form and scales for `matmul_int8`."""
 
     def __init__(self, in_channels: int, out_channels: int, use_kernels: bool, bf16_weights: bool = False,
                  serving_weights: str = "", **kwargs):
@@ -829,7 +848,8 @@ class Dense(nn.Dense):
 
     def convert_weights(self) -> None:
         """The products' weights made once from the weights as loaded (serving_weights): int8 values, packed and
-        with their scales, or the bfloat16 copy; constants of the network (no gradient), named after the weights."""
+        with their scales, or the bfloat16 copy, packed; constants of the network (no gradient), named after the
+        weights."""
         weight = self.weight.asnumpy()
         if self.serving_weights == "int8":
             values, scales = quantize_int8(weight)
@@ -838,8 +858,8 @@ class Dense(nn.Dense):
                                            requires_grad=False)
             self.weight_scales = Parameter(Tensor(scales), name=f"{self.weight.name}_scales", requires_grad=False)
         elif self.serving_weights == "bfloat16":
-            copy = Tensor(round_to_bf16(weight)).astype(ms.bfloat16)
-            self.weight_bf16 = Parameter(copy, name=f"{self.weight.name}_bf16", requires_grad=False)
+            self.weight_bf16 = Parameter(Tensor(pack_bf16(weight)), name=f"{self.weight.name}_bf16",
+                                         requires_grad=False)
 
     def weight_operands(self) -> tuple:
         """What the product reads for the weights: (w,), (w, its bfloat16 copy or packed form) or (int8 values,

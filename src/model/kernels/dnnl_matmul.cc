@@ -106,14 +106,50 @@ const int64_t kBf16BlasDepthPerColumn = 4;
 const int64_t kAmdBlasGradOutputs = 1 << 20;
 const int64_t kAmdBlasGradFromTerms = 64;
 
+// Packed weights copied onto a cache line (see AlignedPacked).
+struct PackedCopy {
+  std::vector<int8_t> storage;
+  const int8_t *data;  // on a cache line of storage
+};
+
+// Packed weights copied onto a cache line, by their packing's serial number (NextPackingSerial), for tensors packed
+// at load whose packed weights do not start on one (PackedHeader, Bf16PackHeader): MindSpore places a tensor's data
+// on a 16-byte boundary (measured: 0, 16, 32 or 48 bytes past a line), and weights packed off a cache line ran at
+// 0.59-0.71x of the weights as stored (bfloat16, AMX; see Aligned). A serial number is never reused within a process
+// and a tensor's bytes are its header's, so a copy found is the tensor's. At most 256 copies (an ALBERT model shares
+// one layer's weights: a few per model; an unshared 24-layer one has 147).
+albert::dnnl::LruCache<uint64_t, PackedCopy> &AlignedPacked() {
+  static auto *copies = new albert::dnnl::LruCache<uint64_t, PackedCopy>(256);
+  return *copies;
+}
+
+// The copy of packing `serial`'s `bytes` packed weights at `data` (AlignedPacked), made on first use.
+std::shared_ptr<const PackedCopy> AlignedCopy(uint64_t serial, const int8_t *data, int64_t bytes) {
+  return AlignedPacked().Find(serial, [&] {
+    auto copy = std::make_shared<PackedCopy>();
+    int8_t *aligned = albert::dnnl::Aligned(&copy->storage, bytes);
+    std::memcpy(aligned, data, bytes);
+    copy->data = aligned;
+    return std::shared_ptr<const PackedCopy>(copy);
+  });
+}
+
+// A number for each packing of weights at load (serving's int8 and bfloat16 weights), never reused in a process.
+uint64_t NextPackingSerial() {
+  static std::atomic<uint64_t> packings(0);
+  return ++packings;
+}
+
 // A product's operand: a row-major matrix (leading dimension ld) in float32, or in bfloat16 when the call's
 // products run in bfloat16. A dense layer's weights packed once per step (Bf16PackHeader) also carry their packed
-// forms: packed[1] for x w^T (op(b) = w^T), packed[0] for dy w (op(b) = w); null where there is none.
+// forms: packed[1] for x w^T (op(b) = w^T), packed[0] for dy w (op(b) = w); null where there is none. `copy` holds
+// a packed form copied onto a cache line (AlignedPacked) while the product reads it.
 struct Matrix {
   const float *f32;
   const uint16_t *bf16;
   int64_t ld;
   const void *packed[2] = {nullptr, nullptr};
+  std::shared_ptr<const PackedCopy> copy = nullptr;
 };
 
 // Tensor i of a call (2-D) as a product's operand. In bfloat16 (bf16) a float32 tensor is rounded once, over the
@@ -188,15 +224,18 @@ uint64_t ProcessToken() {
 // from the first cache line at least 64 bytes in (`offset` bytes from the tensor's start), the weights w [n, k]
 // rounded to bfloat16, then the same reordered into the layout oneDNN's primitive picks (albert::dnnl::Pack) for the
 // forward x w^T and for the input gradient dy w, each on a cache line. A product reads a packed form where its
-// thread's block has all the columns and oneDNN picks that layout for its rows (GemmBlock), else the rounded
-// weights; so does every product of a tensor another process packed, or one not on a cache line here.
+// thread's block has all the columns, or a part packed as its own (PackedColumnsOffset), and oneDNN picks that layout
+// for its rows (GemmBlock), else the rounded weights; so does every product of a tensor another process packed, or
+// one not on a cache line here. Serving a checkpoint in bfloat16 packs its weights so once, at load (cpu_kernels.
+// pack_bf16, through PackBf16ServingWeights): the forward's form only, and a serial number, by which a tensor that
+// MindSpore placed off a cache line has its packed form copied onto one once (AlignedPacked).
 struct Bf16PackHeader {
   char magic[8];
   uint64_t process;
   int64_t n, k;
   int64_t offset;                           // of the rounded weights, from the tensor's start
   int64_t forward_bytes, input_grad_bytes;  // the packed forms' sizes; 0 where a form is not there
-  int64_t unused;
+  uint64_t serial;                          // packed at load: NextPackingSerial(); per step: 0
 };
 static_assert(sizeof(Bf16PackHeader) == 64, "the header takes one cache line");
 const char kBf16PackMagic[8] = {'A', 'L', 'B', 'E', 'R', 'T', 'P', 'B'};
@@ -212,15 +251,47 @@ int64_t InputGradPackBytes(int64_t n, int64_t k) {
   return static_cast<int64_t>(albert::dnnl::PackedSize(k, n, albert::dnnl::kBf16, false));
 }
 
-// The size of PackBf16Weights' tensor for weights [n, k] whose packed forms take `forward` and `input_grad` bytes:
-// the header, room to reach a cache line, the rounded weights and both packed forms.
+// The size of a packed tensor (Bf16PackHeader) for weights [n, k] whose packed forms take `forward` and `input_grad`
+// bytes (0 for a form it does not hold): the header, room to reach a cache line, the rounded weights, the forms.
 int64_t Bf16PackTensorBytes(int64_t n, int64_t k, int64_t forward, int64_t input_grad) {
   return 2 * 64 + RoundUp64(2 * n * k) + RoundUp64(forward) + RoundUp64(input_grad);
 }
 
+// Fills `tensor` (Bf16PackTensorBytes(n, k, sizes[0], sizes[1]) bytes) for float32 weights w [n, k]: the header
+// (`serial` in it), the weights rounded to bfloat16 from the first cache line 64 bytes in or more, then each form of
+// nonzero size (sizes: the forward's, the input gradient's), the two packings on two threads at once. A form oneDNN
+// cannot pack here is left out (its size 0 in the header), and the products read the rounded weights instead.
+void FillBf16Pack(const float *w, int64_t n, int64_t k, const int64_t sizes[2], uint64_t serial, char *tensor) {
+  Bf16PackHeader header{};
+  header.offset = 64 + static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(tensor) + 64) % 64) % 64);
+  uint16_t *rounded = reinterpret_cast<uint16_t *>(tensor + header.offset);
+  albert::ParallelFor(n * k, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+    ToBf16(w + begin, rounded + begin, end - begin);
+  });
+  char *forward = tensor + header.offset + RoundUp64(2 * n * k);
+  char *input_grad = forward + RoundUp64(sizes[0]);
+  bool packed[2] = {false, false};
+  albert::ParallelFor(2, 1, [&](int64_t, int64_t begin, int64_t end) {
+    ALBERT_PROFILE("thread: packing bf16 weights");
+    for (int64_t form = begin; form < end; ++form) {
+      const bool tb = form == 0;  // the forward's op(b) = w^T, the input gradient's w
+      packed[form] = sizes[form] > 0 && albert::dnnl::Pack(rounded, tb ? n : k, tb ? k : n, tb, albert::dnnl::kBf16,
+                                                           tb ? forward : input_grad);
+    }
+  });
+  std::memcpy(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic));
+  header.process = ProcessToken();
+  header.n = n;
+  header.k = k;
+  header.forward_bytes = packed[0] ? sizes[0] : 0;
+  header.input_grad_bytes = packed[1] ? sizes[1] : 0;
+  header.serial = serial;
+  std::memcpy(tensor, &header, sizeof(header));
+}
+
 // Tensor i as a dense layer's weights [n, k] for the products (into *w): float32 or their bfloat16 copy, 2-D [n, k]
-// (see Operand), or, for products in bfloat16 (bf16), an int8 tensor PackBf16Weights filled for weights [n, k]. False
-// when it is none of these.
+// (see Operand), or, for products in bfloat16 (bf16), an int8 tensor packed for weights [n, k] (Bf16PackHeader:
+// per step both forms, at load the forward's). False when it is none of these.
 bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char **dtypes, int i, int64_t n,
                    int64_t k, bool bf16, int slot, Matrix *w) {
   if (std::strcmp(dtypes[i], "int8") != 0) {
@@ -228,21 +299,27 @@ bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char
     *w = Operand(params, shapes, dtypes, i, bf16, slot);
     return true;
   }
-  const int64_t forward = ForwardPackBytes(n, k), input_grad = InputGradPackBytes(n, k);
-  if (!bf16 || ndims[i] != 1 || shapes[i][0] != Bf16PackTensorBytes(n, k, forward, input_grad)) return false;
+  if (!bf16 || ndims[i] != 1 || shapes[i][0] < static_cast<int64_t>(sizeof(Bf16PackHeader))) return false;
   Bf16PackHeader header;
   std::memcpy(&header, params[i], sizeof(header));
+  const bool at_load = header.serial != 0;
+  const int64_t forward = ForwardPackBytes(n, k), input_grad = at_load ? 0 : InputGradPackBytes(n, k);
   if (std::memcmp(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic)) != 0 || header.n != n || header.k != k ||
-      header.offset < 64 || header.offset >= 128 || (header.forward_bytes != 0 && header.forward_bytes != forward) ||
+      shapes[i][0] != Bf16PackTensorBytes(n, k, forward, input_grad) || header.offset < 64 || header.offset >= 128 ||
+      (header.forward_bytes != 0 && header.forward_bytes != forward) ||
       (header.input_grad_bytes != 0 && header.input_grad_bytes != input_grad)) {
     return false;
   }
   const char *data = static_cast<const char *>(params[i]) + header.offset;
   *w = Matrix{nullptr, reinterpret_cast<const uint16_t *>(data), k};
-  if (header.process == ProcessToken() && reinterpret_cast<uintptr_t>(data) % 64 == 0) {
-    const char *forward_form = data + RoundUp64(2 * n * k);
+  if (header.process != ProcessToken()) return true;
+  const char *forward_form = data + RoundUp64(2 * n * k);
+  if (reinterpret_cast<uintptr_t>(data) % 64 == 0) {
     if (header.forward_bytes > 0) w->packed[1] = forward_form;
     if (header.input_grad_bytes > 0) w->packed[0] = forward_form + RoundUp64(forward);
+  } else if (at_load && header.forward_bytes > 0) {
+    w->copy = AlignedCopy(header.serial, reinterpret_cast<const int8_t *>(forward_form), header.forward_bytes);
+    w->packed[1] = w->copy->data;
   }
   return true;
 }
@@ -303,12 +380,21 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
-  if (a.bf16 && !ta && b.packed[tb] && columns == n) {  // weights packed once per step (Bf16PackHeader)
-    albert::dnnl::Shape shape{false, false, bias != nullptr, beta != 0.0f, rows, n, k, a.ld, 0, n};
+  // Weights packed once (Bf16PackHeader): the block's columns as a packed matrix of their own (the forward's, split
+  // by columns at batch 1) or all of them.
+  const int64_t packed_at = a.bf16 && !ta && b.packed[tb]
+                                ? (tb ? albert::dnnl::PackedColumnsOffset(n, k, block.c0, block.c1, albert::dnnl::kBf16)
+                                      : (columns == n ? 0 : -1))
+                                : -1;
+  if (packed_at >= 0) {
+    albert::dnnl::Shape shape{false, false, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, 0, n};
     shape.packed_b = true;
     if (albert::dnnl::Cache::Find(shape)->primitive) {  // else oneDNN picks another layout for this many rows
       ALBERT_PROFILE("thread: matmul primitive bf16, packed weights");
-      if (albert::dnnl::Run(shape, a.bf16 + a_start, b.packed[tb], bias, c_block)) return 0;
+      if (albert::dnnl::Run(shape, a.bf16 + a_start, static_cast<const char *>(b.packed[tb]) + packed_at,
+                            bias ? bias + block.c0 : nullptr, c_block)) {
+        return 0;
+      }
     }
   }
   if (a.bf16 && !Bf16BlasFaster(ta, tb, rows, columns, k)) {
@@ -563,7 +649,7 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
   }
   float *db1 = static_cast<float *>(params[8]);
   const Matrix dy = OutputGrad(params, shapes, dtypes, 0, bf16, 0, static_cast<float *>(params[10]));
-  thread_local std::vector<float> scratch;  // dh, then dpre in float32 (the calling thread's, as Buffer's)
+  thread_local std::vector<float> scratch;  // dh (then dpre, for float32 products): the calling thread's, as Buffer's
   float *dpre = albert::dnnl::Aligned(&scratch, m * inner);
   int status = ForBlocks(false, m, inner, [&](const Block &block) {
     return GemmBlock(false, false, block, inner, hidden, dy, w2, nullptr, 0.0f, dpre);
@@ -575,11 +661,13 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
     ALBERT_PROFILE("thread: feed-forward gelu gradient");
     float *sums = db1 + begin;
     std::fill(sums, sums + (end - begin), 0.0f);
+    thread_local std::vector<float> line;  // in bfloat16 a row of dpre goes no further than here and its rounding
+    line.resize(end - begin);
     for (int64_t r = 0; r < m; ++r) {
-      float *row = dpre + r * inner + begin;
-      const float *at = pre + r * inner + begin;
+      const float *dh = dpre + r * inner + begin, *at = pre + r * inner + begin;
+      float *row = rounded ? line.data() : dpre + r * inner + begin;
       for (int64_t c = 0; c < end - begin; ++c) {
-        row[c] *= albert::GeluDerivative(at[c]);
+        row[c] = dh[c] * albert::GeluDerivative(at[c]);
         sums[c] += row[c];
       }
       if (rounded) ToBf16(row, rounded + r * inner + begin, end - begin);
@@ -611,12 +699,6 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
 // row's sums become float32 through both scales while the thread's block is in cache. A row holding NaN or inf gets
 // a NaN scale, so its outputs are NaN.
 
-// Packed weights copied onto a cache line (see AlignedPacked).
-struct PackedCopy {
-  std::vector<int8_t> storage;
-  const int8_t *data;  // on a cache line of storage
-};
-
 // Int8 weights w [n, k] with their scales [n], and the same packed (null when not: see PackedInt8), in the tensor
 // or in `copy`.
 struct Int8Weights {
@@ -645,28 +727,6 @@ struct PackedHeader {
 };
 static_assert(sizeof(PackedHeader) == 64, "the packed weights start on a cache line of the tensor");
 const char kPackedMagic[8] = {'A', 'L', 'B', 'E', 'R', 'T', 'P', '8'};
-
-// Packed weights copied onto a cache line, by their packing's serial number, for tensors whose packed weights do
-// not start on one: MindSpore places a tensor's data on a 16-byte boundary (measured: 0, 16, 32 or 48 bytes past
-// a line), and weights packed off a cache line ran at 0.59-0.71x of the weights as stored (bfloat16, AMX; see
-// Aligned). A serial number is never reused within a process and a tensor's bytes are its header's, so a copy
-// found is the tensor's. At most 256 copies (an ALBERT model shares one layer's weights: a few per model; an
-// unshared 24-layer one has 147).
-albert::dnnl::LruCache<uint64_t, PackedCopy> &AlignedPacked() {
-  static auto *copies = new albert::dnnl::LruCache<uint64_t, PackedCopy>(256);
-  return *copies;
-}
-
-// The copy of packing `serial`'s `bytes` packed weights at `data` (AlignedPacked), made on first use.
-std::shared_ptr<const PackedCopy> AlignedCopy(uint64_t serial, const int8_t *data, int64_t bytes) {
-  return AlignedPacked().Find(serial, [&] {
-    auto copy = std::make_shared<PackedCopy>();
-    int8_t *aligned = albert::dnnl::Aligned(&copy->storage, bytes);
-    std::memcpy(aligned, data, bytes);
-    copy->data = aligned;
-    return std::shared_ptr<const PackedCopy>(copy);
-  });
-}
 
 // Tensor i (a packed-weights tensor) checked: false where it is not 1-D int8 (a wrong call), else w->packed set to
 // its packed weights for w [n, k] on a cache line (in the tensor, or a copy: AlignedPacked), or to null when it
@@ -756,16 +816,19 @@ QuantizedRows QuantizeRows(const float *x, int64_t rows, int64_t k) {
 }
 
 // Rows r0 .. r0 + rows - 1 and columns `block` of the int32 sums x w^T into sums [rows, columns]: on the packed
-// weights where the block has all the columns and oneDNN reads that layout for this many rows, else on w as stored.
+// weights where the block's columns are packed as a matrix of their own (all columns, or a part: PackedColumnsOffset)
+// and oneDNN reads that layout for this many rows, else on w as stored.
 bool Int8Sums(const Block &block, int64_t r0, int64_t rows, int64_t k, const QuantizedRows &x, const Int8Weights &w,
               int64_t n, int32_t *sums) {
   const int64_t columns = block.c1 - block.c0;
-  if (w.packed && block.c0 == 0 && columns == n) {
-    albert::dnnl::Shape shape{false, false, false, false, rows, n, k, k, 0, n, albert::dnnl::kS8};
+  const int64_t packed_at = w.packed ? albert::dnnl::PackedColumnsOffset(n, k, block.c0, block.c1, albert::dnnl::kS8)
+                                     : -1;
+  if (packed_at >= 0) {  // the block's columns packed (all of them, or a part packed as its own)
+    albert::dnnl::Shape shape{false, false, false, false, rows, columns, k, k, 0, columns, albert::dnnl::kS8};
     shape.packed_b = true;
     if (albert::dnnl::Cache::Find(shape)->primitive) {  // else oneDNN picks another layout for this many rows
       ALBERT_PROFILE("thread: matmul primitive int8, packed weights");
-      if (albert::dnnl::Run(shape, x.values + r0 * k, w.packed, nullptr, sums)) return true;
+      if (albert::dnnl::Run(shape, x.values + r0 * k, w.packed + packed_at, nullptr, sums)) return true;
     }
   }
   ALBERT_PROFILE("thread: matmul primitive int8");
@@ -1384,7 +1447,7 @@ int DnnlDescribe(char *out, int size) {
                              : "matmul primitive " + bf16 + " (emulated: no native bfloat16 dot products)";
   if (!bf16.empty() && AmxBf16()) text += ", dnnl_gemm_bf16bf16f32 for long sums";
   if (!bf16.empty() && AmdBf16()) text += ", dnnl_gemm_bf16bf16f32 for large weight gradients";
-  if (!bf16.empty()) text += Packing(albert::dnnl::kBf16, "shared weights packed once per step");
+  if (!bf16.empty()) text += Packing(albert::dnnl::kBf16, "shared weights packed once per step, served ones at load");
   if (!bf16.empty() && BatchedBf16AttentionInTraining()) {
     text += AmxBf16() ? ", batched attention: training and int8 serving" : ", batched attention: training";
   }
@@ -1493,12 +1556,11 @@ int64_t PackedInt8Bytes(int64_t n, int64_t k) {
 // or, where they cannot be packed, a header of zeros, 0 returned.
 int PackInt8Weights(const int8_t *w, int64_t n, int64_t k, int8_t *out) {
   const size_t bytes = albert::dnnl::PackedSize(n, k, albert::dnnl::kS8);
-  static std::atomic<uint64_t> packings(0);
   PackedHeader header{};
   if (bytes > 0 && albert::dnnl::Pack(w, n, k, true, albert::dnnl::kS8, out + sizeof(PackedHeader))) {
     std::memcpy(header.magic, kPackedMagic, sizeof(kPackedMagic));
     header.process = ProcessToken();
-    header.serial = ++packings;
+    header.serial = NextPackingSerial();
     header.n = n;
     header.k = k;
     header.bytes = static_cast<int64_t>(bytes);
@@ -1552,41 +1614,23 @@ int64_t Bf16PackBytes(int64_t n, int64_t k) {
   return Bf16PackTensorBytes(n, k, ForwardPackBytes(n, k), InputGradPackBytes(n, k));
 }
 // w float32 [n, k] -> int8 [Bf16PackBytes(n, k)]: w rounded to bfloat16 and packed both ways, once per step
-// (cpu_kernels.bf16_packed; Bf16PackHeader). The two packings run on two threads at once; a form oneDNN cannot pack
-// here is left out (its size 0 in the header), and the products read the rounded weights instead.
+// (cpu_kernels.bf16_packed; Bf16PackHeader).
 int PackBf16Weights(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("PackBf16Weights");
   if (std::strcmp(t[0], "float32") != 0 || d[0] != 2 || std::strcmp(t[1], "int8") != 0 || d[1] != 1) return 1;
   const int64_t n = s[0][0], k = s[0][1];
   const int64_t sizes[2] = {ForwardPackBytes(n, k), InputGradPackBytes(n, k)};
   if (s[1][0] != Bf16PackTensorBytes(n, k, sizes[0], sizes[1])) return 1;
-  char *tensor = static_cast<char *>(p[1]);
-  Bf16PackHeader header{};
-  header.offset = 64 + static_cast<int64_t>((64 - (reinterpret_cast<uintptr_t>(tensor) + 64) % 64) % 64);
-  uint16_t *rounded = reinterpret_cast<uint16_t *>(tensor + header.offset);
-  const float *w = static_cast<const float *>(p[0]);
-  albert::ParallelFor(n * k, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
-    ToBf16(w + begin, rounded + begin, end - begin);
-  });
-  char *forward = tensor + header.offset + RoundUp64(2 * n * k);
-  char *input_grad = forward + RoundUp64(sizes[0]);
-  bool packed[2] = {false, false};
-  albert::ParallelFor(2, 1, [&](int64_t, int64_t begin, int64_t end) {
-    ALBERT_PROFILE("thread: packing bf16 weights");
-    for (int64_t form = begin; form < end; ++form) {
-      const bool tb = form == 0;  // the forward's op(b) = w^T, the input gradient's w
-      packed[form] = sizes[form] > 0 && albert::dnnl::Pack(rounded, tb ? n : k, tb ? k : n, tb, albert::dnnl::kBf16,
-                                                           tb ? forward : input_grad);
-    }
-  });
-  std::memcpy(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic));
-  header.process = ProcessToken();
-  header.n = n;
-  header.k = k;
-  header.forward_bytes = packed[0] ? sizes[0] : 0;
-  header.input_grad_bytes = packed[1] ? sizes[1] : 0;
-  std::memcpy(tensor, &header, sizeof(header));
+  FillBf16Pack(static_cast<const float *>(p[0]), n, k, sizes, 0, static_cast<char *>(p[1]));
   return 0;
+}
+// Bytes of the tensor PackBf16ServingWeights fills for weights [n, k].
+int64_t Bf16ServingPackBytes(int64_t n, int64_t k) { return Bf16PackTensorBytes(n, k, ForwardPackBytes(n, k), 0); }
+// Fills out (Bf16ServingPackBytes(n, k) bytes) from float32 weights w [n, k]: serving's bfloat16 weights rounded
+// and packed for the forward once, at load (cpu_kernels.pack_bf16; Bf16PackHeader), with a serial number.
+void PackBf16ServingWeights(const float *w, int64_t n, int64_t k, int8_t *out) {
+  const int64_t sizes[2] = {ForwardPackBytes(n, k), 0};
+  FillBf16Pack(w, n, k, sizes, NextPackingSerial(), reinterpret_cast<char *>(out));
 }
 // Under SetBf16(1) (training in bfloat16) attention's products run in bfloat16 too (AttentionBf16) where that
 // measured faster (BatchedBf16AttentionInTraining).
