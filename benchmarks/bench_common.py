@@ -590,6 +590,8 @@ def worker_main(sides: Dict[str, Type[Side]]) -> int:
 class Worker:
     """A worker process of `script`; the constructor sends the spec and waits for the ready message."""
 
+    EXIT_WAIT_S = 120
+
     def __init__(self, script: Path, spec: Dict[str, Any], log_dir: Path):
         self.side = spec["side"]
         self.log_path = log_dir / f"{self.side}.log"
@@ -619,8 +621,15 @@ class Worker:
         return reply
 
     def quit(self) -> Dict[str, Any]:
+        """Its last reply. A worker that answered but has not exited EXIT_WAIT_S later (a library's teardown hanging
+        at exit, seen once in an export worker at batch 32) is killed: its work is done and reported."""
         reply = self.ask({"cmd": "quit"})
-        self.proc.wait(timeout=120)
+        try:
+            self.proc.wait(timeout=self.EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            print(f"the {self.side} worker had not exited {self.EXIT_WAIT_S} s after its last answer: killed",
+                  file=sys.stderr)
+            self.kill()
         return reply
 
     def kill(self) -> None:

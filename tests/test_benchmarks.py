@@ -513,3 +513,21 @@ def test_bench_products_bad_flag_is_one_line(args, message):
     done = bench("bench_products.py", *args)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+
+
+def test_a_worker_that_hangs_after_its_last_answer_is_killed_and_its_answer_kept(tmp_path, monkeypatch, capsys):
+    """A worker that answers `quit` and then never exits (a library's teardown hanging) must not stop the benchmark:
+    its answer is kept, the process killed, one line says so."""
+    script = tmp_path / "hanging_worker.py"
+    script.write_text("import json, sys, time\n"
+                      "spec = json.loads(sys.stdin.readline())\n"
+                      "print(json.dumps({'ready': spec['side']}), flush=True)\n"
+                      "sys.stdin.readline()\n"
+                      "print(json.dumps({'done': True}), flush=True)\n"
+                      "time.sleep(600)\n")
+    monkeypatch.setattr(bench_common.Worker, "EXIT_WAIT_S", 1)
+    worker = bench_common.Worker(script, {"side": "export"}, tmp_path)
+    assert worker.ready == {"ready": "export"}
+    assert worker.quit() == {"done": True}
+    assert worker.proc.poll() is not None  # killed, not left running
+    assert capsys.readouterr().err.strip() == "the export worker had not exited 1 s after its last answer: killed"

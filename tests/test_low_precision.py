@@ -228,9 +228,9 @@ def test_served_weights_are_made_once_at_load(monkeypatch):
     """A network served in bfloat16 reads its weights' bfloat16 copy rounded and packed when loaded: no rounding or
     packing kernel runs per request, the products read the packed form (where this CPU packs), and the results are
     bit-identical to rounding per call (the training path, which also packs the shared layer's weights once per
-    call: the same numbers); served in int8, every dense
-    product is an int8 kernel reading the weights quantized at load (the feed-forward network and attention's output
-    one call each per layer, with their residual and LayerNorm), and the outputs stay near float32's."""
+    call: the same numbers); served in int8, every dense product is an int8 kernel reading the weights quantized at
+    load (the feed-forward network and attention's output one call each per layer, with their residual and
+    LayerNorm), and the outputs stay near float32's."""
     import mindspore as ms
     from mindspore import Tensor
 

@@ -766,8 +766,7 @@ def pack_bf16(weights: np.ndarray) -> np.ndarray:
     """float32 weights [N, K] rounded to bfloat16 and packed once, in this process, for the forward products of
     oneDNN's primitive (src/model/kernels/dnnl_matmul.cc, Bf16PackHeader): what a checkpoint served in bfloat16 reads
     instead of its weights' `bf16_copy`, so that no product packs them again. A 1-D int8 array: a 64-byte header, the
-    rounded weights on a cache line, then the packed form where this CPU has one (else the products read the rounded
-    weights)."""
+    rounded weights, then the packed form where this CPU has one (else the products read the rounded weights)."""
     path = _build()[0]
     if path is None:
         raise RuntimeError(f"the compiled CPU kernels are not available here ({_build()[1]})")

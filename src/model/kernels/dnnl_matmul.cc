@@ -141,9 +141,9 @@ uint64_t NextPackingSerial() {
 }
 
 // A product's operand: a row-major matrix (leading dimension ld) in float32, or in bfloat16 when the call's
-// products run in bfloat16. A dense layer's weights packed once per step (Bf16PackHeader) also carry their packed
-// forms: packed[1] for x w^T (op(b) = w^T), packed[0] for dy w (op(b) = w); null where there is none. `copy` holds
-// a packed form copied onto a cache line (AlignedPacked) while the product reads it.
+// products run in bfloat16. A dense layer's weights packed once (per step or at load: Bf16PackHeader) also carry
+// their packed forms: packed[1] for x w^T (op(b) = w^T), packed[0] for dy w (op(b) = w); null where there is none.
+// `copy` holds a packed form copied onto a cache line (AlignedPacked) while the product reads it.
 struct Matrix {
   const float *f32;
   const uint16_t *bf16;
@@ -224,11 +224,10 @@ uint64_t ProcessToken() {
 // from the first cache line at least 64 bytes in (`offset` bytes from the tensor's start), the weights w [n, k]
 // rounded to bfloat16, then the same reordered into the layout oneDNN's primitive picks (albert::dnnl::Pack) for the
 // forward x w^T and for the input gradient dy w, each on a cache line. A product reads a packed form where its
-// thread's block has all the columns, or a part packed as its own (PackedColumnsOffset), and oneDNN picks that layout
-// for its rows (GemmBlock), else the rounded weights; so does every product of a tensor another process packed, or
-// one not on a cache line here. Serving a checkpoint in bfloat16 packs its weights so once, at load (cpu_kernels.
-// pack_bf16, through PackBf16ServingWeights): the forward's form only, and a serial number, by which a tensor that
-// MindSpore placed off a cache line has its packed form copied onto one once (AlignedPacked).
+// thread's block has all the columns and oneDNN picks that layout for its rows (GemmBlock), else the rounded
+// weights; so does every product of a tensor another process packed, or one not on a cache line here. Serving a checkpoint in bfloat16 packs its weights so once, at load
+// (cpu_kernels.pack_bf16, through PackBf16ServingWeights): the forward's form only, and a serial number, by which a
+// tensor that MindSpore placed off a cache line has its packed form copied onto one once (AlignedPacked).
 struct Bf16PackHeader {
   char magic[8];
   uint64_t process;
@@ -302,17 +301,21 @@ bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char
   if (!bf16 || ndims[i] != 1 || shapes[i][0] < static_cast<int64_t>(sizeof(Bf16PackHeader))) return false;
   Bf16PackHeader header;
   std::memcpy(&header, params[i], sizeof(header));
-  const bool at_load = header.serial != 0;
+  // This process's tensor holds the forms' sizes this CPU packs to; another's is only checked against its own size
+  // (its rounded weights are read).
+  const bool at_load = header.serial != 0, ours = header.process == ProcessToken();
   const int64_t forward = ForwardPackBytes(n, k), input_grad = at_load ? 0 : InputGradPackBytes(n, k);
+  const int64_t size = ours ? Bf16PackTensorBytes(n, k, forward, input_grad)
+                            : Bf16PackTensorBytes(n, k, header.forward_bytes, header.input_grad_bytes);
   if (std::memcmp(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic)) != 0 || header.n != n || header.k != k ||
-      shapes[i][0] != Bf16PackTensorBytes(n, k, forward, input_grad) || header.offset < 64 || header.offset >= 128 ||
-      (header.forward_bytes != 0 && header.forward_bytes != forward) ||
-      (header.input_grad_bytes != 0 && header.input_grad_bytes != input_grad)) {
+      header.forward_bytes < 0 || header.input_grad_bytes < 0 || shapes[i][0] != size || header.offset < 64 ||
+      header.offset >= 128 || (ours && header.forward_bytes != 0 && header.forward_bytes != forward) ||
+      (ours && header.input_grad_bytes != 0 && header.input_grad_bytes != input_grad)) {
     return false;
   }
   const char *data = static_cast<const char *>(params[i]) + header.offset;
   *w = Matrix{nullptr, reinterpret_cast<const uint16_t *>(data), k};
-  if (header.process != ProcessToken()) return true;
+  if (!ours) return true;
   const char *forward_form = data + RoundUp64(2 * n * k);
   if (reinterpret_cast<uintptr_t>(data) % 64 == 0) {
     if (header.forward_bytes > 0) w->packed[1] = forward_form;
@@ -380,21 +383,12 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   // op(b) at j (b stored [k, n]) or at j * ldb (b stored [n, k], read transposed).
   const int64_t a_start = ta ? block.r0 : block.r0 * a.ld, b_start = tb ? block.c0 * b.ld : block.c0;
   float *c_block = c + block.r0 * n + block.c0;
-  // Weights packed once (Bf16PackHeader): the block's columns as a packed matrix of their own (the forward's, split
-  // by columns at batch 1) or all of them.
-  const int64_t packed_at = a.bf16 && !ta && b.packed[tb]
-                                ? (tb ? albert::dnnl::PackedColumnsOffset(n, k, block.c0, block.c1, albert::dnnl::kBf16)
-                                      : (columns == n ? 0 : -1))
-                                : -1;
-  if (packed_at >= 0) {
-    albert::dnnl::Shape shape{false, false, bias != nullptr, beta != 0.0f, rows, columns, k, a.ld, 0, n};
+  if (a.bf16 && !ta && b.packed[tb] && columns == n) {  // weights packed once (Bf16PackHeader)
+    albert::dnnl::Shape shape{false, false, bias != nullptr, beta != 0.0f, rows, n, k, a.ld, 0, n};
     shape.packed_b = true;
     if (albert::dnnl::Cache::Find(shape)->primitive) {  // else oneDNN picks another layout for this many rows
       ALBERT_PROFILE("thread: matmul primitive bf16, packed weights");
-      if (albert::dnnl::Run(shape, a.bf16 + a_start, static_cast<const char *>(b.packed[tb]) + packed_at,
-                            bias ? bias + block.c0 : nullptr, c_block)) {
-        return 0;
-      }
+      if (albert::dnnl::Run(shape, a.bf16 + a_start, b.packed[tb], bias, c_block)) return 0;
     }
   }
   if (a.bf16 && !Bf16BlasFaster(ta, tb, rows, columns, k)) {
@@ -661,8 +655,8 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
     ALBERT_PROFILE("thread: feed-forward gelu gradient");
     float *sums = db1 + begin;
     std::fill(sums, sums + (end - begin), 0.0f);
-    thread_local std::vector<float> line;  // in bfloat16 a row of dpre goes no further than here and its rounding
-    line.resize(end - begin);
+    thread_local std::vector<float> line;  // bfloat16: a row of dpre, kept here until rounded (no float32 write-back)
+    if (rounded) line.resize(end - begin);
     for (int64_t r = 0; r < m; ++r) {
       const float *dh = dpre + r * inner + begin, *at = pre + r * inner + begin;
       float *row = rounded ? line.data() : dpre + r * inner + begin;
@@ -816,19 +810,16 @@ QuantizedRows QuantizeRows(const float *x, int64_t rows, int64_t k) {
 }
 
 // Rows r0 .. r0 + rows - 1 and columns `block` of the int32 sums x w^T into sums [rows, columns]: on the packed
-// weights where the block's columns are packed as a matrix of their own (all columns, or a part: PackedColumnsOffset)
-// and oneDNN reads that layout for this many rows, else on w as stored.
+// weights where the block has all the columns and oneDNN reads that layout for this many rows, else on w as stored.
 bool Int8Sums(const Block &block, int64_t r0, int64_t rows, int64_t k, const QuantizedRows &x, const Int8Weights &w,
               int64_t n, int32_t *sums) {
   const int64_t columns = block.c1 - block.c0;
-  const int64_t packed_at = w.packed ? albert::dnnl::PackedColumnsOffset(n, k, block.c0, block.c1, albert::dnnl::kS8)
-                                     : -1;
-  if (packed_at >= 0) {  // the block's columns packed (all of them, or a part packed as its own)
-    albert::dnnl::Shape shape{false, false, false, false, rows, columns, k, k, 0, columns, albert::dnnl::kS8};
+  if (w.packed && block.c0 == 0 && columns == n) {
+    albert::dnnl::Shape shape{false, false, false, false, rows, n, k, k, 0, n, albert::dnnl::kS8};
     shape.packed_b = true;
     if (albert::dnnl::Cache::Find(shape)->primitive) {  // else oneDNN picks another layout for this many rows
       ALBERT_PROFILE("thread: matmul primitive int8, packed weights");
-      if (albert::dnnl::Run(shape, x.values + r0 * k, w.packed + packed_at, nullptr, sums)) return true;
+      if (albert::dnnl::Run(shape, x.values + r0 * k, w.packed, nullptr, sums)) return true;
     }
   }
   ALBERT_PROFILE("thread: matmul primitive int8");

@@ -12,8 +12,8 @@
 // 3.x) and looked up in the loaded library at run time, so that a libdnnl without them leaves the BLAS-style path
 // in place, with the reason in the status line (DnnlDescribe). Primitives are created once per shape (a bounded
 // cache keyed by everything they depend on) and run single-threaded on each thread's slice, as the BLAS-style calls
-// do. Weights the products read many times (serving's int8 weights, training's shared bfloat16 weights) can be
-// packed once into the layout a primitive picks (Pack).
+// do. Weights the products read many times (serving's int8 and bfloat16 weights, training's shared bfloat16 weights)
+// can be packed once into the layout a primitive picks (Pack).
 #ifndef ALBERT_KERNELS_DNNL_PRIMITIVES_H_
 #define ALBERT_KERNELS_DNNL_PRIMITIVES_H_
 
@@ -436,10 +436,10 @@ inline size_t PackedSize(int64_t n, int64_t k, int type, bool tb = true) { retur
 // Operand b of products c = a op(b), op(b) [k, n] of `type` (b stored [n, k] when tb, else [k, n]; row-major, no
 // padding), reordered into `out` (PackedSize(n, k) bytes, on a cache line) in the layout oneDNN's primitive picks
 // for it, once: a primitive reading b as stored packs it into its scratchpad on every call instead. Serving packs
-// its int8 weights so at load, bfloat16 training a shared layer's weights once per step (both ways: for the forward
-// and for the input gradient). Measured on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-28; benchmarks/results):
-// serving ALBERT-base in int8 at batch 32, seq 128, the int8 primitives took 330.3 instead of 456.6 ms of CPU time
-// per call. False when it cannot be done (out untouched or partly written).
+// its int8 and bfloat16 weights so at load, bfloat16 training a shared layer's weights once per step (both ways: for
+// the forward and for the input gradient). Measured on a Xeon with AMX (oneDNN 3.10.1, 2 threads, 2026-11-28;
+// benchmarks/results): serving ALBERT-base in int8 at batch 32, seq 128, the int8 primitives took 330.3 instead of
+// 456.6 ms of CPU time per call. False when it cannot be done (out untouched or partly written).
 inline bool Pack(const void *b, int64_t n, int64_t k, bool tb, int type, void *out) {
   const Api &api = GetApi();
   const std::shared_ptr<const Packer> packer = FindPacker(n, k, tb, type);
@@ -458,47 +458,6 @@ inline bool Pack(const void *b, int64_t n, int64_t k, bool tb, int type, void *o
     if (memory) api.memory_destroy(memory);
   }
   return ok;
-}
-
-// Where the columns [c0, c1) of weights w [n, k] of `type` packed for x w^T (Pack with tb) start within the packed
-// bytes, when they are, there, the packing of w's rows c0 .. c1 - 1 alone: a thread's block of a product split by
-// columns (few rows: serving at batch 1) reads them packed then. oneDNN's layouts for these products put column
-// blocks outermost (ALBERT-base's weights on AMX, split in halves), so a split on a block boundary is such a part;
-// whether it is here is checked once per (n, k, c0, c1, type) by packing a test matrix whole and in that part and
-// comparing the bytes. 0 for all the columns; -1 where the part is not a packing of its own (the caller reads the
-// weights as stored).
-inline int64_t PackedColumnsOffset(int64_t n, int64_t k, int64_t c0, int64_t c1, int type) {
-  if (c0 == 0 && c1 == n) return 0;
-  static auto *cache = new LruCache<std::tuple<int64_t, int64_t, int64_t, int64_t, int>, int64_t>(256);
-  return *cache->Find(std::make_tuple(n, k, c0, c1, type), [=] {
-    const size_t whole = PackedSize(n, k, type), part = PackedSize(c1 - c0, k, type);
-    const size_t before = c0 > 0 ? PackedSize(c0, k, type) : 0, element = type == kS8 ? 1 : 2;
-    int64_t offset = -1;
-    if (whole > 0 && part > 0 && (c0 == 0 || before > 0) && before + part <= whole) {
-      std::vector<uint8_t> values(n * k * element);
-      uint32_t state = 2166136261u;
-      for (size_t i = 0; i < values.size(); i += element) {  // small integers: exact in int8 and in bfloat16
-        state = (state ^ static_cast<uint32_t>(i)) * 16777619u;
-        const float value = static_cast<float>(static_cast<int>(state >> 25) - 64);
-        if (element == 1) {
-          values[i] = static_cast<uint8_t>(static_cast<int8_t>(value));
-        } else {
-          uint32_t bits;
-          std::memcpy(&bits, &value, sizeof bits);
-          const uint16_t high = static_cast<uint16_t>(bits >> 16);
-          std::memcpy(&values[i], &high, sizeof high);
-        }
-      }
-      std::vector<char> whole_buffer, part_buffer;
-      char *packed_whole = Aligned(&whole_buffer, whole), *packed_part = Aligned(&part_buffer, part);
-      if (Pack(values.data(), n, k, true, type, packed_whole) &&
-          Pack(values.data() + c0 * k * element, c1 - c0, k, true, type, packed_part) &&
-          std::memcmp(packed_whole + before, packed_part, part) == 0) {
-        offset = static_cast<int64_t>(before);
-      }
-    }
-    return std::make_shared<const int64_t>(offset);
-  });
 }
 
 // Runs the product of `shape` through its primitive on this thread; false (nothing written) when the primitives
