@@ -748,18 +748,7 @@ def pack_int8(values: np.ndarray) -> np.ndarray:
     (src/model/kernels/dnnl_matmul.cc, PackedHeader): a 1-D int8 array, a 64-byte header then the packed weights.
     Where they cannot be packed, a header of zeros (with nothing or unused bytes after it), and the products read the
     weights as stored."""
-    path = _build()[0]
-    if path is None:
-        raise RuntimeError(f"the compiled CPU kernels are not available here ({_build()[1]})")
-    values = np.ascontiguousarray(values, np.int8)
-    n, k = values.shape
-    library = _library(path)
-    library.PackedInt8Bytes.restype = ctypes.c_int64
-    size = library.PackedInt8Bytes(ctypes.c_int64(n), ctypes.c_int64(k))
-    packed = np.zeros(size, np.int8)
-    library.PackInt8Weights(values.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(n), ctypes.c_int64(k),
-                            packed.ctypes.data_as(ctypes.c_void_p))
-    return packed
+    return _pack_at_load(values, np.int8, "PackedInt8Bytes", "PackInt8Weights")
 
 
 def pack_bf16(weights: np.ndarray) -> np.ndarray:
@@ -767,16 +756,22 @@ def pack_bf16(weights: np.ndarray) -> np.ndarray:
     oneDNN's primitive (src/model/kernels/dnnl_matmul.cc, Bf16PackHeader): what a checkpoint served in bfloat16 reads
     instead of its weights' `bf16_copy`, so that no product packs them again. A 1-D int8 array: a 64-byte header, the
     rounded weights, then the packed form where this CPU has one (else the products read the rounded weights)."""
+    return _pack_at_load(weights, np.float32, "Bf16ServingPackBytes", "PackBf16ServingWeights")
+
+
+def _pack_at_load(weights: np.ndarray, dtype, size_function: str, pack_function: str) -> np.ndarray:
+    """weights [N, K] as `dtype`, packed by the kernels' `pack_function` into a 1-D int8 array of
+    `size_function`(N, K) bytes."""
     path = _build()[0]
     if path is None:
         raise RuntimeError(f"the compiled CPU kernels are not available here ({_build()[1]})")
-    weights = np.ascontiguousarray(weights, np.float32)
+    weights = np.ascontiguousarray(weights, dtype)
     n, k = weights.shape
     library = _library(path)
-    library.Bf16ServingPackBytes.restype = ctypes.c_int64
-    packed = np.zeros(library.Bf16ServingPackBytes(ctypes.c_int64(n), ctypes.c_int64(k)), np.int8)
-    library.PackBf16ServingWeights(weights.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(n), ctypes.c_int64(k),
-                                   packed.ctypes.data_as(ctypes.c_void_p))
+    getattr(library, size_function).restype = ctypes.c_int64
+    packed = np.zeros(getattr(library, size_function)(ctypes.c_int64(n), ctypes.c_int64(k)), np.int8)
+    getattr(library, pack_function)(weights.ctypes.data_as(ctypes.c_void_p), ctypes.c_int64(n), ctypes.c_int64(k),
+                                    packed.ctypes.data_as(ctypes.c_void_p))
     return packed
 
 
