@@ -461,7 +461,8 @@ def test_bf16_weights_served_are_packed_once_at_load_and_read_packed(bf16_produc
     MindSpore may place the tensor off a cache line: its packed form is then copied onto one once, not per call.
     Every product gives the bfloat16 copy's numbers bit for bit; where the status line says this CPU packs, each
     thread's block reads the packed form, wherever the tensor's data lies (moved 0-48 bytes along). One naming
-    another process reads the rounded weights, same numbers; a header whose serial is cleared (a per-step tensor's,
+    another process reads the rounded weights, same numbers, also where that process packed no form (a shorter
+    tensor; one whose header claims more bytes than it holds is refused); a header whose serial is cleared (a per-step tensor's,
     which holds both forms: another size) is refused."""
     rng = np.random.default_rng(41)
     m, k, n = 1024, 64, 96
@@ -498,6 +499,14 @@ def test_bf16_weights_served_are_packed_once_at_load_and_read_packed(bf16_produc
     y, read = run(stranger)
     assert read == 0
     np.testing.assert_array_equal(y, want)
+    elsewhere = stranger[:128 + -(-2 * n * k // 64) * 64].copy()  # packed where no form could be: header and weights
+    header_field(elsewhere, 5, 0)
+    y, read = run(elsewhere)
+    assert read == 0
+    np.testing.assert_array_equal(y, want)
+    header_field(elsewhere, 5, 2 ** 62)  # a size no tensor of its length holds
+    with pytest.raises(RuntimeError):
+        run(elsewhere)
     if bf16_packing():
         cleared = packed.copy()
         header_field(cleared, 7, 0)

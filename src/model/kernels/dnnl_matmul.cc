@@ -225,9 +225,10 @@ uint64_t ProcessToken() {
 // rounded to bfloat16, then the same reordered into the layout oneDNN's primitive picks (albert::dnnl::Pack) for the
 // forward x w^T and for the input gradient dy w, each on a cache line. A product reads a packed form where its
 // thread's block has all the columns and oneDNN picks that layout for its rows (GemmBlock), else the rounded
-// weights; so does every product of a tensor another process packed, or one not on a cache line here. Serving a checkpoint in bfloat16 packs its weights so once, at load
-// (cpu_kernels.pack_bf16, through PackBf16ServingWeights): the forward's form only, and a serial number, by which a
-// tensor that MindSpore placed off a cache line has its packed form copied onto one once (AlignedPacked).
+// weights; so does every product of a tensor another process packed, or one not on a cache line here. Serving a
+// checkpoint in bfloat16 packs its weights so once, at load (cpu_kernels.pack_bf16, through PackBf16ServingWeights):
+// the forward's form only, and a serial number, by which a tensor that MindSpore placed off a cache line has its
+// packed form copied onto one once (AlignedPacked).
 struct Bf16PackHeader {
   char magic[8];
   uint64_t process;
@@ -305,10 +306,12 @@ bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char
   // (its rounded weights are read).
   const bool at_load = header.serial != 0, ours = header.process == ProcessToken();
   const int64_t forward = ForwardPackBytes(n, k), input_grad = at_load ? 0 : InputGradPackBytes(n, k);
+  const bool sizes_fit = header.forward_bytes >= 0 && header.input_grad_bytes >= 0 &&
+                         header.forward_bytes <= shapes[i][0] && header.input_grad_bytes <= shapes[i][0];
   const int64_t size = ours ? Bf16PackTensorBytes(n, k, forward, input_grad)
-                            : Bf16PackTensorBytes(n, k, header.forward_bytes, header.input_grad_bytes);
+                     : sizes_fit ? Bf16PackTensorBytes(n, k, header.forward_bytes, header.input_grad_bytes) : -1;
   if (std::memcmp(header.magic, kBf16PackMagic, sizeof(kBf16PackMagic)) != 0 || header.n != n || header.k != k ||
-      header.forward_bytes < 0 || header.input_grad_bytes < 0 || shapes[i][0] != size || header.offset < 64 ||
+      !sizes_fit || shapes[i][0] != size || header.offset < 64 ||
       header.offset >= 128 || (ours && header.forward_bytes != 0 && header.forward_bytes != forward) ||
       (ours && header.input_grad_bytes != 0 && header.input_grad_bytes != input_grad)) {
     return false;
@@ -1392,8 +1395,8 @@ bool NativeBf16(const std::string &implementation) {
          implementation.find("avx10") != std::string::npos || implementation.find("amx") != std::string::npos;
 }
 
-// How the products of `type` read weights that can be packed once (`done`: serving's int8 weights at load,
-// training's shared bfloat16 weights per step): packed, or as stored and why.
+// How the products of `type` read weights that can be packed once (`done`: where and when they are, e.g. serving's
+// int8 weights at load): packed, or as stored and why.
 std::string Packing(int type, const std::string &done) {
   const std::string &why = albert::dnnl::GetApi().no_packing;
   if (!why.empty()) return ", weights as stored (" + why + ")";
