@@ -1060,6 +1060,128 @@ def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(bat
         assert np.abs(bf16 - want).max() < 0.03 * max(1.0, np.abs(want).max())
 
 
+def one_step_of(got: np.ndarray, want: np.ndarray) -> None:
+    """bfloat16 values `got` within one rounding step (2^-8 relative) of `want`, computed in float64."""
+    got = got.astype(np.float64)
+    limit = 2.0 ** -8 * np.abs(want) + 1e-6 * max(1.0, float(np.abs(want).max()))
+    assert (np.abs(got - want) <= limit).all(), f"max abs diff {np.abs(got - want).max()}"
+
+
+def bf16_tensor(x: np.ndarray) -> Tensor:
+    return Tensor(x.astype(np.float32), ms.bfloat16)
+
+
+def flat_heads(x: np.ndarray, batch: int, heads: int) -> np.ndarray:
+    """[B * S, H] in float64 -> [B, N, S, D]."""
+    return x.astype(np.float64).reshape(batch, -1, heads, x.shape[1] // heads).transpose(0, 2, 1, 3)
+
+
+@needs_kernels
+@pytest.mark.parametrize("copies", ["copy", "packed"])
+def test_bf16_query_key_value_come_out_in_bfloat16_and_take_their_gradients_in_it(copies, threads, bf16_products):
+    """Training in bfloat16 with bfloat16 attention (`bf16_attention`): the query, key and value layers hand q, k
+    and v over in bfloat16 (the float32 products of the bfloat16 operands, rounded once), and their gradients come
+    back in bfloat16: the bias gradients are the column sums of those values, dx and dw the bfloat16 products."""
+    rng = np.random.default_rng(21)
+    m, k, n = 600, 96, 160
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
+    biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    sens = [bf16_rounded(rng.standard_normal((m, n)).astype(np.float32)) for _ in range(3)]
+    cell = WithCopies(cpu_kernels.dense_qkv(True, True), 3, packed=copies == "packed")
+    tensors = [Tensor(value) for value in (x, *weights, *biases)]
+    outputs = cell(*tensors)
+    grads = dense_grads(cell, tensors, tuple(bf16_tensor(d) for d in sens))
+    xb, wb = bf16_rounded(x).astype(np.float64), [bf16_rounded(w).astype(np.float64) for w in weights]
+    x64, w64, dy = x.astype(np.float64), [w.astype(np.float64) for w in weights], [d.astype(np.float64) for d in sens]
+    for output, w, b in zip(outputs, wb, biases):
+        assert output.dtype == ms.bfloat16 and output.shape == (m, n)
+        one_step_of(output.asnumpy().astype(np.float32), xb @ w.T + b)
+    assert all(grad.dtype == ms.float32 for grad in grads)
+    assert_bf16_product(grads[0].asnumpy(), sum(d @ w for d, w in zip(dy, wb)), sum(d @ w for d, w in zip(dy, w64)))
+    for i in range(3):
+        assert_bf16_product(grads[1 + i].asnumpy(), dy[i].T @ xb, dy[i].T @ x64)
+        assert_close(grads[4 + i].asnumpy(), dy[i].sum(0), 1e-6)
+
+
+@needs_kernels
+@pytest.mark.parametrize("batch, seq, heads, head_size, mask", [(2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"),
+                                                                (2, 40, 2, 8, "full")])
+@pytest.mark.parametrize("path", ["batched", "float32"])
+def test_attention_reads_bfloat16_query_key_value_as_they_come(batch, seq, heads, head_size, mask, path, threads):
+    """`fused_attention` on q, k and v in bfloat16 as `dense_qkv` hands them over, [B * S, H]: with batched bfloat16
+    products (set_bf16, where `bf16_attention`), the scale on the float32 scores, the probabilities rounded for the
+    context's product, the backward as with float32 inputs less their rounding, dq, dk and dv rounded once from
+    float32; on the float32 path (set_bf16 off, or a CPU without them) the same attention on the bfloat16 values
+    widened. Each against float64 from the same bfloat16 values; the gradients come out in bfloat16."""
+    if path == "batched":
+        if not cpu_kernels.bf16_support()[0] or not cpu_kernels.bf16_attention():
+            pytest.skip("no batched bfloat16 attention here")
+        cpu_kernels.set_bf16(True)
+    (q, k, v, dc), bias, scale = attention_operands(batch, seq, heads, head_size, mask, 4)
+    hidden = heads * head_size
+    q, k, v = (bf16_rounded(x).reshape(batch * seq, hidden) for x in (q, k, v))
+    dc = dc.reshape(batch * seq, hidden)
+    try:  # read back before set_bf16 changes: MindSpore may run the kernels when the values are read
+        cell = FusedContext(heads)
+        tensors = [bf16_tensor(q), bf16_tensor(k), bf16_tensor(v), Tensor(bias), Tensor([scale], ms.float32)]
+        output = cell(*tensors)
+        grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, Tensor(dc))
+        got, (dq, dk, dv) = output.asnumpy(), (grad.asnumpy().astype(np.float32) for grad in grads[:3])
+    finally:
+        cpu_kernels.set_bf16(False)
+    assert output.dtype == ms.float32 and got.shape == (batch * seq, hidden)
+    assert all(grad.dtype == ms.bfloat16 and grad.shape == (batch * seq, hidden) for grad in grads[:3])
+    q64, k64, v64 = (flat_heads(x, batch, heads) for x in (q, k, v))
+
+    def merge(x):
+        return x.transpose(0, 2, 1, 3).reshape(batch * seq, hidden)
+
+    scores = scale * q64 @ k64.transpose(0, 1, 3, 2) + bias
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    if path == "float32":
+        dc64 = flat_heads(dc, batch, heads)
+        dprobs = dc64 @ v64.transpose(0, 1, 3, 2)
+        ds = scale * probs * (dprobs - (probs * dprobs).sum(-1, keepdims=True))
+        assert_close(got, merge(probs @ v64))
+        for grad, want in zip((dq, dk, dv), (ds @ k64, ds.transpose(0, 1, 3, 2) @ q64,
+                                             probs.transpose(0, 1, 3, 2) @ dc64)):
+            one_step_of(grad, merge(want))
+        return
+
+    def rounded(x):
+        return bf16_rounded(x.astype(np.float32)).astype(np.float64)
+
+    dc64 = rounded(flat_heads(dc, batch, heads))
+    dprobs = dc64 @ v64.transpose(0, 1, 3, 2)
+    ds = rounded(scale * probs * (dprobs - (probs * dprobs).sum(-1, keepdims=True)))
+    assert_close(got, merge(rounded(probs) @ v64), 1e-3)
+    assert np.abs(got - merge(probs @ v64)).max() > 1e-5, "the float32 attention, not the bfloat16 one"
+    for grad, want in zip((dq, dk, dv), (ds @ k64, ds.transpose(0, 1, 3, 2) @ q64,
+                                         rounded(probs).transpose(0, 1, 3, 2) @ dc64)):
+        assert_close(grad, merge(want), 1e-2)
+
+
+@needs_kernels
+def test_bf16_training_hands_query_key_value_over_in_bfloat16_where_attention_reads_it():
+    """The network asks for bfloat16 q, k and v only where they go straight into bfloat16 attention: training in
+    bfloat16 (the weights' bfloat16 copies) with the fused attention, on a CPU where `bf16_attention`; never for
+    float32, serving, or attention with dropout on its probabilities (two calls around the dropout, float32)."""
+    from src.model.albert import AlbertAttention, AlbertConfig, Runtime
+
+    config = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, embedding_size=16, num_hidden_layers=2)
+    bf16 = Runtime(kernels=True, bf16_weights=True)
+    assert AlbertAttention(AlbertConfig(**config, compute_type="bfloat16"), True, bf16).bf16_handover == \
+        cpu_kernels.bf16_attention()
+    assert cpu_kernels.bf16_attention() == ("training" in batched_attention())
+    for is_training, runtime, dropout in [(True, Runtime(kernels=True), 0.0), (False, bf16, 0.0), (True, bf16, 0.1),
+                                          (False, Runtime(kernels=True, bf16_weights=True,
+                                                          serving_weights="bfloat16"), 0.0)]:
+        attention = AlbertAttention(AlbertConfig(**config, attention_probs_dropout_prob=dropout), is_training, runtime)
+        assert not attention.bf16_handover
+
+
 @needs_kernels
 def test_cross_entropy_equals_torch_and_the_one_hot_product(threads):
     """Per-row NLL over a vocabulary and its gradient as torch's cross_entropy; a label outside the vocabulary

@@ -448,8 +448,11 @@ class AlbertAttention(nn.Cell):
         self.attention_kind = "inference" if not is_training else \
             "fused" if config.attention_probs_dropout_prob == 0 else "with_dropout"
         if self.use_kernels:
+            # Training in bfloat16 with attention's products in it: query, key and value handed over in bfloat16.
+            self.bf16_handover = runtime.bf16_weights and not runtime.serving_weights and \
+                self.attention_kind == "fused" and cpu_kernels.bf16_attention()
             self.qkv_kernel = cpu_kernels.dense_qkv_int8() if runtime.serving_weights == "int8" else \
-                cpu_kernels.dense_qkv(runtime.bf16_weights)
+                cpu_kernels.dense_qkv(runtime.bf16_weights, self.bf16_handover)
             self.probs_kernel, self.context_kernel = cpu_kernels.attention(self.num_heads)
             self.fused_kernel = cpu_kernels.fused_attention(self.num_heads)
             self.inference_kernel = cpu_kernels.attention_inference(self.num_heads, runtime.serving_weights == "int8")
@@ -506,6 +509,8 @@ class AlbertAttention(nn.Cell):
             weights += (query_operands[i], key_operands[i], value_operands[i])
         query, key, value = self.qkv_kernel(inputs.reshape(-1, shape[-1]), *weights, self.query.bias, self.key.bias,
                                             self.value.bias)
+        if self.bf16_handover:  # [B * S, H] in bfloat16, as they come (MindSpore's CPU Reshape takes no bfloat16)
+            return self.fused_kernel(query, key, value, attention_bias, self.scale_tensor)[0].reshape(shape)
         query, key, value = query.reshape(shape), key.reshape(shape), value.reshape(shape)
         if self.attention_kind == "inference":
             return self.inference_kernel(query, key, value, attention_bias, self.scale_tensor, self.heads_tensor)

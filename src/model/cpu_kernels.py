@@ -389,6 +389,14 @@ def bf16_implementation() -> str:
     return _library_text("Bf16Implementation")
 
 
+def bf16_attention() -> bool:
+    """Whether training in bfloat16 runs attention's products in bfloat16 here (oneDNN's batched bfloat16 primitives
+    on AMX or AMD's AVX512-BF16; elsewhere float32 per pair, which measured faster): then `dense_qkv` hands query, key
+    and value over in bfloat16 and attention's gradients come back in it."""
+    path = _build()[0]
+    return path is not None and bool(_library(path).BatchedBf16Attention())
+
+
 def bf16_support() -> Tuple[bool, str]:
     """(True, "") when this CPU has native bfloat16 dot products (AVX512_BF16 or AMX-BF16) and, where the kernels
     are available, oneDNN uses them, else (False, why): elsewhere oneDNN would emulate them, slower than float32."""
@@ -481,8 +489,8 @@ def _dense_grads(count: int, biases: bool) -> ops.Custom:
         dy, x = tensors[0], tensors[count]
         return (x,) + ([dy[1], x[1]],) * count + (((dy[1],),) * count if biases else ())
 
-    def dtypes(*types):
-        return (types[0],) * (1 + count * (2 if biases else 1))
+    def dtypes(*types):  # float32, as x is (dy may come in bfloat16: `dense_qkv`'s bf16_outputs)
+        return (types[count],) * (1 + count * (2 if biases else 1))
     return _kernel(name, shapes, dtypes)
 
 
@@ -554,11 +562,13 @@ def matmul_nt_bias(copy: bool = False) -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def dense_qkv(copies: bool = False) -> ops.Custom:
+def dense_qkv(copies: bool = False, bf16_outputs: bool = False) -> ops.Custom:
     """(x [M, K], wq, wk, wv [N, K], bq, bk, bv [N]) -> (q, k, v) [M, N]: attention's query, key and value layers in
     one call, their gradients in one call too (x read and rounded once, the input gradient summed in place). With
     `copies`, the weights' `bf16_copy`s follow the weights, (x, wq, wk, wv, wq', wk', wv', bq, bk, bv): the products
-    read the copies, the weights get their float32 gradients."""
+    read the copies, the weights get their float32 gradients. With `bf16_outputs` too, q, k and v come in bfloat16,
+    the form `fused_attention` reads where `bf16_attention()` (rounded once here, not on each read), and their
+    gradients come back in it (the bias gradients summed from those, as PyTorch's bfloat16 autocast does)."""
     grads = _dense_grads(3, True)
 
     def bprop(x, wq, wk, wv, bq, bk, bv, out, dout):
@@ -568,7 +578,8 @@ def dense_qkv(copies: bool = False) -> ops.Custom:
         dx, dwq, dwk, dwv, dbq, dbk, dbv = grads(*dout, x, wq16, wk16, wv16)
         return dx, dwq, dwk, dwv, ops.zeros_like(wq16), ops.zeros_like(wk16), ops.zeros_like(wv16), dbq, dbk, dbv
     if copies:
-        return _kernel("DenseQKVCopy", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x), copies_bprop)
+        out_dtypes = (lambda *_: (ms.bfloat16,) * 3) if bf16_outputs else (lambda x, *_: (x, x, x))
+        return _kernel("DenseQKVCopy", lambda x, w, *_: ((x[0], w[0]),) * 3, out_dtypes, copies_bprop)
     return _kernel("DenseQKV", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x), bprop)
 
 
@@ -609,19 +620,20 @@ def fused_attention(num_heads: int) -> ops.Custom:
     """(q, k, v [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> (context [B, S, H], probs [B, N, S, S]):
     `attention` without dropout between the softmax and the context, each (batch row, head) pair's scores, softmax and
     context computed while its S x S block is in cache, the probabilities kept for the backward, which is one call
-    too (no [B, N, S, S] gradient of the probabilities in memory). Under set_bf16 on AMX and AMD's AVX512-BF16 its
+    too (no [B, N, S, S] gradient of the probabilities in memory). q, k and v come in float32 or all three in
+    bfloat16 (`dense_qkv`'s bf16_outputs), their gradients in the same dtype; context and probabilities in float32. Under set_bf16 on AMX and AMD's AVX512-BF16 its
     products run in bfloat16 instead, a batch row's heads in one oneDNN call per product (AttentionBf16,
     AttentionGradBf16). The probabilities are for the backward only: the gradient reaching them as an output is taken
     as zero."""
-    def shapes(q, k, v, bias, scale):
-        return q, [q[0], num_heads, q[1], q[1]]
+    def shapes(q, k, v, bias, scale):  # q [B, S, H], or [B * S, H] (B and S from the mask's shape)
+        return q, [bias[0], num_heads, bias[-1], bias[-1]]
 
     grad = _attention_grad()
 
     def bprop(q, k, v, bias, scale, out, dout):
         dq, dk, dv = grad(out[1], dout[0], q, k, v, scale)
         return dq, dk, dv, ops.zeros_like(bias), ops.zeros_like(scale)
-    return _kernel("FusedAttention", shapes, lambda q, *_: (q, q), bprop)
+    return _kernel("FusedAttention", shapes, lambda *_: (ms.float32, ms.float32), bprop)
 
 
 @lru_cache(maxsize=None)

@@ -74,6 +74,14 @@ void ToBf16(const float *from, uint16_t *to, int64_t count) {
   }
 }
 
+// bfloat16 -> float32 (exact).
+void FromBf16(const uint16_t *from, float *to, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(from[i]) << 16;
+    std::memcpy(to + i, &bits, sizeof bits);
+  }
+}
+
 const int64_t kMinSlicePerThread = 64;        // rows or columns of a product per thread
 const int64_t kMinConvertPerThread = 1 << 15;  // elements rounded to bfloat16 per thread
 const int kOperandSlots = 7;                   // float32 operands of one call rounded to bfloat16, at most
@@ -176,21 +184,27 @@ Matrix Operand(void **params, int64_t **shapes, const char **dtypes, int i, bool
 
 // A dense layer's output gradient dy [rows, cols] (tensor i) as a product's operand, its column sums (the bias
 // gradient) written to `sums` in the same pass over it: columns split over the threads, each column summed row by
-// row in float32 (as ColumnSum in row_ops.cc does).
+// row in float32 (as ColumnSum in row_ops.cc does). A bfloat16 dy (bf16 calls only) is summed and read as it is.
 Matrix OutputGrad(void **params, int64_t **shapes, const char **dtypes, int i, bool bf16, int slot, float *sums) {
   const int64_t rows = shapes[i][0], cols = shapes[i][1];
-  const float *dy = static_cast<const float *>(params[i]);
-  uint16_t *rounded = bf16 ? Buffer(slot, rows * cols) : nullptr;
+  const bool given = IsBf16(dtypes[i]);
+  const float *dy = given ? nullptr : static_cast<const float *>(params[i]);
+  const uint16_t *dy16 = given ? static_cast<const uint16_t *>(params[i]) : nullptr;
+  uint16_t *rounded = bf16 && !given ? Buffer(slot, rows * cols) : nullptr;
   albert::ParallelFor(cols, 64, [&](int64_t, int64_t begin, int64_t end) {
     ALBERT_PROFILE("thread: output gradient sums");
     float *out = sums + begin;
     std::fill(out, out + (end - begin), 0.0f);
+    thread_local std::vector<float> line;  // a row of a bfloat16 dy, widened
+    if (given) line.resize(end - begin);
     for (int64_t r = 0; r < rows; ++r) {
-      const float *row = dy + r * cols + begin;
+      const float *row = dy ? dy + r * cols + begin : line.data();
+      if (given) FromBf16(dy16 + r * cols + begin, line.data(), end - begin);
       for (int64_t c = 0; c < end - begin; ++c) out[c] += row[c];
       if (rounded) ToBf16(row, rounded + r * cols + begin, end - begin);
     }
   });
+  if (given) return Matrix{nullptr, dy16, cols};
   return bf16 ? Matrix{nullptr, rounded, cols} : Matrix{dy, nullptr, cols};
 }
 
@@ -506,6 +520,8 @@ int Gemm(bool ta, bool tb, const Layout &at, void **params, int *ndims, int64_t 
 // The query, key and value layers of attention in one call, each thread's slice of all three in turn:
 // (x [M, K], w0, w1, w2 [N, K], b0, b1, b2 [N]) -> y_i = x w_i^T + b_i [M, N]; with `copies`, the weights'
 // bfloat16 copies (or the same packed) follow the weights: (x, w0, w1, w2, w0', w1', w2', b0, b1, b2) (see Layout).
+// The outputs come in float32, or, in a call whose products run in bfloat16, all three in bfloat16: the form
+// bfloat16 attention reads (AttentionBf16), rounded here while the thread's block is in cache rather than there.
 int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int weights = copies ? 4 : 1, biases = weights + 3, outputs = biases + 3;
   if (ndims[0] != 2 || ndims[1] != 2 || ndims[biases] != 1 || !SameShapes(ndims, shapes, 2, 2, 1) ||
@@ -513,21 +529,35 @@ int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const c
       shapes[biases][0] != shapes[1][0] || !Float(dtypes, 0, false)) {
     return 1;
   }
-  for (int i = 1; i < outputs + 3; ++i) {
+  for (int i = 1; i < outputs; ++i) {
     if ((i < weights || i >= weights + 3) && !Float(dtypes, i, false)) return 1;  // the weights: WeightOperand
   }
   const int64_t m = shapes[0][0], k = shapes[0][1], n = shapes[1][0];
   const bool bf16 = Bf16Call(dtypes, {weights, weights + 1, weights + 2});
+  const bool rounded = IsBf16(dtypes[outputs]);
+  for (int i = outputs; i < outputs + 3; ++i) {
+    if (!Float(dtypes, i, bf16) || IsBf16(dtypes[i]) != rounded) return 1;
+  }
   Matrix w[3];
   for (int i = 0; i < 3; ++i) {
     if (!WeightOperand(params, ndims, shapes, dtypes, weights + i, n, k, bf16, 1 + i, &w[i])) return 1;
   }
   const Matrix x = Operand(params, shapes, dtypes, 0, bf16, 0);
   return ForBlocks(true, m, n, [&](const Block &block) {
+    const int64_t rows = block.r1 - block.r0, columns = block.c1 - block.c0;
+    // bfloat16 outputs: the block's products into the thread's float32 scratch (x from the block's first row)
+    thread_local std::vector<float> scratch;
+    const Matrix x_rows = rounded ? Matrix{nullptr, x.bf16 + block.r0 * x.ld, x.ld} : x;
+    const Block local = rounded ? Block{0, rows, block.c0, block.c1} : block;
+    float *into = rounded ? albert::dnnl::Aligned(&scratch, rows * n) : nullptr;
     int status = 0;
     for (int i = 0; i < 3 && status == 0; ++i) {
-      status = GemmBlock(false, true, block, n, k, x, w[i], static_cast<const float *>(params[biases + i]), 0.0f,
-                         static_cast<float *>(params[outputs + i]));
+      status = GemmBlock(false, true, local, n, k, x_rows, w[i], static_cast<const float *>(params[biases + i]),
+                         0.0f, rounded ? into : static_cast<float *>(params[outputs + i]));
+      for (int64_t r = 0; rounded && status == 0 && r < rows; ++r) {
+        ToBf16(into + r * n + block.c0, static_cast<uint16_t *>(params[outputs + i]) + (block.r0 + r) * n + block.c0,
+               columns);
+      }
     }
     return status;
   });
@@ -541,13 +571,14 @@ int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const c
 int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int x_at = count, w_at = count + 1, dx_at = 2 * count + 1, dw_at = dx_at + 1, db_at = dw_at + count;
   const int tensors = db_at + (biases ? count : 0);
+  const bool bf16 = Bf16Call(dtypes, {w_at});
   for (int i = 0; i < tensors; ++i) {
     if (i >= w_at && i < dx_at) continue;  // the weights: WeightOperand
-    if (!Float(dtypes, i, false) || ndims[i] != (biases && i >= db_at ? 1 : 2)) return 1;
+    // dy in bfloat16 where the products run in it (attention's gradients for DenseThree's bfloat16 outputs)
+    if (!Float(dtypes, i, bf16 && i < x_at) || ndims[i] != (biases && i >= db_at ? 1 : 2)) return 1;
   }
   if (!SameShapes(ndims, shapes, 1, count - 1, 0) || shapes[x_at][0] != shapes[0][0]) return 1;
   const int64_t m = shapes[0][0], n = shapes[0][1], k = shapes[x_at][1];
-  const bool bf16 = Bf16Call(dtypes, {w_at});
   std::vector<Matrix> dy(count), w(count);
   for (int i = 0; i < count; ++i) {
     if (!WeightOperand(params, ndims, shapes, dtypes, w_at + i, n, k, bf16, count + 1 + i, &w[i])) return 1;
@@ -1018,20 +1049,21 @@ struct Heads {
 };
 
 // Checks the [B, S, H] operands (at the given positions) against each other and against the [B, N, S, S] one at
-// `square`, or, where there is none (square -1), against `count` heads.
+// `square`, or, where there is none (square -1), against `count` heads. Where there is a square the operands may
+// also come as [B * S, H] (DenseThree's outputs as they are: MindSpore's CPU Reshape takes no bfloat16).
 bool ReadHeads(const int *ndims, int64_t **shapes, int square, std::initializer_list<int> rows, Heads *heads,
                int64_t count = 0) {
   const int first = *rows.begin();
-  if (ndims[first] != 3 || (square >= 0 && (ndims[square] != 4 || shapes[square][3] != shapes[square][2]))) {
-    return false;
-  }
   const int64_t *s = square >= 0 ? shapes[square] : nullptr;
-  *heads = Heads{shapes[first][0], shapes[first][1], shapes[first][2], s ? s[1] : count, 0};
+  const bool flat = s && ndims[first] == 2;
+  if ((ndims[first] != 3 && !flat) || (s && (ndims[square] != 4 || s[3] != s[2]))) return false;
+  *heads = flat ? Heads{s[0], s[2], shapes[first][1], s[1], 0}
+                : Heads{shapes[first][0], shapes[first][1], shapes[first][2], s ? s[1] : count, 0};
   if (s && (s[0] != heads->batch || s[2] != heads->seq)) return false;
   for (const int i : rows) {
-    if (ndims[i] != 3 || shapes[i][0] != heads->batch || shapes[i][1] != heads->seq || shapes[i][2] != heads->hidden) {
-      return false;
-    }
+    const bool same = flat ? ndims[i] == 2 && shapes[i][0] == heads->batch * heads->seq
+                           : ndims[i] == 3 && shapes[i][0] == heads->batch && shapes[i][1] == heads->seq;
+    if (!same || shapes[i][ndims[i] - 1] != heads->hidden) return false;
   }
   if (heads->count < 1 || heads->hidden % heads->count != 0) return false;
   heads->size = heads->hidden / heads->count;
@@ -1171,18 +1203,58 @@ int Attention(bool keep_probs, void **params, int *ndims, int64_t **shapes, cons
   });
 }
 
+// Runs the float32 kernel `fn` on a call whose tensors may come in bfloat16 (DenseThree's bfloat16 outputs, where
+// bfloat16 attention was to read them): those inputs widened into float32 copies, those outputs (from
+// `first_output` on) computed in float32 and rounded back. The float32 fallbacks of AttentionBf16 and
+// AttentionGradBf16.
+template <typename Fn>
+int AsFloat32(void **params, int *ndims, int64_t **shapes, const char **dtypes, int tensors, int first_output, Fn fn) {
+  std::vector<void *> p(params, params + tensors);
+  std::vector<const char *> t(dtypes, dtypes + tensors);
+  std::vector<std::vector<float>> copies(tensors);
+  for (int i = 0; i < tensors; ++i) {
+    if (!IsBf16(dtypes[i])) continue;
+    copies[i].resize(albert::Size(i, ndims, shapes));
+    if (i < first_output) FromBf16(static_cast<const uint16_t *>(params[i]), copies[i].data(), copies[i].size());
+    p[i] = copies[i].data();
+    t[i] = "float32";
+  }
+  const int status = fn(p.data(), t.data());
+  for (int i = first_output; i < tensors && status == 0; ++i) {
+    if (IsBf16(dtypes[i])) ToBf16(copies[i].data(), static_cast<uint16_t *>(params[i]), copies[i].size());
+  }
+  return status;
+}
+
+// Whether tensors first .. first+count-1 are all bfloat16.
+bool AllBf16(const char **dtypes, int first, int count) {
+  for (int i = first; i < first + count; ++i) {
+    if (!IsBf16(dtypes[i])) return false;
+  }
+  return true;
+}
+
+// Attention (keep_probs: q, k, v, bias, scale -> context, probs) on float32 or bfloat16 q, k and v.
+int AttentionFloat32(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  return AsFloat32(params, ndims, shapes, dtypes, 7, 5, [&](void **p, const char **t) {
+    return Attention(true, p, ndims, shapes, t);
+  });
+}
+
 // Attention with its products in bfloat16, each batch row's heads in two matmul primitive calls: the same inputs
 // and outputs as Attention(keep_probs, ...). Serving in int8 runs it (inference), and so does training in bfloat16
 // (SetBf16(1): keep_probs, the probabilities written in float32 for the backward, AttentionGradBf16). q (times the
-// scale), k and v are rounded to bfloat16 once; per batch row, scores [N, S, S] = q_n k_n^T for all N heads in one
-// batched call (the heads read in place in [S, H]), softmax with the mask in float32, the probabilities rounded to
-// bfloat16, context_n = p_n v_n in one more call written in place into [S, H]. Per-pair float32 sgemm ran these
-// 128 x 128 x 64 products at about 100 GFLOP/s on a Xeon with AMX. Where oneDNN has no such primitive, the float32
-// path runs instead.
+// scale), k and v are rounded to bfloat16 once, or, in training, come in bfloat16 (DenseThree's outputs; the scale
+// then goes on the float32 scores); per batch row, scores [N, S, S] = q_n k_n^T for all N heads in one batched call
+// (the heads read in place in [S, H]), softmax with the mask in float32, the probabilities rounded to bfloat16,
+// context_n = p_n v_n in one more call written in place into [S, H]. Per-pair float32 sgemm ran these 128 x 128 x 64
+// products at about 100 GFLOP/s on a Xeon with AMX. Where oneDNN has no such primitive, the float32 path runs
+// instead.
 int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
   Mask mask;
-  const bool typed = keep_probs ? albert::AllFloat32(7, dtypes)
+  const bool given = keep_probs && AllBf16(dtypes, 0, 3);  // q, k, v in bfloat16
+  const bool typed = keep_probs ? (given || albert::AllFloat32(3, dtypes)) && albert::AllFloat32(4, dtypes + 3)
                                 : albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
                                       std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
   const int64_t count = typed && !keep_probs ? *static_cast<const int32_t *>(params[5]) : 0;
@@ -1193,19 +1265,24 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
   const int64_t batch = heads.batch, seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
   const int64_t size = batch * seq * hidden;
   const float scale = *static_cast<const float *>(params[4]);
-  const float *q = static_cast<const float *>(params[0]);
-  uint16_t *q16 = Buffer(0, size), *k16 = Buffer(1, size), *v16 = Buffer(2, size);
-  albert::ParallelFor(size, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
-    ALBERT_PROFILE("thread: attention operands to bf16");
-    float scaled[256];
-    for (int64_t i = begin; i < end; i += 256) {
-      const int64_t chunk = std::min<int64_t>(256, end - i);
-      for (int64_t j = 0; j < chunk; ++j) scaled[j] = q[i + j] * scale;
-      ToBf16(scaled, q16 + i, chunk);
-    }
-    ToBf16(static_cast<const float *>(params[1]) + begin, k16 + begin, end - begin);
-    ToBf16(static_cast<const float *>(params[2]) + begin, v16 + begin, end - begin);
-  });
+  const uint16_t *q16 = static_cast<const uint16_t *>(params[0]), *k16 = static_cast<const uint16_t *>(params[1]);
+  const uint16_t *v16 = static_cast<const uint16_t *>(params[2]);
+  if (!given) {
+    const float *q = static_cast<const float *>(params[0]);
+    uint16_t *q_rounded = Buffer(0, size), *k_rounded = Buffer(1, size), *v_rounded = Buffer(2, size);
+    albert::ParallelFor(size, kMinConvertPerThread, [&](int64_t, int64_t begin, int64_t end) {
+      ALBERT_PROFILE("thread: attention operands to bf16");
+      float scaled[256];
+      for (int64_t i = begin; i < end; i += 256) {
+        const int64_t chunk = std::min<int64_t>(256, end - i);
+        for (int64_t j = 0; j < chunk; ++j) scaled[j] = q[i + j] * scale;
+        ToBf16(scaled, q_rounded + i, chunk);
+      }
+      ToBf16(static_cast<const float *>(params[1]) + begin, k_rounded + begin, end - begin);
+      ToBf16(static_cast<const float *>(params[2]) + begin, v_rounded + begin, end - begin);
+    });
+    q16 = q_rounded, k16 = k_rounded, v16 = v_rounded;
+  }
   float *context = static_cast<float *>(params[5 + !keep_probs]);
   float *kept = keep_probs ? static_cast<float *>(params[6]) : nullptr;
   const albert::dnnl::Shape scores_shape{false, true, false, false, seq, seq, d, hidden, hidden, seq,
@@ -1231,6 +1308,7 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
         for (int64_t h = 0; h < n; ++h) {
           for (int64_t r = 0; r < seq; ++r) {
             float *line = scores + (h * seq + r) * seq;
+            for (int64_t c = 0; given && c < seq; ++c) line[c] *= scale;
             albert::SoftmaxRow(line, mask.Row(heads, b * n + h, r), line, seq);
             ToBf16(line, probs16 + (h * seq + r) * seq, seq);
           }
@@ -1241,7 +1319,8 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
-    if (failed[p]) return Attention(keep_probs, params, ndims, shapes, dtypes);
+    if (failed[p]) return keep_probs ? AttentionFloat32(params, ndims, shapes, dtypes)
+                                     : Attention(false, params, ndims, shapes, dtypes);
   }
   return 0;
 }
@@ -1277,12 +1356,16 @@ int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtyp
 
 // AttentionGrad with its products in bfloat16 (training under SetBf16(1), after AttentionBf16), each batch row's
 // heads in four batched primitive calls: dprobs = dcontext v^T and dv = probs^T dcontext, then, in float32, ds =
-// scale probs (dprobs - rowsum(probs dprobs)), rounded, and dq = ds k, dk = ds^T q. The row's dcontext, q, k, v
-// and probabilities are rounded by the thread that takes the row. Where oneDNN has no such primitive, AttentionGrad
-// runs instead.
+// scale probs (dprobs - rowsum(probs dprobs)), rounded, and dq = ds k, dk = ds^T q. The row's dcontext and
+// probabilities are rounded by the thread that takes the row, and so are q, k and v unless they come in bfloat16
+// (DenseThree's outputs): then dq, dk and dv go out in bfloat16 too, rounded from the thread's float32 rows (the
+// form DenseGrads reads them in). Where oneDNN has no such primitive, AttentionGrad runs instead.
 int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
-  if (!albert::AllFloat32(9, dtypes) || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
+  const bool given = AllBf16(dtypes, 2, 3) && AllBf16(dtypes, 6, 3);  // q, k, v and dq, dk, dv in bfloat16
+  const bool typed = given ? albert::AllFloat32(2, dtypes) && albert::AllFloat32(1, dtypes + 5)
+                           : albert::AllFloat32(9, dtypes);
+  if (!typed || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
   const int64_t seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
   const float *probs = static_cast<const float *>(params[0]);
   const float scale = *static_cast<const float *>(params[5]);
@@ -1296,17 +1379,24 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
   std::vector<int> failed(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(heads.batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
     thread_local std::vector<uint16_t> rows16, square16;
-    thread_local std::vector<float> dprobs;
-    uint16_t *dcontext16 = albert::dnnl::Aligned(&rows16, 4 * seq * hidden), *q16 = dcontext16 + seq * hidden;
-    uint16_t *k16 = q16 + seq * hidden, *v16 = k16 + seq * hidden;
+    thread_local std::vector<float> dprobs, grads;
+    uint16_t *dcontext16 = albert::dnnl::Aligned(&rows16, 4 * seq * hidden), *rounded = dcontext16 + seq * hidden;
     uint16_t *p16 = albert::dnnl::Aligned(&square16, n * seq * seq);  // the probabilities, then ds
     float *ds_all = albert::dnnl::Aligned(&dprobs, n * seq * seq);
+    // The row's dq, dk, dv in float32 before rounding (bfloat16 outputs), else the outputs' rows themselves.
+    float *own = given ? albert::dnnl::Aligned(&grads, 3 * seq * hidden) : nullptr;
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
       const int64_t row = b * seq * hidden;
       const float *p = probs + b * n * seq * seq;
+      const uint16_t *qkv16[3];  // the row's q, k, v in bfloat16
+      float *out[3];             // where the products write the row's dq, dk, dv
+      for (int i = 0; i < 3; ++i) {
+        qkv16[i] = given ? static_cast<const uint16_t *>(params[2 + i]) + row : rounded + i * seq * hidden;
+        out[i] = given ? own + i * seq * hidden : static_cast<float *>(params[6 + i]) + row;
+      }
       {
         ALBERT_PROFILE("thread: attention operands to bf16");
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < (given ? 1 : 4); ++i) {
           ToBf16(static_cast<const float *>(params[i + 1]) + row, dcontext16 + i * seq * hidden,
                  seq * hidden);
         }
@@ -1314,9 +1404,8 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
       }
       {
         ALBERT_PROFILE("thread: attention primitives bf16");
-        failed[part] = !albert::dnnl::Run(outer, dcontext16, v16, nullptr, ds_all) ||
-                       !albert::dnnl::Run(transposed, p16, dcontext16, nullptr,
-                                          static_cast<float *>(params[8]) + row);
+        failed[part] = !albert::dnnl::Run(outer, dcontext16, qkv16[2], nullptr, ds_all) ||
+                       !albert::dnnl::Run(transposed, p16, dcontext16, nullptr, out[2]);
       }
       if (failed[part]) break;
       {
@@ -1328,14 +1417,22 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
           ToBf16(ds, p16 + line * seq, seq);
         }
       }
-      ALBERT_PROFILE("thread: attention primitives bf16");
-      failed[part] = !albert::dnnl::Run(plain, p16, k16, nullptr, static_cast<float *>(params[6]) + row) ||
-                     !albert::dnnl::Run(transposed, p16, q16, nullptr,
-                                        static_cast<float *>(params[7]) + row);
+      {
+        ALBERT_PROFILE("thread: attention primitives bf16");
+        failed[part] = !albert::dnnl::Run(plain, p16, qkv16[1], nullptr, out[0]) ||
+                       !albert::dnnl::Run(transposed, p16, qkv16[0], nullptr, out[1]);
+      }
+      for (int i = 0; given && !failed[part] && i < 3; ++i) {
+        ToBf16(out[i], static_cast<uint16_t *>(params[6 + i]) + row, seq * hidden);
+      }
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
-    if (failed[p]) return AttentionGrad(params, ndims, shapes, dtypes);
+    if (failed[p]) {
+      return AsFloat32(params, ndims, shapes, dtypes, 9, 6, [&](void **f32, const char **types) {
+        return AttentionGrad(f32, ndims, shapes, types);
+      });
+    }
   }
   return 0;
 }
@@ -1465,6 +1562,9 @@ int Bf16Implementation(char *out, int size) {
   const std::string bf16 = PrimitiveImplementation(albert::dnnl::kBf16);
   return CopyOut(NativeBf16(bf16) ? bf16 : "", out, size);
 }
+// 1 where training in bfloat16 runs attention's products in bfloat16 (AttentionBf16): the query, key and value
+// layers then hand them over in bfloat16 (cpu_kernels.bf16_attention).
+int BatchedBf16Attention() { return BatchedBf16AttentionInTraining() ? 1 : 0; }
 // Primitives held by the cache (bounded by albert::dnnl::Cache::kCapacity).
 int PrimitiveCacheSize() { return static_cast<int>(albert::dnnl::Cache::Get().Size()); }
 // Packed weights held on a cache line by AlignedPacked (at most 256).
@@ -1630,7 +1730,7 @@ void PackBf16ServingWeights(const float *w, int64_t n, int64_t k, int8_t *out) {
 // measured faster (BatchedBf16AttentionInTraining).
 int FusedAttention(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttention");
-  return Bf16() && BatchedBf16AttentionInTraining() ? AttentionBf16(true, p, d, s, t) : Attention(true, p, d, s, t);
+  return Bf16() && BatchedBf16AttentionInTraining() ? AttentionBf16(true, p, d, s, t) : AttentionFloat32(p, d, s, t);
 }
 int FusedAttentionInference(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionInference");
@@ -1644,7 +1744,8 @@ int FusedAttentionInferenceBf16(int, void **p, int *d, int64_t **s, const char *
 }
 int FusedAttentionGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionGrad");
-  return Bf16() && BatchedBf16AttentionInTraining() ? AttentionGradBf16(p, d, s, t) : AttentionGrad(p, d, s, t);
+  if (Bf16() && BatchedBf16AttentionInTraining()) return AttentionGradBf16(p, d, s, t);
+  return AsFloat32(p, d, s, t, 9, 6, [&](void **f32, const char **types) { return AttentionGrad(f32, d, s, types); });
 }
 int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("HeadProbs");
