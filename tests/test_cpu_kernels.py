@@ -986,7 +986,7 @@ def rounded_heads(x: np.ndarray, heads: int) -> np.ndarray:
 
 @needs_kernels
 @pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
-    (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row")])
+    (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row"), (2, 300, 6, 8, "full")])
 def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(batch, seq, heads, head_size,
                                                                                 mask, threads):
     """Int8 serving's attention on AMX: each batch row's heads in two bfloat16 products, q * scale, k, v and the
@@ -1015,7 +1015,7 @@ def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(
 
 @needs_kernels
 @pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
-    (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row")])
+    (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row"), (2, 300, 6, 8, "full")])
 def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(batch, seq, heads, head_size, mask,
                                                                              threads, bf16_products):
     """Under set_bf16(True) (training in bfloat16), on AMX and AMD's AVX512-BF16, the fused attention's products run in
@@ -1106,7 +1106,7 @@ def test_bf16_query_key_value_come_out_in_bfloat16_and_take_their_gradients_in_i
 
 @needs_kernels
 @pytest.mark.parametrize("batch, seq, heads, head_size, mask", [(2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"),
-                                                                (2, 40, 2, 8, "full")])
+                                                                (2, 40, 2, 8, "full"), (2, 300, 6, 8, "full")])
 @pytest.mark.parametrize("path", ["batched", "float32"])
 def test_attention_reads_bfloat16_query_key_value_as_they_come(batch, seq, heads, head_size, mask, path, threads):
     """`fused_attention` on q, k and v in bfloat16 as `dense_qkv` hands them over, [B * S, H]: with batched bfloat16

@@ -620,11 +620,13 @@ def fused_attention(num_heads: int) -> ops.Custom:
     """(q, k, v [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> (context [B, S, H], probs [B, N, S, S]):
     `attention` without dropout between the softmax and the context, each (batch row, head) pair's scores, softmax and
     context computed while its S x S block is in cache, the probabilities kept for the backward, which is one call
-    too (no [B, N, S, S] gradient of the probabilities in memory). q, k and v come in float32 or all three in
-    bfloat16 (`dense_qkv`'s bf16_outputs), their gradients in the same dtype; context and probabilities in float32. Under set_bf16 on AMX and AMD's AVX512-BF16 its
-    products run in bfloat16 instead, a batch row's heads in one oneDNN call per product (AttentionBf16,
-    AttentionGradBf16). The probabilities are for the backward only: the gradient reaching them as an output is taken
-    as zero."""
+    too (no [B, N, S, S] gradient of the probabilities in memory). Under set_bf16 on AMX and AMD's AVX512-BF16 its
+    products run in bfloat16 instead, a group of a batch row's heads in one oneDNN call per product (AttentionBf16,
+    AttentionGradBf16: as many heads as keep their scores in cache). q, k and v come in float32 or all three in
+    bfloat16 (`dense_qkv`'s bf16_outputs), their gradients in the same dtype, context and probabilities in float32;
+    q, k, v and the context may also be [B * S, H] (`dense_qkv`'s outputs as they are: MindSpore's CPU Reshape takes
+    no bfloat16). The probabilities are for the backward only: the gradient reaching them as an output is taken as
+    zero."""
     def shapes(q, k, v, bias, scale):  # q [B, S, H], or [B * S, H] (B and S from the mask's shape)
         return q, [bias[0], num_heads, bias[-1], bias[-1]]
 

@@ -10,8 +10,11 @@
 // run as oneDNN matmul primitives on the bfloat16 operands (dnnl_primitives.h), or as dnnl_gemm_bf16bf16f32 where
 // the primitive API is missing and where it measured faster: on AMX for the long sums (kBf16BlasFromTerms), on AMD's
 // AVX512-BF16 for the large weight gradients (kAmdBlasGradOutputs).
-// On AMX the fused attention's products run in bfloat16 too, each batch row's heads in one batched primitive call
-// per product (AttentionBf16, AttentionGradBf16): per pair they measured no faster than float32 sgemm at 128
+// On AMX the fused attention's products run in bfloat16 too, a batch row's heads in batched primitive calls per
+// product (AttentionBf16, AttentionGradBf16; as many heads per call as keep their scores in cache: all 12 at 128
+// positions, one at 512, where that took ALBERT-base's attention from 429 to 339 ms per train step at batch 4 on a
+// Xeon with AMX), and query, key and value come from their layers in bfloat16 and take their gradients back in it (no
+// rounding pass on either side): per pair they measured no faster than float32 sgemm at 128
 // positions (through dnnl_gemm_bf16bf16f32 a 128 x 128 x 64 product ran at 0.55-0.85x sgemm's rate on a Xeon with
 // AMX), batched they took the train step's attention from 116-120 to 98-101 ms (batch 8). Training does so on AMD's
 // AVX512-BF16 too (BatchedBf16AttentionInTraining): on a Zen 5 EPYC (bfloat16 products at 1.9x sgemm's peak) from 53
@@ -1203,6 +1206,20 @@ int Attention(bool keep_probs, void **params, int *ndims, int64_t **shapes, cons
   });
 }
 
+// Heads per batched attention call: the most (a divisor of the head count) whose float32 scores fit in
+// kGroupScoresBytes, so that the softmax (and its gradient) reads them from the core's L2 cache rather than memory:
+// all 12 heads at seq 128, one at a time at seq 512 (a batch row's 12 heads' scores there are 12.6 MB).
+const int64_t kGroupScoresBytes = 1 << 20;
+
+int64_t HeadGroup(int64_t heads, int64_t seq) {
+  for (int64_t group = heads; group > 1; --group) {
+    if (heads % group == 0 && group * seq * seq * static_cast<int64_t>(sizeof(float)) <= kGroupScoresBytes) {
+      return group;
+    }
+  }
+  return 1;
+}
+
 // Runs the float32 kernel `fn` on a call whose tensors may come in bfloat16 (DenseThree's bfloat16 outputs, where
 // bfloat16 attention was to read them): those inputs widened into float32 copies, those outputs (from
 // `first_output` on) computed in float32 and rounded back. The float32 fallbacks of AttentionBf16 and
@@ -1241,15 +1258,15 @@ int AttentionFloat32(void **params, int *ndims, int64_t **shapes, const char **d
   });
 }
 
-// Attention with its products in bfloat16, each batch row's heads in two matmul primitive calls: the same inputs
-// and outputs as Attention(keep_probs, ...). Serving in int8 runs it (inference), and so does training in bfloat16
-// (SetBf16(1): keep_probs, the probabilities written in float32 for the backward, AttentionGradBf16). q (times the
-// scale), k and v are rounded to bfloat16 once, or, in training, come in bfloat16 (DenseThree's outputs; the scale
-// then goes on the float32 scores); per batch row, scores [N, S, S] = q_n k_n^T for all N heads in one batched call
-// (the heads read in place in [S, H]), softmax with the mask in float32, the probabilities rounded to bfloat16,
-// context_n = p_n v_n in one more call written in place into [S, H]. Per-pair float32 sgemm ran these 128 x 128 x 64
-// products at about 100 GFLOP/s on a Xeon with AMX. Where oneDNN has no such primitive, the float32 path runs
-// instead.
+// Attention with its products in bfloat16, a group of a batch row's heads (HeadGroup) per matmul primitive call:
+// the same inputs and outputs as Attention(keep_probs, ...). Serving in int8 runs it (inference), and so does
+// training in bfloat16 (SetBf16(1): keep_probs, the probabilities written in float32 for the backward,
+// AttentionGradBf16). q (times the scale), k and v are rounded to bfloat16 once, or, in training, come in bfloat16
+// (DenseThree's outputs; the scale then goes on the float32 scores); per group of G heads of a batch row, scores
+// [G, S, S] = q_n k_n^T in one batched call (the heads read in place in [S, H]), softmax with the mask in float32
+// while they are in cache, the probabilities rounded to bfloat16, context_n = p_n v_n in one more call written in
+// place into [S, H]. Per-pair float32 sgemm ran these 128 x 128 x 64 products at about 100 GFLOP/s on a Xeon with
+// AMX. Where oneDNN has no such primitive, the float32 path runs instead.
 int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
   Mask mask;
@@ -1285,37 +1302,40 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
   }
   float *context = static_cast<float *>(params[5 + !keep_probs]);
   float *kept = keep_probs ? static_cast<float *>(params[6]) : nullptr;
+  const int64_t group = HeadGroup(n, seq), square = seq * seq;
   const albert::dnnl::Shape scores_shape{false, true, false, false, seq, seq, d, hidden, hidden, seq,
-                                         albert::dnnl::kBf16, n, d, d, seq * seq};
+                                         albert::dnnl::kBf16, group, d, d, square};
   const albert::dnnl::Shape context_shape{false, false, false, false, seq, d, seq, seq, hidden, hidden,
-                                          albert::dnnl::kBf16, n, seq * seq, d, d};
+                                          albert::dnnl::kBf16, group, square, d, d};
   std::vector<int> failed(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
     thread_local std::vector<float> own_scores;
     thread_local std::vector<uint16_t> probs;
-    float *own = kept ? nullptr : albert::dnnl::Aligned(&own_scores, n * seq * seq);
-    uint16_t *probs16 = albert::dnnl::Aligned(&probs, n * seq * seq);
+    float *own = kept ? nullptr : albert::dnnl::Aligned(&own_scores, group * square);
+    uint16_t *probs16 = albert::dnnl::Aligned(&probs, group * square);
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
-      const int64_t row = b * seq * hidden;
-      float *scores = kept ? kept + b * n * seq * seq : own;
-      {
-        ALBERT_PROFILE("thread: attention primitives bf16");
-        failed[part] = !albert::dnnl::Run(scores_shape, q16 + row, k16 + row, nullptr, scores);
-      }
-      if (failed[part]) break;
-      {
-        ALBERT_PROFILE("thread: attention softmax");
-        for (int64_t h = 0; h < n; ++h) {
-          for (int64_t r = 0; r < seq; ++r) {
-            float *line = scores + (h * seq + r) * seq;
-            for (int64_t c = 0; given && c < seq; ++c) line[c] *= scale;
-            albert::SoftmaxRow(line, mask.Row(heads, b * n + h, r), line, seq);
-            ToBf16(line, probs16 + (h * seq + r) * seq, seq);
+      for (int64_t h0 = 0; h0 < n && !failed[part]; h0 += group) {
+        const int64_t row = b * seq * hidden + h0 * d;  // the group's first head in the row's [S, H]
+        float *scores = kept ? kept + (b * n + h0) * square : own;
+        {
+          ALBERT_PROFILE("thread: attention primitives bf16");
+          failed[part] = !albert::dnnl::Run(scores_shape, q16 + row, k16 + row, nullptr, scores);
+        }
+        if (failed[part]) break;
+        {
+          ALBERT_PROFILE("thread: attention softmax");
+          for (int64_t h = 0; h < group; ++h) {
+            for (int64_t r = 0; r < seq; ++r) {
+              float *line = scores + (h * seq + r) * seq;
+              for (int64_t c = 0; given && c < seq; ++c) line[c] *= scale;
+              albert::SoftmaxRow(line, mask.Row(heads, b * n + h0 + h, r), line, seq);
+              ToBf16(line, probs16 + (h * seq + r) * seq, seq);
+            }
           }
         }
+        ALBERT_PROFILE("thread: attention primitives bf16");
+        failed[part] = !albert::dnnl::Run(context_shape, probs16, v16 + row, nullptr, context + row);
       }
-      ALBERT_PROFILE("thread: attention primitives bf16");
-      failed[part] = !albert::dnnl::Run(context_shape, probs16, v16 + row, nullptr, context + row);
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
@@ -1369,25 +1389,26 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
   const int64_t seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
   const float *probs = static_cast<const float *>(params[0]);
   const float scale = *static_cast<const float *>(params[5]);
-  // x_n y_n^T into [N, S, S]; x_n^T y_n and x_n y_n into the heads' columns of [S, H] (x [N, S, S]).
-  const albert::dnnl::Shape outer{false, true, false, false, seq, seq, d, hidden, hidden, seq, albert::dnnl::kBf16, n,
-                                  d, d, seq * seq};
+  const int64_t group = HeadGroup(n, seq), square = seq * seq;
+  // x_n y_n^T into [G, S, S]; x_n^T y_n and x_n y_n into the heads' columns of [S, H] (x [G, S, S]), for a group
+  // of G heads (HeadGroup).
+  const albert::dnnl::Shape outer{false, true, false, false, seq, seq, d, hidden, hidden, seq, albert::dnnl::kBf16,
+                                  group, d, d, square};
   const albert::dnnl::Shape transposed{true, false, false, false, seq, d, seq, seq, hidden, hidden,
-                                       albert::dnnl::kBf16, n, seq * seq, d, d};
-  const albert::dnnl::Shape plain{false, false, false, false, seq, d, seq, seq, hidden, hidden, albert::dnnl::kBf16, n,
-                                  seq * seq, d, d};
+                                       albert::dnnl::kBf16, group, square, d, d};
+  const albert::dnnl::Shape plain{false, false, false, false, seq, d, seq, seq, hidden, hidden, albert::dnnl::kBf16,
+                                  group, square, d, d};
   std::vector<int> failed(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(heads.batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
     thread_local std::vector<uint16_t> rows16, square16;
     thread_local std::vector<float> dprobs, grads;
     uint16_t *dcontext16 = albert::dnnl::Aligned(&rows16, 4 * seq * hidden), *rounded = dcontext16 + seq * hidden;
-    uint16_t *p16 = albert::dnnl::Aligned(&square16, n * seq * seq);  // the probabilities, then ds
-    float *ds_all = albert::dnnl::Aligned(&dprobs, n * seq * seq);
+    uint16_t *p16 = albert::dnnl::Aligned(&square16, group * square);  // the group's probabilities, then ds
+    float *ds_all = albert::dnnl::Aligned(&dprobs, group * square);
     // The row's dq, dk, dv in float32 before rounding (bfloat16 outputs), else the outputs' rows themselves.
     float *own = given ? albert::dnnl::Aligned(&grads, 3 * seq * hidden) : nullptr;
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
       const int64_t row = b * seq * hidden;
-      const float *p = probs + b * n * seq * seq;
       const uint16_t *qkv16[3];  // the row's q, k, v in bfloat16
       float *out[3];             // where the products write the row's dq, dk, dv
       for (int i = 0; i < 3; ++i) {
@@ -1400,27 +1421,32 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
           ToBf16(static_cast<const float *>(params[i + 1]) + row, dcontext16 + i * seq * hidden,
                  seq * hidden);
         }
-        ToBf16(p, p16, n * seq * seq);
       }
-      {
-        ALBERT_PROFILE("thread: attention primitives bf16");
-        failed[part] = !albert::dnnl::Run(outer, dcontext16, qkv16[2], nullptr, ds_all) ||
-                       !albert::dnnl::Run(transposed, p16, dcontext16, nullptr, out[2]);
-      }
-      if (failed[part]) break;
-      {
-        ALBERT_PROFILE("thread: attention softmax grad");
-        for (int64_t line = 0; line < n * seq; ++line) {
-          float *ds = ds_all + line * seq;
-          albert::SoftmaxGradRow(p + line * seq, ds, ds, seq);
-          for (int64_t c = 0; c < seq; ++c) ds[c] *= scale;
-          ToBf16(ds, p16 + line * seq, seq);
+      for (int64_t h0 = 0; h0 < n && !failed[part]; h0 += group) {
+        const int64_t at = h0 * d;  // the group's first column in [S, H]
+        const float *p = probs + (b * n + h0) * square;
+        {
+          ALBERT_PROFILE("thread: attention operands to bf16");
+          ToBf16(p, p16, group * square);
         }
-      }
-      {
+        {
+          ALBERT_PROFILE("thread: attention primitives bf16");
+          failed[part] = !albert::dnnl::Run(outer, dcontext16 + at, qkv16[2] + at, nullptr, ds_all) ||
+                         !albert::dnnl::Run(transposed, p16, dcontext16 + at, nullptr, out[2] + at);
+        }
+        if (failed[part]) break;
+        {
+          ALBERT_PROFILE("thread: attention softmax grad");
+          for (int64_t line = 0; line < group * seq; ++line) {
+            float *ds = ds_all + line * seq;
+            albert::SoftmaxGradRow(p + line * seq, ds, ds, seq);
+            for (int64_t c = 0; c < seq; ++c) ds[c] *= scale;
+            ToBf16(ds, p16 + line * seq, seq);
+          }
+        }
         ALBERT_PROFILE("thread: attention primitives bf16");
-        failed[part] = !albert::dnnl::Run(plain, p16, qkv16[1], nullptr, out[0]) ||
-                       !albert::dnnl::Run(transposed, p16, qkv16[0], nullptr, out[1]);
+        failed[part] = !albert::dnnl::Run(plain, p16, qkv16[1] + at, nullptr, out[0] + at) ||
+                       !albert::dnnl::Run(transposed, p16, qkv16[0] + at, nullptr, out[1] + at);
       }
       for (int i = 0; given && !failed[part] && i < 3; ++i) {
         ToBf16(out[i], static_cast<uint16_t *>(params[6 + i]) + row, seq * hidden);
