@@ -912,9 +912,9 @@ def test_attention_equals_torch_values_and_gradients(batch, seq, heads, head_siz
 class FusedContext(nn.Cell):
     """The context output of `fused_attention` (its probabilities output is for its own backward)."""
 
-    def __init__(self, heads: int):
+    def __init__(self, heads: int, bf16_probs: bool = False):
         super().__init__()
-        self.op = cpu_kernels.fused_attention(heads)
+        self.op = cpu_kernels.fused_attention(heads, bf16_probs)
 
     def construct(self, q, k, v, bias, scale):
         return self.op(q, k, v, bias, scale)[0]
@@ -1108,12 +1108,16 @@ def test_bf16_query_key_value_come_out_in_bfloat16_and_take_their_gradients_in_i
 @pytest.mark.parametrize("batch, seq, heads, head_size, mask", [(2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"),
                                                                 (2, 40, 2, 8, "full"), (2, 300, 6, 8, "full")])
 @pytest.mark.parametrize("path", ["batched", "float32"])
-def test_attention_reads_bfloat16_query_key_value_as_they_come(batch, seq, heads, head_size, mask, path, threads):
+@pytest.mark.parametrize("kept", ["float32", "bfloat16"])
+def test_attention_reads_bfloat16_query_key_value_as_they_come(batch, seq, heads, head_size, mask, path, kept,
+                                                                threads):
     """`fused_attention` on q, k and v in bfloat16 as `dense_qkv` hands them over, [B * S, H]: with batched bfloat16
     products (set_bf16, where `bf16_attention`), the scale on the float32 scores, the probabilities rounded for the
     context's product, the backward as with float32 inputs less their rounding, dq, dk and dv rounded once from
     float32; on the float32 path (set_bf16 off, or a CPU without them) the same attention on the bfloat16 values
-    widened. Each against float64 from the same bfloat16 values; the gradients come out in bfloat16."""
+    widened. With `bf16_probs` the probabilities are kept rounded (as the training network keeps them) and the
+    softmax's gradient starts from those. Each against float64 from the same bfloat16 values; the gradients come out
+    in bfloat16."""
     if path == "batched":
         if not cpu_kernels.bf16_support()[0] or not cpu_kernels.bf16_attention():
             pytest.skip("no batched bfloat16 attention here")
@@ -1123,44 +1127,76 @@ def test_attention_reads_bfloat16_query_key_value_as_they_come(batch, seq, heads
     q, k, v = (bf16_rounded(x).reshape(batch * seq, hidden) for x in (q, k, v))
     dc = dc.reshape(batch * seq, hidden)
     try:  # read back before set_bf16 changes: MindSpore may run the kernels when the values are read
-        cell = FusedContext(heads)
+        cell = FusedContext(heads, kept == "bfloat16")
         tensors = [bf16_tensor(q), bf16_tensor(k), bf16_tensor(v), Tensor(bias), Tensor([scale], ms.float32)]
         output = cell(*tensors)
         grads = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, Tensor(dc))
         got, (dq, dk, dv) = output.asnumpy(), (grad.asnumpy().astype(np.float32) for grad in grads[:3])
+        kept_probs = cell.op(*tensors)[1]
+        probs_got = kept_probs.asnumpy().astype(np.float32)
     finally:
         cpu_kernels.set_bf16(False)
     assert output.dtype == ms.float32 and got.shape == (batch * seq, hidden)
     assert all(grad.dtype == ms.bfloat16 and grad.shape == (batch * seq, hidden) for grad in grads[:3])
+    assert kept_probs.dtype == (ms.bfloat16 if kept == "bfloat16" else ms.float32)
     q64, k64, v64 = (flat_heads(x, batch, heads) for x in (q, k, v))
 
     def merge(x):
         return x.transpose(0, 2, 1, 3).reshape(batch * seq, hidden)
 
-    scores = scale * q64 @ k64.transpose(0, 1, 3, 2) + bias
-    probs = np.exp(scores - scores.max(-1, keepdims=True))
-    probs /= probs.sum(-1, keepdims=True)
-    if path == "float32":
-        dc64 = flat_heads(dc, batch, heads)
-        dprobs = dc64 @ v64.transpose(0, 1, 3, 2)
-        ds = scale * probs * (dprobs - (probs * dprobs).sum(-1, keepdims=True))
-        assert_close(got, merge(probs @ v64))
-        for grad, want in zip((dq, dk, dv), (ds @ k64, ds.transpose(0, 1, 3, 2) @ q64,
-                                             probs.transpose(0, 1, 3, 2) @ dc64)):
-            one_step_of(grad, merge(want))
-        return
-
     def rounded(x):
         return bf16_rounded(x.astype(np.float32)).astype(np.float64)
 
+    scores = scale * q64 @ k64.transpose(0, 1, 3, 2) + bias
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    if kept == "bfloat16":
+        one_step_of(probs_got, probs)
+    else:
+        assert_close(probs_got, probs)
+    backward_probs = rounded(probs) if kept == "bfloat16" else probs  # what the softmax's gradient reads
+    if path == "float32":
+        dc64 = flat_heads(dc, batch, heads)
+        dprobs = dc64 @ v64.transpose(0, 1, 3, 2)
+        ds = scale * backward_probs * (dprobs - (backward_probs * dprobs).sum(-1, keepdims=True))
+        assert_close(got, merge(probs @ v64))
+        for grad, want in zip((dq, dk, dv), (ds @ k64, ds.transpose(0, 1, 3, 2) @ q64,
+                                             backward_probs.transpose(0, 1, 3, 2) @ dc64)):
+            assert_close(grad, merge(want), 2.0 ** -8)
+        return
+
     dc64 = rounded(flat_heads(dc, batch, heads))
     dprobs = dc64 @ v64.transpose(0, 1, 3, 2)
-    ds = rounded(scale * probs * (dprobs - (probs * dprobs).sum(-1, keepdims=True)))
+    ds = rounded(scale * backward_probs * (dprobs - (backward_probs * dprobs).sum(-1, keepdims=True)))
     assert_close(got, merge(rounded(probs) @ v64), 1e-3)
     assert np.abs(got - merge(probs @ v64)).max() > 1e-5, "the float32 attention, not the bfloat16 one"
     for grad, want in zip((dq, dk, dv), (ds @ k64, ds.transpose(0, 1, 3, 2) @ q64,
                                          rounded(probs).transpose(0, 1, 3, 2) @ dc64)):
         assert_close(grad, merge(want), 1e-2)
+
+
+@needs_kernels
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_one_kernel_in_two_variants_in_one_process_keeps_each_variants_shapes_and_dtypes(mode):
+    """MindSpore (PyNative mode) reuses the shapes and dtypes it inferred for an op on any other op with the same
+    attributes: a second `fused_attention` of another head count (its probabilities [B, N, S, S]), or of the other
+    dtype for them, and the query/key/value layers with and without bfloat16 outputs, each built after the other in
+    one process, keep their own, in either mode."""
+    ms.set_context(mode=ms.PYNATIVE_MODE if mode == "pynative" else ms.GRAPH_MODE)
+    batch, seq, hidden = 2, 8, 16
+    q = Tensor(np.ones((batch, seq, hidden), np.float32))
+    q16 = Tensor(np.ones((batch * seq, hidden), np.float32), ms.bfloat16)
+    bias, scale = Tensor(np.zeros((batch, 1, 1, seq), np.float32)), Tensor([0.5], ms.float32)
+    for heads in (4, 2, 8):
+        assert Call(cpu_kernels.fused_attention(heads))(q, q, q, bias, scale)[1].shape == (batch, heads, seq, seq)
+    for kept in (ms.float32, ms.bfloat16, ms.float32):
+        op = cpu_kernels.fused_attention(4, kept == ms.bfloat16)
+        assert Call(op)(q16, q16, q16, bias, scale)[1].dtype == kept
+    x, w, b = Tensor(np.ones((seq, hidden), np.float32)), Tensor(np.ones((hidden, hidden), np.float32)), \
+        Tensor(np.zeros(hidden, np.float32))
+    for outputs in (ms.float32, ms.bfloat16, ms.float32):
+        cell = WithCopies(cpu_kernels.dense_qkv(True, outputs == ms.bfloat16), 3)
+        assert all(y.dtype == outputs for y in cell(x, w, w, w, b, b, b))
 
 
 @needs_kernels

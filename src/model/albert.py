@@ -454,7 +454,7 @@ class AlbertAttention(nn.Cell):
             self.qkv_kernel = cpu_kernels.dense_qkv_int8() if runtime.serving_weights == "int8" else \
                 cpu_kernels.dense_qkv(runtime.bf16_weights, self.bf16_handover)
             self.probs_kernel, self.context_kernel = cpu_kernels.attention(self.num_heads)
-            self.fused_kernel = cpu_kernels.fused_attention(self.num_heads)
+            self.fused_kernel = cpu_kernels.fused_attention(self.num_heads, self.bf16_handover)
             self.inference_kernel = cpu_kernels.attention_inference(self.num_heads, runtime.serving_weights == "int8")
             self.scale_tensor, self.one = Tensor([self.scale], ms.float32), Tensor([1.0], ms.float32)
             self.heads_tensor = Tensor([self.num_heads], ms.int32)

@@ -468,13 +468,20 @@ def stop_profile() -> Dict[str, Tuple[int, float]]:
     return counts
 
 
-def _kernel(name: str, out_shape, out_dtype=None, bprop=None) -> ops.Custom:
+def _kernel(name: str, out_shape, out_dtype=None, bprop=None, **variant) -> ops.Custom:
+    """The kernel `name` as a MindSpore op. `variant`: the values its out_shape and out_dtype functions depend on
+    besides their inputs, as attributes of the op: MindSpore's graph compiler reuses the shapes and dtypes it
+    inferred for one op on any op with the same attributes (so, without them, a second `fused_attention` of another
+    head count in the same process got the first one's probabilities shape)."""
     path, why = _build()
     if path is None:
         raise RuntimeError(f"the compiled CPU kernels are not available here ({why})")
     _library(path)  # the thread count applies from the first call
-    return ops.Custom(f"{path}:{name}", out_shape=out_shape, out_dtype=out_dtype or (lambda *types: types[0]),
-                      func_type="aot", bprop=bprop)
+    op = ops.Custom(f"{path}:{name}", out_shape=out_shape, out_dtype=out_dtype or (lambda *types: types[0]),
+                    func_type="aot", bprop=bprop)
+    for key, value in variant.items():
+        op.add_prim_attr(key, value)
+    return op
 
 
 @lru_cache(maxsize=None)
@@ -579,7 +586,8 @@ def dense_qkv(copies: bool = False, bf16_outputs: bool = False) -> ops.Custom:
         return dx, dwq, dwk, dwv, ops.zeros_like(wq16), ops.zeros_like(wk16), ops.zeros_like(wv16), dbq, dbk, dbv
     if copies:
         out_dtypes = (lambda *_: (ms.bfloat16,) * 3) if bf16_outputs else (lambda x, *_: (x, x, x))
-        return _kernel("DenseQKVCopy", lambda x, w, *_: ((x[0], w[0]),) * 3, out_dtypes, copies_bprop)
+        return _kernel("DenseQKVCopy", lambda x, w, *_: ((x[0], w[0]),) * 3, out_dtypes, copies_bprop,
+                       bf16_outputs=bf16_outputs)
     return _kernel("DenseQKV", lambda x, w, *_: ((x[0], w[0]),) * 3, lambda x, *_: (x, x, x), bprop)
 
 
@@ -597,7 +605,7 @@ def attention(num_heads: int) -> Tuple[ops.Custom, ops.Custom]:
         return v
 
     probs_grad = _kernel("HeadProbsGrad", lambda p, dp, q, k, s: (q, k), lambda p, dp, q, k, s: (q, k))
-    dprobs, dvalue = _kernel("HeadScores", square_shape), _kernel("HeadContextT", context_shape)
+    dprobs, dvalue = _kernel("HeadScores", square_shape, num_heads=num_heads), _kernel("HeadContextT", context_shape)
 
     def probs_bprop(q, k, bias, scale, out, dout):
         dq, dk = probs_grad(out, dout, q, k, scale)
@@ -605,7 +613,7 @@ def attention(num_heads: int) -> Tuple[ops.Custom, ops.Custom]:
 
     def context_bprop(p, v, scale, out, dout):
         return dprobs(dout, v, scale), dvalue(p, dout, scale), ops.zeros_like(scale)
-    return (_kernel("HeadProbs", square_shape, bprop=probs_bprop),
+    return (_kernel("HeadProbs", square_shape, bprop=probs_bprop, num_heads=num_heads),
             _kernel("HeadContext", context_shape, bprop=context_bprop))
 
 
@@ -616,7 +624,7 @@ def _attention_grad() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def fused_attention(num_heads: int) -> ops.Custom:
+def fused_attention(num_heads: int, bf16_probs: bool = False) -> ops.Custom:
     """(q, k, v [B, S, H], bias [B, 1, 1, S] or [B, N, S, S], scale [1]) -> (context [B, S, H], probs [B, N, S, S]):
     `attention` without dropout between the softmax and the context, each (batch row, head) pair's scores, softmax and
     context computed while its S x S block is in cache, the probabilities kept for the backward, which is one call
@@ -625,8 +633,9 @@ def fused_attention(num_heads: int) -> ops.Custom:
     AttentionGradBf16: as many heads as keep their scores in cache). q, k and v come in float32 or all three in
     bfloat16 (`dense_qkv`'s bf16_outputs), their gradients in the same dtype, context and probabilities in float32;
     q, k, v and the context may also be [B * S, H] (`dense_qkv`'s outputs as they are: MindSpore's CPU Reshape takes
-    no bfloat16). The probabilities are for the backward only: the gradient reaching them as an output is taken as
-    zero."""
+    no bfloat16). With `bf16_probs` (for bfloat16 q, k and v) the probabilities are kept in bfloat16, the form the
+    backward's products read them in (its softmax gradient widens them): half the memory, no rounding pass. They are
+    for the backward only: the gradient reaching them as an output is taken as zero."""
     def shapes(q, k, v, bias, scale):  # q [B, S, H], or [B * S, H] (B and S from the mask's shape)
         return q, [bias[0], num_heads, bias[-1], bias[-1]]
 
@@ -635,7 +644,8 @@ def fused_attention(num_heads: int) -> ops.Custom:
     def bprop(q, k, v, bias, scale, out, dout):
         dq, dk, dv = grad(out[1], dout[0], q, k, v, scale)
         return dq, dk, dv, ops.zeros_like(bias), ops.zeros_like(scale)
-    return _kernel("FusedAttention", shapes, lambda *_: (ms.float32, ms.float32), bprop)
+    return _kernel("FusedAttention", shapes, lambda *_: (ms.float32, ms.bfloat16 if bf16_probs else ms.float32), bprop,
+                   num_heads=num_heads, bf16_probs=bf16_probs)
 
 
 @lru_cache(maxsize=None)

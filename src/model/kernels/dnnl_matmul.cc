@@ -1271,7 +1271,9 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
   Heads heads;
   Mask mask;
   const bool given = keep_probs && AllBf16(dtypes, 0, 3);  // q, k, v in bfloat16
-  const bool typed = keep_probs ? (given || albert::AllFloat32(3, dtypes)) && albert::AllFloat32(4, dtypes + 3)
+  const bool kept16 = given && IsBf16(dtypes[6]);           // and the probabilities kept in bfloat16
+  const bool typed = keep_probs ? (given || albert::AllFloat32(3, dtypes)) && albert::AllFloat32(3, dtypes + 3) &&
+                                      Float(dtypes, 6, given)
                                 : albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
                                       std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
   const int64_t count = typed && !keep_probs ? *static_cast<const int32_t *>(params[5]) : 0;
@@ -1301,7 +1303,8 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
     q16 = q_rounded, k16 = k_rounded, v16 = v_rounded;
   }
   float *context = static_cast<float *>(params[5 + !keep_probs]);
-  float *kept = keep_probs ? static_cast<float *>(params[6]) : nullptr;
+  float *kept = keep_probs && !kept16 ? static_cast<float *>(params[6]) : nullptr;
+  uint16_t *kept_bf16 = kept16 ? static_cast<uint16_t *>(params[6]) : nullptr;
   const int64_t group = HeadGroup(n, seq), square = seq * seq;
   const albert::dnnl::Shape scores_shape{false, true, false, false, seq, seq, d, hidden, hidden, seq,
                                          albert::dnnl::kBf16, group, d, d, square};
@@ -1312,11 +1315,12 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
     thread_local std::vector<float> own_scores;
     thread_local std::vector<uint16_t> probs;
     float *own = kept ? nullptr : albert::dnnl::Aligned(&own_scores, group * square);
-    uint16_t *probs16 = albert::dnnl::Aligned(&probs, group * square);
+    uint16_t *own16 = kept_bf16 ? nullptr : albert::dnnl::Aligned(&probs, group * square);
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
       for (int64_t h0 = 0; h0 < n && !failed[part]; h0 += group) {
         const int64_t row = b * seq * hidden + h0 * d;  // the group's first head in the row's [S, H]
         float *scores = kept ? kept + (b * n + h0) * square : own;
+        uint16_t *probs16 = kept_bf16 ? kept_bf16 + (b * n + h0) * square : own16;
         {
           ALBERT_PROFILE("thread: attention primitives bf16");
           failed[part] = !albert::dnnl::Run(scores_shape, q16 + row, k16 + row, nullptr, scores);
@@ -1383,11 +1387,14 @@ int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtyp
 int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
   const bool given = AllBf16(dtypes, 2, 3) && AllBf16(dtypes, 6, 3);  // q, k, v and dq, dk, dv in bfloat16
-  const bool typed = given ? albert::AllFloat32(2, dtypes) && albert::AllFloat32(1, dtypes + 5)
+  const bool kept16 = given && IsBf16(dtypes[0]);                      // and the probabilities kept in bfloat16
+  const bool typed = given ? Float(dtypes, 0, true) && albert::AllFloat32(1, dtypes + 1) &&
+                                 albert::AllFloat32(1, dtypes + 5)
                            : albert::AllFloat32(9, dtypes);
   if (!typed || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
   const int64_t seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
-  const float *probs = static_cast<const float *>(params[0]);
+  const float *probs = kept16 ? nullptr : static_cast<const float *>(params[0]);
+  const uint16_t *probs16 = kept16 ? static_cast<const uint16_t *>(params[0]) : nullptr;
   const float scale = *static_cast<const float *>(params[5]);
   const int64_t group = HeadGroup(n, seq), square = seq * seq;
   // x_n y_n^T into [G, S, S]; x_n^T y_n and x_n y_n into the heads' columns of [S, H] (x [G, S, S]), for a group
@@ -1401,10 +1408,12 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
   std::vector<int> failed(albert::Threads(), 0);
   const int64_t parts = albert::ParallelFor(heads.batch, 1, [&](int64_t part, int64_t begin, int64_t end) {
     thread_local std::vector<uint16_t> rows16, square16;
-    thread_local std::vector<float> dprobs, grads;
+    thread_local std::vector<float> dprobs, grads, line;
     uint16_t *dcontext16 = albert::dnnl::Aligned(&rows16, 4 * seq * hidden), *rounded = dcontext16 + seq * hidden;
-    uint16_t *p16 = albert::dnnl::Aligned(&square16, group * square);  // the group's probabilities, then ds
+    // The group's probabilities rounded (unless kept so), then ds rounded.
+    uint16_t *ds16 = albert::dnnl::Aligned(&square16, group * square);
     float *ds_all = albert::dnnl::Aligned(&dprobs, group * square);
+    float *widened = kept16 ? albert::dnnl::Aligned(&line, seq) : nullptr;  // a row of probabilities kept in bf16
     // The row's dq, dk, dv in float32 before rounding (bfloat16 outputs), else the outputs' rows themselves.
     float *own = given ? albert::dnnl::Aligned(&grads, 3 * seq * hidden) : nullptr;
     for (int64_t b = begin; b < end && !failed[part]; ++b) {
@@ -1424,10 +1433,11 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
       }
       for (int64_t h0 = 0; h0 < n && !failed[part]; h0 += group) {
         const int64_t at = h0 * d;  // the group's first column in [S, H]
-        const float *p = probs + (b * n + h0) * square;
-        {
+        const float *p = kept16 ? nullptr : probs + (b * n + h0) * square;
+        const uint16_t *p16 = kept16 ? probs16 + (b * n + h0) * square : ds16;
+        if (!kept16) {
           ALBERT_PROFILE("thread: attention operands to bf16");
-          ToBf16(p, p16, group * square);
+          ToBf16(p, ds16, group * square);
         }
         {
           ALBERT_PROFILE("thread: attention primitives bf16");
@@ -1437,16 +1447,17 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
         if (failed[part]) break;
         {
           ALBERT_PROFILE("thread: attention softmax grad");
-          for (int64_t line = 0; line < group * seq; ++line) {
-            float *ds = ds_all + line * seq;
-            albert::SoftmaxGradRow(p + line * seq, ds, ds, seq);
+          for (int64_t r = 0; r < group * seq; ++r) {
+            float *ds = ds_all + r * seq;
+            if (kept16) FromBf16(p16 + r * seq, widened, seq);
+            albert::SoftmaxGradRow(kept16 ? widened : p + r * seq, ds, ds, seq);
             for (int64_t c = 0; c < seq; ++c) ds[c] *= scale;
-            ToBf16(ds, p16 + line * seq, seq);
+            ToBf16(ds, ds16 + r * seq, seq);
           }
         }
         ALBERT_PROFILE("thread: attention primitives bf16");
-        failed[part] = !albert::dnnl::Run(plain, p16, qkv16[1] + at, nullptr, out[0] + at) ||
-                       !albert::dnnl::Run(transposed, p16, qkv16[0] + at, nullptr, out[1] + at);
+        failed[part] = !albert::dnnl::Run(plain, ds16, qkv16[1] + at, nullptr, out[0] + at) ||
+                       !albert::dnnl::Run(transposed, ds16, qkv16[0] + at, nullptr, out[1] + at);
       }
       for (int i = 0; given && !failed[part] && i < 3; ++i) {
         ToBf16(out[i], static_cast<uint16_t *>(params[6 + i]) + row, seq * hidden);
