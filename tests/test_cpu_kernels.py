@@ -1201,14 +1201,17 @@ def test_one_kernel_in_two_variants_in_one_process_keeps_each_variants_shapes_an
 
 @needs_kernels
 def test_bf16_training_hands_query_key_value_over_in_bfloat16_where_attention_reads_it():
-    """The network asks for bfloat16 q, k and v only where they go straight into bfloat16 attention: training in
-    bfloat16 (the weights' bfloat16 copies) with the fused attention, on a CPU where `bf16_attention`; never for
-    float32, serving, or attention with dropout on its probabilities (two calls around the dropout, float32)."""
+    """The network asks for bfloat16 q, k and v (and keeps the probabilities in bfloat16) only where they go straight
+    into bfloat16 attention: training in bfloat16 (the weights' bfloat16 copies) with the fused attention, on a CPU
+    where `bf16_attention`; never for float32, serving, or attention with dropout on its probabilities (two calls
+    around the dropout, float32)."""
     from src.model.albert import AlbertAttention, AlbertConfig, Runtime
 
     config = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, embedding_size=16, num_hidden_layers=2)
     bf16 = Runtime(kernels=True, bf16_weights=True)
-    assert AlbertAttention(AlbertConfig(**config, compute_type="bfloat16"), True, bf16).bf16_handover == \
+    attention = AlbertAttention(AlbertConfig(**config, compute_type="bfloat16"), True, bf16)
+    assert attention.bf16_handover == cpu_kernels.bf16_attention()
+    assert attention.fused_kernel.attrs["bf16_probs"] == attention.qkv_kernel.attrs["bf16_outputs"] == \
         cpu_kernels.bf16_attention()
     assert cpu_kernels.bf16_attention() == ("training" in batched_attention())
     for is_training, runtime, dropout in [(True, Runtime(kernels=True), 0.0), (False, bf16, 0.0), (True, bf16, 0.1),

@@ -470,9 +470,9 @@ def stop_profile() -> Dict[str, Tuple[int, float]]:
 
 def _kernel(name: str, out_shape, out_dtype=None, bprop=None, **variant) -> ops.Custom:
     """The kernel `name` as a MindSpore op. `variant`: the values its out_shape and out_dtype functions depend on
-    besides their inputs, as attributes of the op: MindSpore's graph compiler reuses the shapes and dtypes it
-    inferred for one op on any op with the same attributes (so, without them, a second `fused_attention` of another
-    head count in the same process got the first one's probabilities shape)."""
+    besides their inputs, as attributes of the op: in PyNative mode MindSpore reuses the shapes and dtypes it inferred
+    for one op on any op with the same attributes (so, without them, a second `fused_attention` of another head count
+    in the same process got the first one's probabilities shape)."""
     path, why = _build()
     if path is None:
         raise RuntimeError(f"the compiled CPU kernels are not available here ({why})")
@@ -631,11 +631,11 @@ def fused_attention(num_heads: int, bf16_probs: bool = False) -> ops.Custom:
     too (no [B, N, S, S] gradient of the probabilities in memory). Under set_bf16 on AMX and AMD's AVX512-BF16 its
     products run in bfloat16 instead, a group of a batch row's heads in one oneDNN call per product (AttentionBf16,
     AttentionGradBf16: as many heads as keep their scores in cache). q, k and v come in float32 or all three in
-    bfloat16 (`dense_qkv`'s bf16_outputs), their gradients in the same dtype, context and probabilities in float32;
-    q, k, v and the context may also be [B * S, H] (`dense_qkv`'s outputs as they are: MindSpore's CPU Reshape takes
-    no bfloat16). With `bf16_probs` (for bfloat16 q, k and v) the probabilities are kept in bfloat16, the form the
-    backward's products read them in (its softmax gradient widens them): half the memory, no rounding pass. They are
-    for the backward only: the gradient reaching them as an output is taken as zero."""
+    bfloat16 (`dense_qkv`'s bf16_outputs), their gradients in the same dtype, the context in float32; q, k, v and
+    the context may also be [B * S, H] (`dense_qkv`'s outputs as they are: MindSpore's CPU Reshape takes no
+    bfloat16). The probabilities come in float32, or with `bf16_probs` (the network sets it with bfloat16 q, k and v)
+    in bfloat16, the form the backward's products read them in (its softmax gradient widens them): half the memory,
+    no rounding pass. They are for the backward only: the gradient reaching them as an output is taken as zero."""
     def shapes(q, k, v, bias, scale):  # q [B, S, H], or [B * S, H] (B and S from the mask's shape)
         return q, [bias[0], num_heads, bias[-1], bias[-1]]
 

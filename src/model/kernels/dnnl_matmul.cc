@@ -1260,8 +1260,9 @@ int AttentionFloat32(void **params, int *ndims, int64_t **shapes, const char **d
 
 // Attention with its products in bfloat16, a group of a batch row's heads (HeadGroup) per matmul primitive call:
 // the same inputs and outputs as Attention(keep_probs, ...). Serving in int8 runs it (inference), and so does
-// training in bfloat16 (SetBf16(1): keep_probs, the probabilities written in float32 for the backward,
-// AttentionGradBf16). q (times the scale), k and v are rounded to bfloat16 once, or, in training, come in bfloat16
+// training in bfloat16 (SetBf16(1): keep_probs, the probabilities written for the backward, AttentionGradBf16, in
+// float32 or, as the network keeps them, in bfloat16). q (times the scale), k and v are rounded to bfloat16 once, or,
+// in training, come in bfloat16
 // (DenseThree's outputs; the scale then goes on the float32 scores); per group of G heads of a batch row, scores
 // [G, S, S] = q_n k_n^T in one batched call (the heads read in place in [S, H]), softmax with the mask in float32
 // while they are in cache, the probabilities rounded to bfloat16, context_n = p_n v_n in one more call written in
@@ -1271,9 +1272,9 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
   Heads heads;
   Mask mask;
   const bool given = keep_probs && AllBf16(dtypes, 0, 3);  // q, k, v in bfloat16
-  const bool kept16 = given && IsBf16(dtypes[6]);           // and the probabilities kept in bfloat16
+  const bool kept16 = keep_probs && IsBf16(dtypes[6]);      // the probabilities kept in bfloat16
   const bool typed = keep_probs ? (given || albert::AllFloat32(3, dtypes)) && albert::AllFloat32(3, dtypes + 3) &&
-                                      Float(dtypes, 6, given)
+                                      Float(dtypes, 6, true)
                                 : albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
                                       std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
   const int64_t count = typed && !keep_probs ? *static_cast<const int32_t *>(params[5]) : 0;
@@ -1380,17 +1381,17 @@ int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtyp
 
 // AttentionGrad with its products in bfloat16 (training under SetBf16(1), after AttentionBf16), each batch row's
 // heads in four batched primitive calls: dprobs = dcontext v^T and dv = probs^T dcontext, then, in float32, ds =
-// scale probs (dprobs - rowsum(probs dprobs)), rounded, and dq = ds k, dk = ds^T q. The row's dcontext and
-// probabilities are rounded by the thread that takes the row, and so are q, k and v unless they come in bfloat16
-// (DenseThree's outputs): then dq, dk and dv go out in bfloat16 too, rounded from the thread's float32 rows (the
-// form DenseGrads reads them in). Where oneDNN has no such primitive, AttentionGrad runs instead.
+// scale probs (dprobs - rowsum(probs dprobs)), rounded, and dq = ds k, dk = ds^T q. The row's dcontext is rounded by
+// the thread that takes the row, and so are the probabilities unless kept in bfloat16 (the softmax's gradient then
+// widens them a row at a time), and q, k and v unless they come in bfloat16 (DenseThree's outputs): then dq, dk and
+// dv go out in bfloat16 too, rounded from the thread's float32 rows (the form DenseGrads reads them in). Where oneDNN
+// has no such primitive, AttentionGrad runs instead.
 int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   Heads heads;
   const bool given = AllBf16(dtypes, 2, 3) && AllBf16(dtypes, 6, 3);  // q, k, v and dq, dk, dv in bfloat16
-  const bool kept16 = given && IsBf16(dtypes[0]);                      // and the probabilities kept in bfloat16
-  const bool typed = given ? Float(dtypes, 0, true) && albert::AllFloat32(1, dtypes + 1) &&
-                                 albert::AllFloat32(1, dtypes + 5)
-                           : albert::AllFloat32(9, dtypes);
+  const bool kept16 = IsBf16(dtypes[0]);                               // the probabilities kept in bfloat16
+  const bool typed = Float(dtypes, 0, true) && albert::AllFloat32(1, dtypes + 1) && albert::AllFloat32(1, dtypes + 5) &&
+                     (given || (albert::AllFloat32(3, dtypes + 2) && albert::AllFloat32(3, dtypes + 6)));
   if (!typed || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
   const int64_t seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
   const float *probs = kept16 ? nullptr : static_cast<const float *>(params[0]);
