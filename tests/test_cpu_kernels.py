@@ -1016,22 +1016,24 @@ def test_int8_serving_attention_runs_bfloat16_products_around_a_float32_softmax(
 @needs_kernels
 @pytest.mark.parametrize("batch, seq, heads, head_size, mask", [
     (2, 33, 3, 16, "row"), (3, 128, 12, 64, "row"), (2, 40, 2, 8, "full"), (1, 1, 2, 4, "row"), (2, 300, 6, 8, "full")])
+@pytest.mark.parametrize("kept_dtype", ["float32", "bfloat16"])
 def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(batch, seq, heads, head_size, mask,
-                                                                             threads, bf16_products):
+                                                                             kept_dtype, threads, bf16_products):
     """Under set_bf16(True) (training in bfloat16), on AMX and AMD's AVX512-BF16, the fused attention's products run in
-    bfloat16 too, each batch row's heads in batched calls, softmax and its gradient in float32: forward as int8
-    serving's (q * scale, k, v and the probabilities rounded), the probabilities kept in float32; backward dprobs =
-    dc v^T, dv = p^T dc, ds = scale p (dprobs - rowsum(p dprobs)), dq = ds k, dk = ds^T q with dc, q, k, v, p and ds
-    rounded. Equal to that computation in float64 from the rounded operands (a value on a rounding boundary may round
-    one step apart), and close to the float32 attention. Elsewhere (slower there, dnnl_matmul.cc) it is the float32
-    attention."""
+    bfloat16 too, a batch row's heads in batched calls (in groups: seq 300), softmax and its gradient in float32:
+    forward as int8 serving's (q * scale, k, v and the probabilities rounded), the probabilities kept in float32 or
+    (`bf16_probs`) rounded; backward dprobs = dc v^T, dv = p^T dc, ds = scale p (dprobs - rowsum(p dprobs)), dq = ds
+    k, dk = ds^T q with dc, q, k, v, p and ds rounded. Equal to that computation in float64 from the rounded operands
+    (a value on a rounding boundary may round one step apart), close to the float32 attention and measurably not it.
+    Elsewhere (slower there, dnnl_matmul.cc) it is the float32 attention."""
     (q, k, v, dc), bias, scale = attention_operands(batch, seq, heads, head_size, mask, 4)
     hidden = heads * head_size
     inputs = [q, k, v, bias, np.array([scale], np.float32)]
-    got, (dq, dk, dv, *_) = forward_and_input_grads(FusedContext(heads), inputs, dc)
-    kept = Call(cpu_kernels.fused_attention(heads))(*map(Tensor, inputs))[1].asnumpy()
+    bf16_kept = kept_dtype == "bfloat16"
+    got, (dq, dk, dv, *_) = forward_and_input_grads(FusedContext(heads, bf16_kept), inputs, dc)
+    kept = Call(cpu_kernels.fused_attention(heads, bf16_kept))(*map(Tensor, inputs))[1].asnumpy().astype(np.float32)
     cpu_kernels.set_bf16(False)
-    float32, float32_grads = forward_and_input_grads(FusedContext(heads), inputs, dc)
+    float32, float32_grads = forward_and_input_grads(FusedContext(heads, bf16_kept), inputs, dc)
     if "training" not in batched_attention():
         for bf16, want in zip([got.asnumpy(), dq, dk, dv], [float32.asnumpy(), *float32_grads[:3]]):
             np.testing.assert_array_equal(bf16, want)
@@ -1049,15 +1051,21 @@ def test_bf16_training_attention_runs_bfloat16_products_forward_and_backward(bat
     scores = split(q * scale) @ split(k).transpose(0, 1, 3, 2) + bias
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
-    assert_close(kept, probs)
+    if bf16_kept:
+        one_step_of(kept, probs)
+    else:
+        assert_close(kept, probs)
+    backward_probs = rounded(probs) if bf16_kept else probs  # what the softmax's gradient reads
     assert_close(got.asnumpy(), merge(rounded(probs) @ split(v)), 1e-3)
     dprobs = split(dc) @ split(v).transpose(0, 1, 3, 2)
-    ds = rounded(scale * probs * (dprobs - (probs * dprobs).sum(-1, keepdims=True)))
+    ds = rounded(scale * backward_probs * (dprobs - (backward_probs * dprobs).sum(-1, keepdims=True)))
     assert_close(dv, merge(rounded(probs).transpose(0, 1, 3, 2) @ split(dc)), 1e-3)
     assert_close(dq, merge(ds @ split(k)), 1e-3)
     assert_close(dk, merge(ds.transpose(0, 1, 3, 2) @ split(q)), 1e-3)
     for bf16, want in zip([got.asnumpy(), dq, dk, dv], [float32.asnumpy(), *float32_grads[:3]]):
         assert np.abs(bf16 - want).max() < 0.03 * max(1.0, np.abs(want).max())
+        if seq > 1:  # (one position: the query and key gradients are zero either way)
+            assert np.abs(bf16 - want).max() > 1e-5 * max(1.0, np.abs(want).max()), "the float32 attention ran"
 
 
 def one_step_of(got: np.ndarray, want: np.ndarray) -> None:
@@ -1078,12 +1086,14 @@ def flat_heads(x: np.ndarray, batch: int, heads: int) -> np.ndarray:
 
 @needs_kernels
 @pytest.mark.parametrize("copies", ["copy", "packed"])
-def test_bf16_query_key_value_come_out_in_bfloat16_and_take_their_gradients_in_it(copies, threads, bf16_products):
+@pytest.mark.parametrize("m", [200, 600])
+def test_bf16_query_key_value_come_out_in_bfloat16_and_take_their_gradients_in_it(m, copies, threads, bf16_products):
     """Training in bfloat16 with bfloat16 attention (`bf16_attention`): the query, key and value layers hand q, k
-    and v over in bfloat16 (the float32 products of the bfloat16 operands, rounded once), and their gradients come
-    back in bfloat16: the bias gradients are the column sums of those values, dx and dw the bfloat16 products."""
+    and v over in bfloat16 (the float32 products of the bfloat16 operands, rounded once; split by columns under 512
+    rows, by rows above), and their gradients come back in bfloat16: the bias gradients are the column sums of those
+    values, dx and dw the bfloat16 products."""
     rng = np.random.default_rng(21)
-    m, k, n = 600, 96, 160
+    k, n = 96, 160
     x = rng.standard_normal((m, k)).astype(np.float32)
     weights = [rng.standard_normal((n, k)).astype(np.float32) for _ in range(3)]
     biases = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
@@ -1136,6 +1146,10 @@ def test_attention_reads_bfloat16_query_key_value_as_they_come(batch, seq, heads
         probs_got = kept_probs.asnumpy().astype(np.float32)
     finally:
         cpu_kernels.set_bf16(False)
+    if path == "batched":  # the float32 path on the same inputs: the batched calls must have run, not it
+        fallback = ops.GradOperation(get_all=True, sens_param=True)(cell)(*tensors, Tensor(dc))
+        for grad, other in zip((dq, dk, dv), fallback[:3]):
+            assert np.abs(grad - other.asnumpy().astype(np.float32)).max() > 0, "the float32 attention ran"
     assert output.dtype == ms.float32 and got.shape == (batch * seq, hidden)
     assert all(grad.dtype == ms.bfloat16 and grad.shape == (batch * seq, hidden) for grad in grads[:3])
     assert kept_probs.dtype == (ms.bfloat16 if kept == "bfloat16" else ms.float32)

@@ -524,7 +524,7 @@ int Gemm(bool ta, bool tb, const Layout &at, void **params, int *ndims, int64_t 
 // (x [M, K], w0, w1, w2 [N, K], b0, b1, b2 [N]) -> y_i = x w_i^T + b_i [M, N]; with `copies`, the weights'
 // bfloat16 copies (or the same packed) follow the weights: (x, w0, w1, w2, w0', w1', w2', b0, b1, b2) (see Layout).
 // The outputs come in float32, or, in a call whose products run in bfloat16, all three in bfloat16: the form
-// bfloat16 attention reads (AttentionBf16), rounded here while the thread's block is in cache rather than there.
+// bfloat16 attention reads (AttentionBf16), rounded here from the thread's float32 block rather than by each reader.
 int DenseThree(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int weights = copies ? 4 : 1, biases = weights + 3, outputs = biases + 3;
   if (ndims[0] != 2 || ndims[1] != 2 || ndims[biases] != 1 || !SameShapes(ndims, shapes, 2, 2, 1) ||
@@ -1251,8 +1251,13 @@ bool AllBf16(const char **dtypes, int first, int count) {
   return true;
 }
 
-// Attention (keep_probs: q, k, v, bias, scale -> context, probs) on float32 or bfloat16 q, k and v.
+// Attention (keep_probs: q, k, v, bias, scale -> context, probs) in float32 on the dtypes AttentionBf16 takes: q, k
+// and v all float32 or all bfloat16, the probabilities float32 or bfloat16, the rest float32.
 int AttentionFloat32(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (!(AllBf16(dtypes, 0, 3) || albert::AllFloat32(3, dtypes)) || !albert::AllFloat32(3, dtypes + 3) ||
+      !Float(dtypes, 6, true)) {
+    return 1;
+  }
   return AsFloat32(params, ndims, shapes, dtypes, 7, 5, [&](void **p, const char **t) {
     return Attention(true, p, ndims, shapes, t);
   });
@@ -1379,6 +1384,19 @@ int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtyp
   });
 }
 
+// Its backward (probs, dcontext, q, k, v, scale -> dq, dk, dv) in float32 on the dtypes AttentionGradBf16 takes: q,
+// k, v, dq, dk and dv all float32 or all bfloat16, the probabilities float32 or bfloat16, the rest float32.
+int AttentionGradFloat32(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  if (!((AllBf16(dtypes, 2, 3) && AllBf16(dtypes, 6, 3)) ||
+        (albert::AllFloat32(3, dtypes + 2) && albert::AllFloat32(3, dtypes + 6))) ||
+      !Float(dtypes, 0, true) || !albert::AllFloat32(1, dtypes + 1) || !albert::AllFloat32(1, dtypes + 5)) {
+    return 1;
+  }
+  return AsFloat32(params, ndims, shapes, dtypes, 9, 6, [&](void **p, const char **t) {
+    return AttentionGrad(p, ndims, shapes, t);
+  });
+}
+
 // AttentionGrad with its products in bfloat16 (training under SetBf16(1), after AttentionBf16), each batch row's
 // heads in four batched primitive calls: dprobs = dcontext v^T and dv = probs^T dcontext, then, in float32, ds =
 // scale probs (dprobs - rowsum(probs dprobs)), rounded, and dq = ds k, dk = ds^T q. The row's dcontext is rounded by
@@ -1466,11 +1484,7 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
     }
   });
   for (int64_t p = 0; p < parts; ++p) {
-    if (failed[p]) {
-      return AsFloat32(params, ndims, shapes, dtypes, 9, 6, [&](void **f32, const char **types) {
-        return AttentionGrad(f32, ndims, shapes, types);
-      });
-    }
+    if (failed[p]) return AttentionGradFloat32(params, ndims, shapes, dtypes);
   }
   return 0;
 }
@@ -1783,7 +1797,7 @@ int FusedAttentionInferenceBf16(int, void **p, int *d, int64_t **s, const char *
 int FusedAttentionGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("FusedAttentionGrad");
   if (Bf16() && BatchedBf16AttentionInTraining()) return AttentionGradBf16(p, d, s, t);
-  return AsFloat32(p, d, s, t, 9, 6, [&](void **f32, const char **types) { return AttentionGrad(f32, d, s, types); });
+  return AttentionGradFloat32(p, d, s, t);
 }
 int HeadProbs(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("HeadProbs");
