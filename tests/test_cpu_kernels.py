@@ -789,14 +789,15 @@ def test_gelu_keeps_nan_and_inf_visible():
 class FeedForward(nn.Cell):
     """A block's feed-forward network (x, w1, b1, w2, b2) by the kernels as the network runs it: `feed_forward` in
     one call, (y, pre, h), or (`steps`) the three kernels it replaces, dense, GELU and dense, ((y, pre, h) as they
-    make it); with `copies`, reading the weights' bfloat16 copies made in the graph (`packed`: the same packed)."""
+    make it); with `copies`, reading the weights' bfloat16 copies made in the graph (`packed`: the same packed); with
+    `residual`, y plus x (steps: MindSpore's Add after them)."""
 
-    def __init__(self, copies: bool, steps: bool = False, packed: bool = False):
+    def __init__(self, copies: bool, steps: bool = False, packed: bool = False, residual: bool = False):
         super().__init__()
-        self.copies, self.steps = copies, steps
+        self.copies, self.steps, self.residual = copies, steps, residual
         self.make = cpu_kernels.bf16_packed if packed else cpu_kernels.bf16_copy
-        self.fused, self.dense, self.gelu = (cpu_kernels.feed_forward(copies), cpu_kernels.matmul_nt_bias(copies),
-                                             cpu_kernels.gelu_tanh())
+        self.fused, self.dense, self.gelu = (cpu_kernels.feed_forward(copies, residual),
+                                             cpu_kernels.matmul_nt_bias(copies), cpu_kernels.gelu_tanh())
 
     def construct(self, x, w1, b1, w2, b2):
         first, second = ((self.make(w1),), (self.make(w2),)) if self.copies else ((), ())
@@ -804,7 +805,8 @@ class FeedForward(nn.Cell):
             return self.fused(x, w1, *first, b1, w2, *second, b2)
         pre = self.dense(x, w1, *first, b1)
         h = self.gelu(pre)
-        return self.dense(h, w2, *second, b2), pre, h
+        y = self.dense(h, w2, *second, b2)
+        return (x + y if self.residual else y), pre, h
 
 
 def run_feed_forward(cell, inputs, dy):
@@ -823,15 +825,20 @@ def feed_forward_operands(m: int, hidden: int, inner: int):
 
 
 @needs_kernels
+@pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
 @pytest.mark.parametrize("m, hidden, inner", [(1, 5, 7), (63, 17, 40), (600, 32, 128), (200, 48, 300)])
-def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, inner, threads):
-    """gelu(x w1^T + b1) w2^T + b2 with its pre-activations and activations, and all five gradients, against
-    PyTorch autograd in float64 (the tanh GELU as Google writes it)."""
+def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, inner, residual, threads):
+    """gelu(x w1^T + b1) w2^T + b2 (with `residual`, plus x) with its pre-activations and activations, and all five
+    gradients, against PyTorch autograd in float64 (the tanh GELU as Google writes it)."""
     *inputs, dy = feed_forward_operands(m, hidden, inner)
     x, w1, b1 = (torch.tensor(value, dtype=torch.float64) for value in inputs[:3])
     want_pre = (x @ w1.T + b1).numpy()
-    want, want_grads = torch_reference(lambda x, w1, b1, w2, b2: _gelu_tanh(x @ w1.T + b1) @ w2.T + b2, inputs, dy)
-    (y, pre, h), grads = run_feed_forward(FeedForward(copies=False), inputs, dy)
+
+    def reference(x, w1, b1, w2, b2):
+        y = _gelu_tanh(x @ w1.T + b1) @ w2.T + b2
+        return x + y if residual else y
+    want, want_grads = torch_reference(reference, inputs, dy)
+    (y, pre, h), grads = run_feed_forward(FeedForward(copies=False, residual=residual), inputs, dy)
     assert_close(y, want)
     assert_close(pre, want_pre)
     assert_close(h, _gelu_tanh(torch.tensor(want_pre)).numpy())
@@ -840,9 +847,10 @@ def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, i
 
 
 @needs_kernels
+@pytest.mark.parametrize("residual", [False, True], ids=["", "residual"])
 @pytest.mark.parametrize("copies", ["", "copy", "packed"], ids=["float32_weights", "bf16_copies", "bf16_packed"])
 @pytest.mark.parametrize("m, hidden, inner", [(63, 17, 40), (1024, 64, 2048)])
-def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidden, inner, copies, threads,
+def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidden, inner, copies, residual, threads,
                                                                         bf16_products):
     """Under set_bf16(True) (the first shape split by columns; the second by rows, its input gradient summing 2048
     terms: on AMX the BLAS-style call): every output and gradient what the dense, GELU and dense kernels give in
@@ -850,15 +858,18 @@ def test_bf16_feed_forward_in_one_call_is_the_three_kernels_it_replaces(m, hidde
     about -10, where e^z nears float32's largest number, which a vectorised loop and its scalar remainder may round
     to that number or to infinity: an output of ~1e-37 or 0), and its products bfloat16 products: pre is
     that of x and w1 rounded, and w2's gradient that of dy and the activations h as kept, which come in bfloat16
-    when the weights' copies do (rounded once, where GELU makes them). The same with the copies packed."""
+    when the weights' copies do (rounded once, where GELU makes them). The same with the copies packed. With
+    `residual`, y and x's gradient are those of the same followed by MindSpore's Add to a float32 rounding (the sum
+    made in the product's accumulation, or before it where the BLAS-style call runs it: another order)."""
     *inputs, dy = feed_forward_operands(m, hidden, inner)
     packed = copies == "packed"
-    (y, pre, h), grads = run_feed_forward(FeedForward(bool(copies), packed=packed), inputs, dy)
-    (step_y, step_pre, step_h), step_grads = run_feed_forward(FeedForward(bool(copies), steps=True, packed=packed),
-                                                              inputs, dy)
+    (y, pre, h), grads = run_feed_forward(FeedForward(bool(copies), packed=packed, residual=residual), inputs, dy)
+    (step_y, step_pre, step_h), step_grads = run_feed_forward(
+        FeedForward(bool(copies), steps=True, packed=packed, residual=residual), inputs, dy)
     step_h = bf16_rounded(step_h) if copies else step_h  # the second product reads it so
-    for got, want in zip([y, pre, h, *grads], [step_y, step_pre, step_h, *step_grads]):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-35)
+    for index, (got, want) in enumerate(zip([y, pre, h, *grads], [step_y, step_pre, step_h, *step_grads])):
+        summed = residual and index in (0, 3)  # y and dx
+        np.testing.assert_allclose(got, want, rtol=0, atol=4e-7 * np.abs(want).max() if summed else 1e-35)
     x, w1, b1 = inputs[:3]
     assert_bf16_product(pre, bf16_rounded(x).astype(np.float64) @ bf16_rounded(w1).T + b1,
                         x.astype(np.float64) @ w1.T.astype(np.float64) + b1)
@@ -1233,6 +1244,32 @@ def test_bf16_training_hands_query_key_value_over_in_bfloat16_where_attention_re
                                                           serving_weights="bfloat16"), 0.0)]:
         attention = AlbertAttention(AlbertConfig(**config, attention_probs_dropout_prob=dropout), is_training, runtime)
         assert not attention.bf16_handover
+
+
+@needs_kernels
+def test_post_ln_feed_forward_takes_its_residual_into_the_kernel_where_nothing_sits_between():
+    """A post-LN block's x + FFN(x) is one `feed_forward` call (`fused_residual`) with the kernels' fused
+    feed-forward network, in float32 and bfloat16, training and serving, but not with dropout on the network's output
+    in training (it sits between the sum's two terms), nor in pre-LN blocks (the residual is not the network's
+    input), nor without the kernels."""
+    from src.model.albert import AlbertConfig, AlbertLayer, Runtime
+
+    config = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, embedding_size=16, num_hidden_layers=2)
+    fused = [(AlbertConfig(**config), True, Runtime(kernels=True)),
+             (AlbertConfig(**config, compute_type="bfloat16"), True, Runtime(kernels=True, bf16_weights=True)),
+             (AlbertConfig(**config, hidden_dropout_prob=0.1), False, Runtime(kernels=True))]
+    for layer_config, is_training, runtime in fused:
+        layer = AlbertLayer(layer_config, is_training, runtime)
+        assert layer.fused_residual and layer.feed_forward_kernel.func.endswith(":DenseGeluDenseResidual" + (
+            "Copy" if runtime.bf16_weights else "Float"))
+    apart = [(AlbertConfig(**config, hidden_dropout_prob=0.1), True, Runtime(kernels=True)),
+             (AlbertConfig(**config, ln_type="preln"), True, Runtime(kernels=True)),
+             (AlbertConfig(**config), True, Runtime())]
+    for layer_config, is_training, runtime in apart:
+        layer = AlbertLayer(layer_config, is_training, runtime)
+        assert not layer.fused_residual
+        if layer.fused_feed_forward:
+            assert layer.feed_forward_kernel.func.endswith(":DenseGeluDenseFloat")
 
 
 @needs_kernels

@@ -142,8 +142,11 @@ def test_pretraining_loss_gradients_equal_hf(name, path):
     assert _kernel_use(net) == {"Dense": kernels, "LayerNorm": kernels, "AlbertAttention": kernels,
                                 "Activation": kernels and kwargs["hidden_act"] == "gelu_new",
                                 "AlbertMLMHead": kernels, "AlbertPretrainingLoss": kernels}
-    # With the kernels and the tanh GELU, each block's feed-forward network is one kernel call, forward and backward.
+    # With the kernels and the tanh GELU, each block's feed-forward network is one kernel call, forward and backward,
+    # its residual sum included (post-LN, no dropout).
     assert {cell.fused_feed_forward for _, cell in net.cells_and_names() if isinstance(cell, AlbertLayer)} == \
+        {kernels and kwargs["hidden_act"] == "gelu_new"}
+    assert {cell.fused_residual for _, cell in net.cells_and_names() if isinstance(cell, AlbertLayer)} == \
         {kernels and kwargs["hidden_act"] == "gelu_new"}
     assert {cell.split_heads for _, cell in net.cells_and_names() if isinstance(cell, AlbertAttention)} == \
         {runtime.split_heads}

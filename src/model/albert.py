@@ -564,10 +564,13 @@ class AlbertLayer(nn.Cell):
         if self.int8_feed_forward:
             self.feed_forward_kernel = cpu_kernels.feed_forward_int8(not self.preln)
         # Otherwise with the kernels and the tanh GELU: the two layers and the GELU between them in one kernel call,
-        # forward and backward (no separate passes over the [B*S, I] activations).
+        # forward and backward (no separate passes over the [B*S, I] activations); in post-LN blocks without dropout
+        # on its output, the residual sum too (its input is its residual).
         self.fused_feed_forward = self.activation.use_kernels and not self.int8_feed_forward
+        self.fused_residual = self.fused_feed_forward and not self.preln and \
+            (config.hidden_dropout_prob == 0 or not is_training)
         if self.fused_feed_forward:
-            self.feed_forward_kernel = cpu_kernels.feed_forward(self.ffn.reads_copy)
+            self.feed_forward_kernel = cpu_kernels.feed_forward(self.ffn.reads_copy, self.fused_residual)
 
     def _int8_feed_forward(self, inputs):
         """The int8 kernel's feed-forward network of `inputs` (post-LN: LayerNorm(inputs + it))."""
@@ -580,7 +583,8 @@ class AlbertLayer(nn.Cell):
         return self.feed_forward_kernel(*operands).reshape(shape)
 
     def _fused_feed_forward(self, inputs):
-        """ffn_output(activation(ffn(inputs))) by the kernels' `feed_forward`, in one call."""
+        """ffn_output(activation(ffn(inputs))) by the kernels' `feed_forward`, in one call (plus inputs where
+        `fused_residual`)."""
         shape = inputs.shape
         output = self.feed_forward_kernel(inputs.reshape(-1, shape[-1]), *self.ffn.weight_operands(), self.ffn.bias,
                                           *self.ffn_output.weight_operands(), self.ffn_output.bias)[0]
@@ -593,6 +597,8 @@ class AlbertLayer(nn.Cell):
             return self._int8_feed_forward(inputs)
         if self.int8_feed_forward:
             return hidden_states + self._int8_feed_forward(inputs)
+        if self.fused_residual:
+            return self.full_layer_layer_norm(self._fused_feed_forward(hidden_states))
         if self.fused_feed_forward:
             output = self.dropout(self._fused_feed_forward(inputs), layer_number)
         else:

@@ -676,24 +676,27 @@ def gelu_tanh() -> ops.Custom:
 
 
 @lru_cache(maxsize=None)
-def _feed_forward_grad() -> ops.Custom:
+def _feed_forward_grad(residual: bool) -> ops.Custom:
     """(dy [M, H], x [M, H], pre [M, I], h [M, I], w1 [I, H], w2 [H, I]) -> (dx, dw1, db1, dw2, db2): the gradients of
     `feed_forward`, h and the weights in float32 or bfloat16 (the copies, or `bf16_packed`: the shapes come from the
-    activations)."""
+    activations); with `residual`, dx includes dy."""
     def shapes(dy, x, pre, h, w1, w2):
         return x, [pre[1], x[1]], (pre[1],), [dy[1], h[1]], (dy[1],)
-    return _kernel("DenseGeluDenseGrad", shapes, lambda dy, *_: (dy,) * 5)
+    return _kernel("DenseGeluDenseResidualGrad" if residual else "DenseGeluDenseGrad", shapes,
+                   lambda dy, *_: (dy,) * 5)
 
 
 @lru_cache(maxsize=None)
-def feed_forward(copies: bool = False) -> ops.Custom:
+def feed_forward(copies: bool = False, residual: bool = False) -> ops.Custom:
     """(x [M, H], w1 [I, H], b1 [I], w2 [H, I], b2 [H]) -> (y, pre, h): a block's feed-forward network y =
     gelu(x w1^T + b1) w2^T + b2 (the tanh GELU) in one call, with its pre-activations pre and activations h [M, I]
     kept for the backward (also one call: GELU's gradient, the bias gradients and the products' operands in one pass
     over the [M, I] gradient). With `copies`, each weight's `bf16_copy` follows it, (x, w1, w1', b1, w2, w2', b2),
     and h comes in bfloat16, the form the products read. pre and h are for the backward only: the gradient reaching
-    them as outputs is taken as zero."""
-    grad = _feed_forward_grad()
+    them as outputs is taken as zero. With `residual`, y = x + that (a post-LN block's sum before its LayerNorm), and
+    x's gradient includes y's: x then feeds one operation, so neither the sum nor the backward's sum of x's two
+    gradients is a pass of its own."""
+    grad = _feed_forward_grad(residual)
 
     def shapes(x, w1, *rest):
         return x, [x[0], w1[0]], [x[0], w1[0]]
@@ -704,9 +707,10 @@ def feed_forward(copies: bool = False) -> ops.Custom:
     def copies_bprop(x, w1, w1c, b1, w2, w2c, b2, out, dout):
         dx, dw1, db1, dw2, db2 = grad(dout[0], x, out[1], out[2], w1c, w2c)
         return dx, dw1, ops.zeros_like(w1c), db1, dw2, ops.zeros_like(w2c), db2
+    name = "DenseGeluDenseResidual" if residual else "DenseGeluDense"
     if copies:
-        return _kernel("DenseGeluDenseCopy", shapes, lambda x, *_: (x, x, ms.bfloat16), copies_bprop)
-    return _kernel("DenseGeluDenseFloat", shapes, lambda x, *_: (x, x, x), bprop)
+        return _kernel(name + "Copy", shapes, lambda x, *_: (x, x, ms.bfloat16), copies_bprop)
+    return _kernel(name + "Float", shapes, lambda x, *_: (x, x, x), bprop)
 
 
 @lru_cache(maxsize=None)

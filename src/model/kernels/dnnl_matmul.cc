@@ -347,7 +347,7 @@ bool WeightOperand(void **params, const int *ndims, int64_t **shapes, const char
   return true;
 }
 
-// Rows [r0, r1) x columns [c0, c1) of c[m, n] = op(a) op(b) + beta c (+ bias[n] on every row instead of beta c),
+// Rows [r0, r1) x columns [c0, c1) of c[m, n] = op(a) op(b) (+ bias[n] on every row) + beta c, beta 0 or 1,
 // row-major; op(x) = x or x^T, op(a) is [m, k], op(b) is [k, n].
 struct Block {
   int64_t r0, r1, c0, c1;
@@ -418,8 +418,15 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
       return 0;
     }
   }
-  if (bias) {
-    for (int64_t row = 0; row < rows; ++row) std::memcpy(c_block + row * n, bias + block.c0, columns * sizeof(float));
+  if (bias) {  // c = bias (+ c): the BLAS-style calls take no bias
+    for (int64_t row = 0; row < rows; ++row) {
+      float *c_row = c_block + row * n;
+      if (beta == 0.0f) {
+        std::memcpy(c_row, bias + block.c0, columns * sizeof(float));
+      } else {
+        for (int64_t j = 0; j < columns; ++j) c_row[j] = beta * c_row[j] + bias[block.c0 + j];
+      }
+    }
     beta = 1.0f;
   }
   const char op_a = ta ? 'T' : 'N', op_b = tb ? 'T' : 'N';
@@ -431,6 +438,13 @@ int GemmBlock(bool ta, bool tb, const Block &block, int64_t n, int64_t k, const 
   ALBERT_PROFILE("thread: sgemm");
   return dnnl_sgemm(op_a, op_b, rows, columns, k, 1.0f, a.f32 + a_start, a.ld, b.f32 + b_start, b.ld, beta, c_block,
                     n);
+}
+
+// Rows [r0, r1) x columns [c0, c1) of from [m, n] into the same places of to (row-major, float32).
+void CopyBlock(const float *from, const Block &block, int64_t n, float *to) {
+  for (int64_t r = block.r0; r < block.r1; ++r) {
+    std::memcpy(to + r * n + block.c0, from + r * n + block.c0, (block.c1 - block.c0) * sizeof(float));
+  }
 }
 
 // One attention head's product, always float32 (see the top of the file).
@@ -613,8 +627,10 @@ int DenseGrads(int count, bool biases, void **params, int *ndims, int64_t **shap
 // thread puts its block of pre through GELU as soon as its product is done, and writes h in its output's dtype:
 // bfloat16 with the copies (the form the second product and the backward's weight gradient read, rounded once here
 // instead of by each), else float32. The same numbers as MatMulNTBias(Copy), GeluTanh and MatMulNTBias(Copy) in
-// turn, without two passes over the [M, I] activations and two kernel calls.
-int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+// turn, without two passes over the [M, I] activations and two kernel calls. With `residual`, y = x + that (a post-LN
+// block's sum before its LayerNorm): each thread copies its block of x into y and the second product adds onto it,
+// instead of a separate pass over [M, H] (and the backward's sum of x's two gradients: DenseGeluDenseGradients).
+int DenseGeluDense(bool copies, bool residual, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   const int w1_at = copies ? 2 : 1, b1_at = w1_at + 1, w2_at = copies ? 5 : 3, b2_at = w2_at + 1;
   const int y_at = b2_at + 1, pre_at = y_at + 1, h_at = y_at + 2;
   if (ndims[0] != 2 || ndims[1] != 2) return 1;
@@ -652,9 +668,11 @@ int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, con
   });
   if (status != 0) return status;
   const Matrix h = Operand(params, shapes, dtypes, h_at, bf16, 3);
+  float *y = static_cast<float *>(params[y_at]);
   return ForBlocks(true, m, hidden, [&](const Block &block) {
-    return GemmBlock(false, true, block, hidden, inner, h, w2, static_cast<const float *>(params[b2_at]), 0.0f,
-                     static_cast<float *>(params[y_at]));
+    if (residual) CopyBlock(static_cast<const float *>(params[0]), block, hidden, y);
+    return GemmBlock(false, true, block, hidden, inner, h, w2, static_cast<const float *>(params[b2_at]),
+                     residual ? 1.0f : 0.0f, y);
   });
 }
 
@@ -662,7 +680,8 @@ int DenseGeluDense(bool copies, void **params, int *ndims, int64_t **shapes, con
 // dw1 [I, H], db1 [I], dw2 [H, I], db2 [H]); h and the weights float32 or bfloat16 (the copies, or packed:
 // WeightOperand). dpre = (dy w2) * gelu'(pre) is made, summed by columns for db1 and rounded for the products in one
 // pass (as GeluTanhGrad and DenseGrad's read of its output gradient would in two), then the products as DenseGrad's.
-int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+// With `residual` (y = x + ...), dx = dy + dpre w1: each thread copies its block of dy into dx and the product adds.
+int DenseGeluDenseGradients(bool residual, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
   if (ndims[0] != 2 || ndims[2] != 2) return 1;
   const int64_t m = shapes[0][0], hidden = shapes[0][1], inner = shapes[2][1];
   const bool bf16 = Bf16Call(dtypes, {3, 4, 5});
@@ -706,9 +725,10 @@ int DenseGeluDenseGradients(void **params, int *ndims, int64_t **shapes, const c
   });
   const Matrix dpre_operand = bf16 ? Matrix{nullptr, rounded, inner} : Matrix{dpre, nullptr, inner};
   const Matrix x = Operand(params, shapes, dtypes, 1, bf16, 5), h = Operand(params, shapes, dtypes, 3, bf16, 3);
+  float *dx = static_cast<float *>(params[6]);
   status = ForBlocks(false, m, hidden, [&](const Block &block) {
-    return GemmBlock(false, false, block, hidden, inner, dpre_operand, w1, nullptr, 0.0f,
-                     static_cast<float *>(params[6]));
+    if (residual) CopyBlock(static_cast<const float *>(params[0]), block, hidden, dx);
+    return GemmBlock(false, false, block, hidden, inner, dpre_operand, w1, nullptr, residual ? 1.0f : 0.0f, dx);
   });
   if (status == 0) {
     status = ForBlocks(false, inner, hidden, [&](const Block &block) {
@@ -1681,17 +1701,30 @@ int DenseQKVCopy(int, void **p, int *d, int64_t **s, const char **t, void *, voi
 // (DenseGeluDense).
 int DenseGeluDenseFloat(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseGeluDense");
-  return DenseGeluDense(false, p, d, s, t);
+  return DenseGeluDense(false, false, p, d, s, t);
 }
 // (x, w1, w1', b1, w2, w2', b2) -> (y, pre, h): the same reading the weights' bfloat16 copies, h in bfloat16.
 int DenseGeluDenseCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseGeluDenseCopy");
-  return DenseGeluDense(true, p, d, s, t);
+  return DenseGeluDense(true, false, p, d, s, t);
 }
 // (dy, x, pre, h, w1, w2) -> (dx, dw1, db1, dw2, db2): their gradients.
 int DenseGeluDenseGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
   ALBERT_PROFILE("DenseGeluDenseGrad");
-  return DenseGeluDenseGradients(p, d, s, t);
+  return DenseGeluDenseGradients(false, p, d, s, t);
+}
+// The same three with y = x + the network's output (DenseGeluDense's `residual`).
+int DenseGeluDenseResidualFloat(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDenseResidual");
+  return DenseGeluDense(false, true, p, d, s, t);
+}
+int DenseGeluDenseResidualCopy(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDenseResidualCopy");
+  return DenseGeluDense(true, true, p, d, s, t);
+}
+int DenseGeluDenseResidualGrad(int, void **p, int *d, int64_t **s, const char **t, void *, void *) {
+  ALBERT_PROFILE("DenseGeluDenseResidualGrad");
+  return DenseGeluDenseGradients(true, p, d, s, t);
 }
 // Bytes of the tensor PackInt8Weights fills for int8 weights [n, k] (see PackedHeader): the header alone where they
 // cannot be packed here.
