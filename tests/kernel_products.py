@@ -4,7 +4,7 @@ bfloat16 (weights rounded per call, their bfloat16 copy from the graph and the s
 products (where oneDNN has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized
 operands, reading the weights packed at load, on 1 and 2 threads (and bfloat16 weights served packed at load as the
 bfloat16 copy, at batch 1 and above); the feed-forward network in one call under bfloat16 as the three kernels it
-replaces (copies and packed); below AMX, attention (int8 serving's, and training's in bfloat16 but where the status
+replaces (copies and packed; packed with the residual too); below AMX, attention (int8 serving's, and training's in bfloat16 but where the status
 line says it runs batched) as the float32 attention, bit for bit. The last line printed is the kernels' oneDNN
 description."""
 import ctypes
@@ -23,14 +23,16 @@ from tests.test_cpu_kernels import (Call, FeedForward, FusedContext, Served, Wit
                                     int8_operands, int8_reads, int8_reference, run_feed_forward)
 
 
-def feed_forward(copies: bool, packed: bool = False) -> None:
-    """The fused feed-forward network (bfloat16 products on) gives what dense, GELU and dense give in turn."""
+def feed_forward(copies: bool, packed: bool = False, residual: bool = False) -> None:
+    """The fused feed-forward network (bfloat16 products on) gives what dense, GELU and dense give in turn (with
+    `residual`, and MindSpore's Add of the input: y and dx to float32 roundings, the sums made in another order)."""
     *inputs, dy = feed_forward_operands(600, 32, 128)
-    fused = run_feed_forward(FeedForward(copies, packed=packed), inputs, dy)
-    steps = run_feed_forward(FeedForward(copies, steps=True, packed=packed), inputs, dy)
+    fused = run_feed_forward(FeedForward(copies, packed=packed, residual=residual), inputs, dy)
+    steps = run_feed_forward(FeedForward(copies, steps=True, packed=packed, residual=residual), inputs, dy)
     steps[0][2] = bf16_rounded(steps[0][2])  # with the copies h comes rounded, as the second product reads it
-    for got, want in zip([*fused[0], *fused[1]], [*steps[0], *steps[1]]):
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-35)
+    for index, (got, want) in enumerate(zip([*fused[0], *fused[1]], [*steps[0], *steps[1]])):
+        summed = residual and index in (0, 3)  # y and dx
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max() if summed else 1e-35)
 
 
 def attention_below_amx() -> None:
@@ -92,6 +94,7 @@ def main() -> None:
                 cpu_kernels.matmul_nt_bias(True), 1)(Tensor(rows), Tensor(w), Tensor(b)).asnumpy())
         feed_forward(copies=True)
         feed_forward(copies=True, packed=True)
+        feed_forward(copies=True, packed=True, residual=True)
         attention_below_amx()
         cpu_kernels.set_bf16(False)
         if cpu_kernels.int8_support()[0]:  # int8 needs VNNI or AMX-INT8 (without, it is refused)
