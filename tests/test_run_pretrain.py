@@ -28,7 +28,10 @@ def test_absurd_loss_scale_overflows_then_falls_and_training_proceeds(data, tmp_
     assert rows[0]["overflow_count"] == 1 and rows[0]["loss_scale"] == pytest.approx(1.5e38, rel=1e-6)
     for row in rows:  # every overflow (and nothing else, within scale_window) divides the scale by scale_factor
         assert row["loss_scale"] == pytest.approx(3.0e38 / 2 ** row["overflow_count"], rel=1e-6)
-    assert rows[-1]["overflow_count"] == rows[-11]["overflow_count"] < 12  # then overflows stop
+    # then overflows all but stop: the scale has fallen to where the gradients fit, and at most an occasional one
+    # halves it again as the gradients grow (when depends on float32 rounding along the run: step 17 or step 32 of
+    # the same run as the kernels' sums changed order)
+    assert rows[-1]["overflow_count"] < 12 and rows[-1]["overflow_count"] - rows[9]["overflow_count"] <= 2
     assert np.mean([r["mlm_loss"] for r in rows[-5:]]) < rows[0]["mlm_loss"] - 0.3  # and training proceeds
     assert "warning" not in result.stdout + result.stderr  # a run that learns: no flat-loss or warmup warning
 
