@@ -1271,13 +1271,16 @@ bool AllBf16(const char **dtypes, int first, int count) {
   return true;
 }
 
-// Attention (keep_probs: q, k, v, bias, scale -> context, probs) in float32 on the dtypes AttentionBf16 takes: q, k
-// and v all float32 or all bfloat16, the probabilities float32 or bfloat16, the rest float32.
+// The dtypes training's attention takes (q, k, v, bias, scale -> context, probs): q, k and v all float32 or all
+// bfloat16, the probabilities float32 or bfloat16, the rest float32.
+bool AttentionTypes(const char **dtypes) {
+  return (AllBf16(dtypes, 0, 3) || albert::AllFloat32(3, dtypes)) && albert::AllFloat32(3, dtypes + 3) &&
+         Float(dtypes, 6, true);
+}
+
+// Attention (keep_probs) in float32 on the dtypes AttentionBf16 takes (AttentionTypes).
 int AttentionFloat32(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  if (!(AllBf16(dtypes, 0, 3) || albert::AllFloat32(3, dtypes)) || !albert::AllFloat32(3, dtypes + 3) ||
-      !Float(dtypes, 6, true)) {
-    return 1;
-  }
+  if (!AttentionTypes(dtypes)) return 1;
   return AsFloat32(params, ndims, shapes, dtypes, 7, 5, [&](void **p, const char **t) {
     return Attention(true, p, ndims, shapes, t);
   });
@@ -1298,8 +1301,7 @@ int AttentionBf16(bool keep_probs, void **params, int *ndims, int64_t **shapes, 
   Mask mask;
   const bool given = keep_probs && AllBf16(dtypes, 0, 3);  // q, k, v in bfloat16
   const bool kept16 = keep_probs && IsBf16(dtypes[6]);      // the probabilities kept in bfloat16
-  const bool typed = keep_probs ? (given || albert::AllFloat32(3, dtypes)) && albert::AllFloat32(3, dtypes + 3) &&
-                                      Float(dtypes, 6, true)
+  const bool typed = keep_probs ? AttentionTypes(dtypes)
                                 : albert::AllFloat32(5, dtypes) && std::strcmp(dtypes[5], "int32") == 0 &&
                                       std::strcmp(dtypes[6], "float32") == 0 && albert::Size(5, ndims, shapes) == 1;
   const int64_t count = typed && !keep_probs ? *static_cast<const int32_t *>(params[5]) : 0;
@@ -1404,14 +1406,17 @@ int AttentionGrad(void **params, int *ndims, int64_t **shapes, const char **dtyp
   });
 }
 
-// Its backward (probs, dcontext, q, k, v, scale -> dq, dk, dv) in float32 on the dtypes AttentionGradBf16 takes: q,
-// k, v, dq, dk and dv all float32 or all bfloat16, the probabilities float32 or bfloat16, the rest float32.
+// The dtypes its backward takes (probs, dcontext, q, k, v, scale -> dq, dk, dv): q, k, v, dq, dk and dv all float32
+// or all bfloat16, the probabilities float32 or bfloat16, the rest float32.
+bool AttentionGradTypes(const char **dtypes) {
+  return ((AllBf16(dtypes, 2, 3) && AllBf16(dtypes, 6, 3)) ||
+          (albert::AllFloat32(3, dtypes + 2) && albert::AllFloat32(3, dtypes + 6))) &&
+         Float(dtypes, 0, true) && albert::AllFloat32(1, dtypes + 1) && albert::AllFloat32(1, dtypes + 5);
+}
+
+// The backward in float32 on the dtypes AttentionGradBf16 takes (AttentionGradTypes).
 int AttentionGradFloat32(void **params, int *ndims, int64_t **shapes, const char **dtypes) {
-  if (!((AllBf16(dtypes, 2, 3) && AllBf16(dtypes, 6, 3)) ||
-        (albert::AllFloat32(3, dtypes + 2) && albert::AllFloat32(3, dtypes + 6))) ||
-      !Float(dtypes, 0, true) || !albert::AllFloat32(1, dtypes + 1) || !albert::AllFloat32(1, dtypes + 5)) {
-    return 1;
-  }
+  if (!AttentionGradTypes(dtypes)) return 1;
   return AsFloat32(params, ndims, shapes, dtypes, 9, 6, [&](void **p, const char **t) {
     return AttentionGrad(p, ndims, shapes, t);
   });
@@ -1428,9 +1433,7 @@ int AttentionGradBf16(void **params, int *ndims, int64_t **shapes, const char **
   Heads heads;
   const bool given = AllBf16(dtypes, 2, 3) && AllBf16(dtypes, 6, 3);  // q, k, v and dq, dk, dv in bfloat16
   const bool kept16 = IsBf16(dtypes[0]);                               // the probabilities kept in bfloat16
-  const bool typed = Float(dtypes, 0, true) && albert::AllFloat32(1, dtypes + 1) && albert::AllFloat32(1, dtypes + 5) &&
-                     (given || (albert::AllFloat32(3, dtypes + 2) && albert::AllFloat32(3, dtypes + 6)));
-  if (!typed || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
+  if (!AttentionGradTypes(dtypes) || !ReadHeads(ndims, shapes, 0, {1, 2, 3, 4, 6, 7, 8}, &heads)) return 1;
   const int64_t seq = heads.seq, hidden = heads.hidden, n = heads.count, d = heads.size;
   const float *probs = kept16 ? nullptr : static_cast<const float *>(params[0]);
   const uint16_t *probs16 = kept16 ? static_cast<const uint16_t *>(params[0]) : nullptr;
