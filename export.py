@@ -6,6 +6,7 @@ to an HF transformers model folder with its tokenizer.
     python export.py ... --file_format ONNX --quantize int8      # int8 for ONNX Runtime (src/serving/quantize.py)
     python export.py ... --file_format ONNX --quantize int8 --engine openvino --calibration_file train.mindrecord
         # int8 for OpenVINO (NNCF, calibrated on the data's first rows): <name>.xml + <name>.bin
+        # [--int8_activations asymmetric]: NNCF's default preset instead of the faster symmetric one
     python export.py --file_format HF --task classifier --export_ckpt_file albert_classifier-800.ckpt \
         --export_file_name out/albert_mrpc --spm_model_file 30k-clean.model [--task_name mrpc]
     python export.py --file_format HF --task pretrain --export_ckpt_file albert_pretrain-1000.ckpt ...
@@ -43,6 +44,7 @@ from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
                                      replace_folder)
 from src.data.schema import column_dtype
+from src.serving.quantize import Calibration
 from src.tasks.registry import TASKS, Signature, tasks_accepting
 
 ROOT = Path(__file__).resolve().parent
@@ -204,11 +206,11 @@ def check_openvino_request(args: Config) -> None:
         raise UserError("--engine openvino makes the int8 model for OpenVINO (NNCF): add --quantize int8 (a float32 "
                         ".onnx export is served by OpenVINO as it is: src.predict --engine openvino)")
     if args.engine != "openvino":
-        given = "--calibration_file" if args.calibration_file else \
-            "--calibration_rows" if args.calibration_rows != load_yaml_documents(EXPORT_CONFIG)[0]["calibration_rows"] \
-            else ""
+        defaults = load_yaml_documents(EXPORT_CONFIG)[0]
+        given = [f"--{key}" for key in ("calibration_file", "calibration_rows", "int8_activations")
+                 if args[key] != defaults[key]]
         if given:
-            raise UserError(f"{given} goes with --quantize int8 --engine openvino (ONNX Runtime's int8 quantizes "
+            raise UserError(f"{given[0]} goes with --quantize int8 --engine openvino (ONNX Runtime's int8 quantizes "
                             f"activations per call and needs no calibration)")
         return
     if not args.calibration_file:
@@ -291,14 +293,15 @@ def build_network(args: Config, task: str, task_config: Config, source: str, tar
 
 def export_atomically(model, inputs: Sequence[object], file_name: str, file_format: str,
                       quantize: str = "none", overwrite: bool = False,
-                      calibration: Optional[Sequence[List[object]]] = None, output_names: Sequence[str] = (),
+                      calibration: Optional[Calibration] = None, output_names: Sequence[str] = (),
                       metadata: Optional[Dict[str, str]] = None) -> List[str]:
     """ms.export of `model` (built with `export_runtime(file_format, ...)`) into a hidden folder beside the target
     (the folder claimed for this run: see claimed_folder_of), then move what it wrote into place, readable by others
     (MindSpore writes 0400; see make_readable): a failed export leaves nothing behind and readers never see half a
     file. MindSpore appends the format's suffix itself (and writes <name>_graph.mindir + <name>_variables/ for models
     over 1 GB); returns the written paths. `quantize` int8 (ONNX): the file is made int8 before it is moved, for
-    ONNX Runtime, or, given `calibration` (input batches), for OpenVINO: <name>.xml + <name>.bin in its place.
+    ONNX Runtime, or, given `calibration` (NNCF's, src/serving/quantize.py), for OpenVINO: <name>.xml + <name>.bin
+    in its place.
     `overwrite`: an earlier export of the name is replaced (check_request checked what it is), else never.
     ONNX: the file's outputs get `output_names` and its metadata_props `metadata` before any of that
     (src/serving/onnx_labels.py), so the int8 file and the IR made from it carry them too."""
@@ -311,7 +314,7 @@ def export_atomically(model, inputs: Sequence[object], file_name: str, file_form
 
 
 def _export_staged(model, inputs: Sequence[object], base: str, file_format: str, quantize: str,
-                   overwrite: bool, calibration: Optional[Sequence[List[object]]],
+                   overwrite: bool, calibration: Optional[Calibration],
                    labels: Tuple[Sequence[str], Dict[str, str]]) -> List[str]:
     import mindspore as ms
 
@@ -358,14 +361,14 @@ def _quantize_in_place(path: str) -> None:
           f"giving the outputs); embeddings, LayerNorm, softmax and the attention products float32")
 
 
-def _quantize_openvino_in_place(base: str, suffix: str, calibration: Sequence[List[object]]) -> None:
+def _quantize_openvino_in_place(base: str, suffix: str, calibration: Calibration) -> None:
     """The staged ONNX file <base><suffix> replaced by NNCF's int8 OpenVINO IR <base>.xml + <base>.bin."""
     from src.serving.quantize import quantize_openvino
 
     counts = quantize_openvino(base + suffix, base + ".xml", calibration)
     os.remove(base + suffix)
-    print(f"int8 for OpenVINO (NNCF): {counts['quantized']} quantization point(s), calibrated on {counts['rows']} "
-          f"row(s)")
+    print(f"int8 for OpenVINO (NNCF): {counts['quantized']} quantization point(s), activations "
+          f"{calibration.activations}, calibrated on {counts['rows']} row(s)")
 
 
 def _describe(signature: Signature) -> str:
@@ -403,8 +406,8 @@ def main(argv: List[str]) -> int:
     if args.engine == "openvino":  # read before any work: bad data stops the run at once
         from src.serving.quantize import calibration_batches
 
-        calibration = calibration_batches(args.calibration_file, TASKS[task].head_inputs, shape[1:], batch,
-                                          args.calibration_rows)
+        calibration = Calibration(calibration_batches(args.calibration_file, TASKS[task].head_inputs, shape[1:],
+                                                      batch, args.calibration_rows), args.int8_activations)
     device = setup_device(args.device_target, args.device_id)
     model, net, metadata = build_network(args, task, task_config, source, device.target)
     names = list(inspect.signature(model.construct).parameters)

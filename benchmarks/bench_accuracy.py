@@ -5,7 +5,8 @@ this package's process, ONNX Runtime and OpenVINO.
         [--init_checkpoint albert_base_v2.ckpt] [--set KEY=VALUE ...] [--epochs 3] [--squad_epochs 2]
         [--learning_rate 1e-4] [--squad_learning_rate 2e-4] [--train_batch_size 32] [--seq_length 128]
         [--squad_seq_length 384] [--max_train_rows N] [--max_dev_rows N] [--batch_size 32] [--threads 0]
-        [--paths fp32,bf16,int8,ckpt_int8,ov_bf16,ov_f32,ov_int8] [--calibration_rows 300] [--output results.json]
+        [--paths fp32,bf16,int8,ckpt_int8,ov_bf16,ov_f32,ov_int8,ov_int8_asym] [--calibration_rows 300]
+        [--output results.json]
 
 Each task goes the way a user goes, with the package's own tools, each in its own process:
 
@@ -15,12 +16,13 @@ Each task goes the way a user goes, with the package's own tools, each in its ow
 2. fine-tuning: run_classifier.py / run_squad_v1.py, which also evaluate the run's checkpoint on the dev data;
 3. export.py of that checkpoint as the paths need it: --file_format ONNX --quantize int8 (int8), --file_format ONNX
    (ov_bf16, ov_f32) and --file_format ONNX --quantize int8 --engine openvino calibrated on the first
-   --calibration_rows rows of the training MindRecord (ov_int8: NNCF's int8 OpenVINO IR);
+   --calibration_rows rows of the training MindRecord (ov_int8: NNCF's int8 OpenVINO IR; ov_int8_asym: the same
+   with --int8_activations asymmetric);
 4. the dev set as src.predict requests, answered on each path of --paths (PATHS): the .ckpt in float32 (fp32, the
    reference, always run), the .ckpt with --precision bfloat16 (bf16) and with --precision int8 (ckpt_int8), the int8
    .onnx on ONNX Runtime (int8), the float32 .onnx on OpenVINO with the precision hint bfloat16 (ov_bf16, OpenVINO's
-   default on CPUs with AMX or AVX512_BF16) and float32 (ov_f32), and the int8 IR on OpenVINO (ov_int8, the parts
-   left float with the bfloat16 hint where the CPU has it, else float32).
+   default on CPUs with AMX or AVX512_BF16) and float32 (ov_f32), and the int8 IRs on OpenVINO (ov_int8,
+   ov_int8_asym; the parts left float with the bfloat16 hint where the CPU has it, else float32).
 
 Reported per task: the task's metrics on each path (MRPC accuracy and F1, CoLA MCC, SQuAD EM and F1 by the official
 v1.1 rules of src.tasks.squad_metrics; all in percent), their deltas from float32, the share of predictions equal to
@@ -34,7 +36,7 @@ be downloaded everywhere): modest scores, the point being the deltas. With --ini
 from src.conversion.convert_checkpoint) the network is the checkpoint's and SCRATCH_NET is not applied; --set applies
 either way. bf16 and ov_bf16 are skipped, with their reason, on CPUs without native bfloat16 dot products (bf16 also
 without the compiled kernels), ckpt_int8 without the kernels' exact int8 products (VNNI or AMX-INT8), the OpenVINO paths
-without openvino (ov_int8: or nncf) installed.
+without openvino (ov_int8, ov_int8_asym: or nncf) installed.
 """
 import argparse
 import json
@@ -52,7 +54,8 @@ import bench_common as common
 from bench_common import ROOT, UserError, WorkerError
 
 PROBE_FLAG = "--probe"  # internal: `bench_accuracy.py --probe SPEC.json` computes SQuAD logits in its own process
-PATHS = ("fp32", "bf16", "int8", "ckpt_int8", "ov_bf16", "ov_f32", "ov_int8")
+PATHS = ("fp32", "bf16", "int8", "ckpt_int8", "ov_bf16", "ov_f32", "ov_int8", "ov_int8_asym")
+OPENVINO_INT8 = ("ov_int8", "ov_int8_asym")  # NNCF's IRs: symmetric activations (export.py's default), asymmetric
 PATH_TEXT = {"fp32": "src.predict on the .ckpt, float32", "bf16": "src.predict on the .ckpt, --precision bfloat16",
              "int8": "src.predict on export.py --file_format ONNX --quantize int8 (ONNX Runtime)",
              "ckpt_int8": "src.predict on the .ckpt, --precision int8 (weights quantized at load per output channel, "
@@ -60,8 +63,9 @@ PATH_TEXT = {"fp32": "src.predict on the .ckpt, float32", "bf16": "src.predict o
              "ov_bf16": "src.predict --engine openvino --precision bfloat16 on export.py --file_format ONNX",
              "ov_f32": "src.predict --engine openvino --precision float32 on export.py --file_format ONNX",
              "ov_int8": "src.predict on export.py --file_format ONNX --quantize int8 --engine openvino (NNCF, "
-                        "calibrated on the training MindRecord's first --calibration_rows rows), --precision "
-                        "bfloat16 where the CPU has it"}
+                        "symmetric activations, calibrated on the training MindRecord's first --calibration_rows "
+                        "rows), --precision bfloat16 where the CPU has it",
+             "ov_int8_asym": "the same with export.py --int8_activations asymmetric (NNCF's MIXED preset)"}
 # The network trained from scratch (no --init_checkpoint): big enough to learn something in minutes on 2 cores.
 SCRATCH_NET = {"hidden_size": 256, "embedding_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
                "intermediate_size": 1024, "hidden_dropout_prob": 0.1}
@@ -114,7 +118,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--paths", default=",".join(PATHS),
                         help=f"comma-separated serving paths to compare with fp32 (always run): {', '.join(PATHS)}")
     parser.add_argument("--calibration_rows", type=int, default=300,
-                        help="ov_int8: export.py --calibration_rows (training rows NNCF calibrates on)")
+                        help="ov_int8, ov_int8_asym: export.py --calibration_rows (training rows NNCF calibrates on)")
     parser.add_argument("--device_target", default="auto", help="fine-tuning's device; evaluation runs on CPU")
     parser.add_argument("--seed", type=int, default=12345)
     parser.add_argument("--output", default="", help="write the report as JSON here")
@@ -209,9 +213,11 @@ def fine_tune(args: argparse.Namespace, script: str, folder: Path, data: Dict[st
 
 # The exports of the paths: model key -> (file name, export.py flags, suffix); a path's model is MODEL_OF[path].
 EXPORTS = {"onnx_int8": ("model_int8", ["--quantize", "int8"], ".onnx"), "onnx": ("model", [], ".onnx"),
-           "ov_int8": ("model_ov_int8", ["--quantize", "int8", "--engine", "openvino"], ".xml")}
+           "ov_int8": ("model_ov_int8", ["--quantize", "int8", "--engine", "openvino"], ".xml"),
+           "ov_int8_asym": ("model_ov_int8_asym", ["--quantize", "int8", "--engine", "openvino", "--int8_activations",
+                                                   "asymmetric"], ".xml")}
 MODEL_OF = {"fp32": "ckpt", "bf16": "ckpt", "ckpt_int8": "ckpt", "int8": "onnx_int8", "ov_bf16": "onnx",
-            "ov_f32": "onnx", "ov_int8": "ov_int8"}
+            "ov_f32": "onnx", **{path: path for path in OPENVINO_INT8}}
 
 
 def export_models(args: argparse.Namespace, task: str, checkpoint: str, seq: int, folder: Path, train: Path,
@@ -221,7 +227,7 @@ def export_models(args: argparse.Namespace, task: str, checkpoint: str, seq: int
     models, seconds = {"ckpt": checkpoint}, {}
     for key in dict.fromkeys(MODEL_OF[path] for path in paths if MODEL_OF[path] != "ckpt"):
         name, flags, suffix = EXPORTS[key]
-        if key == "ov_int8":
+        if key in OPENVINO_INT8:
             flags = [*flags, "--calibration_file", str(train), "--calibration_rows", str(args.calibration_rows)]
         seconds[key] = round(run_tool(
             ["export.py", "--config_path", f"task_{task}_config.yaml", "--export_ckpt_file", checkpoint,
@@ -234,7 +240,7 @@ def export_models(args: argparse.Namespace, task: str, checkpoint: str, seq: int
 
 def path_flags(path: str, models: Dict[str, str], seq: int) -> List[str]:
     """src.predict's model flags of one serving path."""
-    bf16 = path in ("bf16", "ov_bf16") or (path == "ov_int8" and not bf16_missing())
+    bf16 = path in ("bf16", "ov_bf16") or (path in OPENVINO_INT8 and not bf16_missing())
     precision = "int8" if path == "ckpt_int8" else "bfloat16" if bf16 else "float32"
     if path in ("fp32", "bf16", "ckpt_int8"):
         return ["--model", models["ckpt"], "--seq_length", str(seq), "--precision", precision, "--device_target",
@@ -483,7 +489,7 @@ def skip_reasons(paths: Sequence[str]) -> Dict[str, str]:
 
     reasons = {}
     for path in paths:
-        needs = {"ov_bf16": ("openvino",), "ov_f32": ("openvino",), "ov_int8": ("openvino", "nncf")}.get(path, ())
+        needs = ("openvino", "nncf") if path in OPENVINO_INT8 else ("openvino",) if path.startswith("ov_") else ()
         missing = [name for name in needs if importlib.util.find_spec(name) is None]
         if missing:
             reasons[path] = f"not installed: {', '.join(missing)} (requirements-dev.txt)"

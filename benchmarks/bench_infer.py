@@ -26,7 +26,8 @@ worker's peak RSS holds only its loaded model. The sides of --compare:
                   that means bfloat16 math: INFERENCE_PRECISION_HINT bf16); ov_hf_f32: the same with the hint f32;
                   ov_ours: our file with the defaults; ov_ours_int8: our file made int8 by NNCF as `export.py --quantize
                   int8 --engine openvino` makes it (src/serving/quantize.py; calibrated on CALIBRATION_BATCHES batches
-                  of the benchmark's kind of input: random tokens, as the weights are random), the IR with the defaults
+                  of the benchmark's kind of input: random tokens, as the weights are random), the IR with the defaults;
+                  ov_ours_int8_asym: the same with `--int8_activations asymmetric` (NNCF's MIXED preset)
     kernels       ours_kernels: our classifier in-process, not exported, with this package's compiled CPU kernels
                   (model_runtime on CPU, as fine-tuning evaluation runs it), as src/predict.py serves a .ckpt
     bf16          torch_bf16: HF's model under torch.autocast("cpu", bfloat16); ours_kernels_bf16: ours_kernels with
@@ -56,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as common  # noqa: E402
 
 CALIBRATION_BATCHES = 4  # ov_ours_int8's calibration: the int8 graph's speed does not depend on its ranges
+OPENVINO_INT8 = {"ov_ours_int8": "symmetric", "ov_ours_int8_asym": "asymmetric"}  # side: its int8_activations
 
 
 def classifier_inputs(config: Dict[str, Any], batch: int, seq: int, seed: int) -> List[Any]:
@@ -110,13 +112,13 @@ class Exporter(common.MindSporeSide):
         return next(path for path in written if path.endswith(suffix)), time.perf_counter() - start
 
     def build(self) -> Dict[str, Any]:
-        from src.serving.quantize import quantize_int8, quantize_openvino
+        from src.serving.quantize import Calibration, quantize_int8, quantize_openvino
 
         spec = self.spec
         batch = spec["batch_size"]
         mindir, seconds = self._export("MINDIR", None if spec["export"] == "dynamic" else batch)
         facts = {"mindir": mindir, "export_s": {"ours": seconds}}
-        if {"ort_ours", "ov_ours", "ov_ours_int8"} & set(spec["sides"]):
+        if {"ort_ours", "ov_ours", *OPENVINO_INT8} & set(spec["sides"]):
             facts["onnx"] = {"ort_ours": None}  # the exported file of each side (ov_ours_int8: an OpenVINO IR)
             facts["onnx"]["ort_ours"], facts["export_s"]["ort_ours"] = self._export("ONNX", batch)
             onnx = facts["onnx"]["ort_ours"]
@@ -124,13 +126,13 @@ class Exporter(common.MindSporeSide):
             facts["onnx"]["ort_ours_int8"] = onnx[:-len(".onnx")] + "_int8.onnx"
             quantize_int8(onnx, facts["onnx"]["ort_ours_int8"])
             facts["export_s"]["ort_ours_int8"] = facts["export_s"]["ort_ours"] + time.perf_counter() - start
-        if "ov_ours_int8" in spec["sides"]:
+        for side in (side for side in OPENVINO_INT8 if side in spec["sides"]):
             start = time.perf_counter()
-            facts["onnx"]["ov_ours_int8"] = onnx[:-len(".onnx")] + "_ov_int8.xml"
-            quantize_openvino(onnx, facts["onnx"]["ov_ours_int8"], [
-                classifier_inputs(spec["config"], batch, spec["seq_length"], spec["seed"] + 1 + index)
-                for index in range(CALIBRATION_BATCHES)])
-            facts["export_s"]["ov_ours_int8"] = facts["export_s"]["ort_ours"] + time.perf_counter() - start
+            batches = [classifier_inputs(spec["config"], batch, spec["seq_length"], spec["seed"] + 1 + index)
+                       for index in range(CALIBRATION_BATCHES)]
+            facts["onnx"][side] = f"{onnx[:-len('.onnx')]}_{side}.xml"
+            quantize_openvino(onnx, facts["onnx"][side], Calibration(batches, OPENVINO_INT8[side]))
+            facts["export_s"][side] = facts["export_s"]["ort_ours"] + time.perf_counter() - start
         return facts
 
     def first(self) -> Dict[str, Any]:
@@ -307,12 +309,12 @@ class OrtInfer(common.OrtSide):
 
 
 class OpenVinoInfer(common.Side):
-    """An ONNX file of the export step (ov_hf, ov_hf_f32: HF's; ov_ours: ours) or our NNCF int8 IR (ov_ours_int8)
+    """An ONNX file of the export step (ov_hf, ov_hf_f32: HF's; ov_ours: ours) or our NNCF int8 IR (OPENVINO_INT8)
     compiled by OpenVINO for its CPU plugin with INFERENCE_NUM_THREADS threads and, for ov_hf_f32,
     INFERENCE_PRECISION_HINT f32 (else OpenVINO's default, bf16 where the CPU has AMX or AVX512_BF16: for the int8
     IR, the precision of the parts left float)."""
 
-    ONNX = {"ov_hf": "ort_hf", "ov_hf_f32": "ort_hf", "ov_ours": "ort_ours", "ov_ours_int8": "ov_ours_int8"}
+    ONNX = {"ov_hf": "ort_hf", "ov_hf_f32": "ort_hf", "ov_ours": "ort_ours", **{side: side for side in OPENVINO_INT8}}
 
     def set_threads(self, threads: int) -> None:
         import openvino
@@ -371,10 +373,11 @@ SIDES = {"ours": OursInfer, "torch": TorchInfer, "ort_hf": OrtInfer, "ort_hf_fus
          "ort_hf_int8": OrtInfer, "ort_ours_int8": OrtInfer, "ours_kernels": KernelsInfer,
          "ours_kernels_bf16": KernelsInfer, "ours_kernels_int8": KernelsInfer, "torch_bf16": TorchInfer,
          "ov_hf": OpenVinoInfer, "ov_hf_f32": OpenVinoInfer,
-         "ov_ours": OpenVinoInfer, "ov_ours_int8": OpenVinoInfer, "export": Exporter, "hf_export": HfExporter}
+         "ov_ours": OpenVinoInfer, **{side: OpenVinoInfer for side in OPENVINO_INT8}, "export": Exporter,
+         "hf_export": HfExporter}
 COMPARED_SIDES = {"torch": ("torch",), "onnxruntime": ("ort_hf", "ort_hf_fused", "ort_ours", "ort_hf_int8",
                                                        "ort_ours_int8"),
-                  "openvino": ("ov_hf", "ov_hf_f32", "ov_ours", "ov_ours_int8"), "kernels": ("ours_kernels",),
+                  "openvino": ("ov_hf", "ov_hf_f32", "ov_ours", *OPENVINO_INT8), "kernels": ("ours_kernels",),
                   "bf16": ("torch_bf16", "ours_kernels_bf16"), "int8": ("ours_kernels_int8",)}
 
 
@@ -428,7 +431,7 @@ def main(argv: List[str]) -> int:
                                 compare={"torch": "HF transformers on PyTorch eager",
                                          "onnxruntime": "ONNX Runtime on HF's and our ONNX exports",
                                          "openvino": "OpenVINO's CPU plugin on HF's and our ONNX exports and on "
-                                                     "our NNCF int8 IR (ov_ours_int8)",
+                                                     "our NNCF int8 IRs (ov_ours_int8, ov_ours_int8_asym)",
                                          "kernels": "our network in-process with the compiled CPU kernels",
                                          "bf16": "PyTorch's bfloat16 autocast and our kernels' bfloat16 products",
                                          "int8": "our kernels' int8 products (src.predict --precision int8)"})

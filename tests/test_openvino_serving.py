@@ -41,7 +41,8 @@ def mrpc(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def exports(heads, mrpc, tmp_path_factory):  # noqa: F811
-    """The tiny classifier exported as float32 ONNX and as NNCF int8 OpenVINO IR (batch 2)."""
+    """The tiny classifier exported as float32 ONNX and as NNCF int8 OpenVINO IR (batch 2), with the activations
+    quantized symmetrically (the default) and asymmetrically."""
     pytest.importorskip("onnxruntime")
     folder = tmp_path_factory.mktemp("ov_int8")
     checkpoint = heads["classifier"][1]
@@ -51,10 +52,15 @@ def exports(heads, mrpc, tmp_path_factory):  # noqa: F811
                      "--engine", "openvino", "--calibration_file", str(mrpc["train"]), "--calibration_rows",
                      str(CALIBRATION_ROWS), "--export_batch_size", str(BATCH)))
     assert f"as OpenVINO IR int8: {folder / 'int8.bin'}, {folder / 'int8.xml'}" in done.stdout
-    assert f"calibrated on {CALIBRATION_ROWS} row(s)" in done.stdout
-    # the IR only (its float ONNX was an intermediate), beside the float export and the exports' log
-    assert sorted(p.name for p in folder.iterdir()) == ["float.onnx", "int8.bin", "int8.xml", "logs"]
-    return {"float": folder / "float.onnx", "int8": folder / "int8.xml"}
+    assert f"activations symmetric, calibrated on {CALIBRATION_ROWS} row(s)" in done.stdout
+    done = ok(export("classifier", checkpoint, folder / "asym", "--file_format", "ONNX", "--quantize", "int8",
+                     "--engine", "openvino", "--int8_activations", "asymmetric", "--calibration_file",
+                     str(mrpc["train"]), "--calibration_rows", str(CALIBRATION_ROWS), "--export_batch_size", str(BATCH)))
+    assert f"activations asymmetric, calibrated on {CALIBRATION_ROWS} row(s)" in done.stdout
+    # the IRs only (their float ONNX was an intermediate), beside the float export and the exports' log
+    assert sorted(p.name for p in folder.iterdir()) == ["asym.bin", "asym.xml", "float.onnx", "int8.bin", "int8.xml",
+                                                        "logs"]
+    return {"float": folder / "float.onnx", "int8": folder / "int8.xml", "asym": folder / "asym.xml"}
 
 
 def test_every_dense_layer_of_the_ir_has_int8_weights(exports):
@@ -73,6 +79,33 @@ def test_every_dense_layer_of_the_ir_has_int8_weights(exports):
     assert not dense - int8, (dense, int8)
     assert any(op.get_type_name() == "FakeQuantize" for op in model.get_ops())  # activations quantized too
     assert exports["int8"].with_suffix(".bin").stat().st_size < exports["float"].stat().st_size
+
+
+def _activation_ranges(path: Path):
+    """(low, high) of each FakeQuantize on an activation (not on a constant weight) of the IR at `path`."""
+    import openvino
+
+    ranges = []
+    for op in openvino.Core().read_model(str(path)).get_ops():
+        if op.get_type_name() == "FakeQuantize" and op.input_value(0).get_node().get_type_name() != "Constant":
+            low, high = (op.input_value(i).get_node().get_data() for i in (1, 2))
+            ranges.extend(zip(low.ravel().tolist(), high.ravel().tolist()))
+    return ranges
+
+
+def _symmetric(low: float, high: float) -> bool:
+    """An int8 range around zero: signed, [-s, s * 127/128] (256 levels), or unsigned from zero."""
+    return low == 0 or high == pytest.approx(-low * 127 / 128, rel=1e-5)
+
+
+def test_the_activations_are_quantized_as_chosen(exports):
+    """--int8_activations symmetric (the default): every activation's range is centred on zero (OpenVINO's int8
+    products then need no zero-point correction); asymmetric: ranges as calibrated, e.g. the GELU outputs'
+    [-0.17, max], which a symmetric range would halve the steps of."""
+    symmetric, asymmetric = _activation_ranges(exports["int8"]), _activation_ranges(exports["asym"])
+    assert len(symmetric) == len(asymmetric) > 0  # the same quantization points
+    assert all(_symmetric(low, high) for low, high in symmetric), symmetric
+    assert any(low < 0 < high and not _symmetric(low, high) for low, high in asymmetric), asymmetric
 
 
 def _dev_columns(assets, tokenizer):
@@ -203,6 +236,8 @@ ERRORS = {
     "engine_without_int8": ("classifier", ["--engine", "openvino"], ["--engine openvino makes the int8 model"]),
     "calibration_for_onnxruntime": ("classifier", ["--quantize", "int8", "--calibration_file", "{train}"],
                                     ["--calibration_file goes with --quantize int8 --engine openvino"]),
+    "activations_for_onnxruntime": ("classifier", ["--quantize", "int8", "--int8_activations", "asymmetric"],
+                                    ["--int8_activations goes with --quantize int8 --engine openvino"]),
 }
 
 
@@ -261,22 +296,26 @@ def test_a_failed_save_leaves_no_half_written_ir(heads, mrpc, tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_bench_infer_openvino_sides(tmp_path):
-    """bench_infer --compare openvino: HF's and our float exports and our NNCF int8 IR on OpenVINO, same weights:
-    the float32 hint equals ours, the bfloat16 default comes close, int8 within its tolerance but not equal."""
+    """bench_infer --compare openvino: HF's and our float exports and our NNCF int8 IRs on OpenVINO, same weights:
+    the float32 hint equals ours, the bfloat16 default comes close, int8 (either activation scheme) within its
+    tolerance but not equal."""
     for module in ("transformers", "onnx", "onnxscript", "onnxruntime"):
         pytest.importorskip(module)
     out = tmp_path / "infer.json"
     done = bench("bench_infer.py", *TINY, "--compare", "openvino", "--profile", "1", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
-    sides = ("ov_hf", "ov_hf_f32", "ov_ours", "ov_ours_int8")
+    int8 = ("ov_ours_int8", "ov_ours_int8_asym")
+    sides = ("ov_hf", "ov_hf_f32", "ov_ours", *int8)
     result = check_report(out, "infer", "batch", sides)
     diffs, spread = result["logits_max_abs_diff_by_side"], result["logits_max_abs"]
     assert diffs["ov_hf_f32"] < 1e-5 < spread
     assert all(diffs[side] < 0.05 * spread for side in ("ov_hf", "ov_ours"))
-    assert 0 < diffs["ov_ours_int8"] < LOGIT_TOLERANCE * spread
-    assert result["sides"]["ov_ours_int8"]["framework"].startswith("openvino ")
-    assert result["sides"]["ov_ours_int8"]["export_s"] > 0
-    assert "ov_ours_int8 logits max abs diff from ours" in done.stdout
+    for side in int8:
+        assert 0 < diffs[side] < LOGIT_TOLERANCE * spread
+        assert result["sides"][side]["framework"].startswith("openvino ")
+        assert result["sides"][side]["export_s"] > 0
+        assert f"{side} logits max abs diff from ours" in done.stdout
+    assert diffs["ov_ours_int8"] != diffs["ov_ours_int8_asym"]  # two quantizations, not one IR twice
     # --profile: the sides with a profiler profiled, OpenVINO's timed only (was: every side's timings lost)
     assert "op_profile" in result["sides"]["ours"] and not any("op_profile" in result["sides"][side] for side in sides)
 
@@ -289,13 +328,13 @@ def test_bench_accuracy_openvino_paths_on_an_mrpc_slice(tmp_path, assets):
 
     work, out = tmp_path / "work", tmp_path / "accuracy.json"
     done = bench("bench_accuracy.py", "--workdir", str(work), "--assets", str(assets), *TINY_NET, "--tasks", "mrpc",
-                 "--max_dev_rows", "24", "--seq_length", "64", "--paths", "ov_bf16,ov_f32,ov_int8",
+                 "--max_dev_rows", "24", "--seq_length", "64", "--paths", "ov_bf16,ov_f32,ov_int8,ov_int8_asym",
                  "--calibration_rows", "16", "--output", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     from src.model import cpu_kernels
 
-    paths = ["fp32"] + (["ov_bf16"] if cpu_kernels.bf16_support()[0] else []) + ["ov_f32", "ov_int8"]
+    paths = ["fp32"] + (["ov_bf16"] if cpu_kernels.bf16_support()[0] else []) + ["ov_f32", "ov_int8", "ov_int8_asym"]
     result = report["tasks"]["mrpc"]
     assert list(result["paths"]) == paths and set(report["paths"]) == set(paths)
     with open(assets / "glue" / "MRPC" / "dev.tsv", encoding="utf-8-sig", newline="") as tsv:
@@ -308,4 +347,6 @@ def test_bench_accuracy_openvino_paths_on_an_mrpc_slice(tmp_path, assets):
         assert result["paths"][path]["metrics"]["accuracy"] == pytest.approx(100 * np.mean(predicted[path] == labels))
         assert result["paths"][path]["agreement"] == pytest.approx(np.mean(predicted[path] == predicted["fp32"]))
     assert result["paths"]["ov_f32"]["max_abs_logit_diff"] < 1e-4  # float32 on OpenVINO: the checkpoint's logits
-    assert "int8 products" in (folder / "predict_ov_int8.log").read_text()
+    for path, activations in (("ov_int8", "symmetric"), ("ov_int8_asym", "asymmetric")):
+        assert "int8 products" in (folder / f"predict_{path}.log").read_text()
+        assert f"activations {activations}," in (folder / f"export_{path}.log").read_text()

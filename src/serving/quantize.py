@@ -20,13 +20,18 @@ OpenVINO documents for its int8 models. `nncf.quantize` runs the float32 ONNX ex
 inputs (calibration: the first rows of a MindRecord of the task's features), records the range of the activations
 that enter each product and inserts int8 quantization there (static: the scales are fixed, nothing is measured per
 call); `model_type=TRANSFORMER` is NNCF's setting for BERT-family models (it keeps softmax, LayerNorm and the
-residual additions out of int8 and quantizes activations asymmetrically, as GELU's outputs need). The result is saved
+residual additions out of int8). How the activations entering the products are quantized is the export's choice
+(ACTIVATIONS): symmetric (NNCF's PERFORMANCE preset: signed int8 around zero, so OpenVINO's int8 products need no
+zero-point correction; the faster, measured in benchmarks/results) or asymmetric (its MIXED preset, NNCF's default for
+this model type: each range as calibrated, with a zero point, which keeps the full 8 bits for GELU's mostly positive
+outputs). Both costs on the real dev sets are in benchmarks/results (bench_accuracy.py). The result is saved
 as OpenVINO IR (<name>.xml + <name>.bin, with the ONNX file's records of its checkpoint's run, tokenizer and task, in
 its rt_info; the weights left float stay float32: save_model does not compress a model NNCF quantized), which the CPU
 plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has them).
 """
 import logging
 import os
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
@@ -35,6 +40,7 @@ from model_utils.errors import UserError
 from src.serving.onnx_labels import RUN_RECORDS, rt_info_path
 
 QUANTIZED_OPS = ("MatMul",)
+ACTIVATIONS = ("symmetric", "asymmetric")  # quantize_openvino's choices, the export's int8_activations
 CALIBRATION_ROWS = 300  # NNCF's default subset_size: the rows whose activations set the int8 ranges
 VOCAB_INFO = ["albert", "vocab_size"]  # where the IR keeps the vocabulary size (NNCF's int8 table loses its name)
 
@@ -162,10 +168,20 @@ def calibration_batches(path: str, columns: Sequence[str], row_shape: Sequence[i
             for start in range(0, count, batch)]
 
 
-def quantize_openvino(source: str, target: str, batches: Sequence[List[np.ndarray]]) -> Dict[str, int]:
-    """The float32 ONNX file `source` read by OpenVINO, quantized by NNCF on the calibration `batches` (input arrays
-    in the graph's order) and saved as OpenVINO IR `target` (.xml, the weights in the .bin beside it); returns
-    counts for the log: quantization points inserted, calibration rows."""
+@dataclass(frozen=True)
+class Calibration:
+    """What NNCF quantizes an export with: input batches (arrays in the graph's order) and how the activations
+    entering the products are quantized (one of ACTIVATIONS)."""
+    batches: Sequence[List[np.ndarray]]
+    activations: str = ACTIVATIONS[0]
+
+
+def quantize_openvino(source: str, target: str, calibration: Calibration) -> Dict[str, int]:
+    """The float32 ONNX file `source` read by OpenVINO, quantized by NNCF on `calibration` and saved as OpenVINO IR
+    `target` (.xml, the weights in the .bin beside it); returns counts for the log: quantization points inserted,
+    calibration rows."""
+    if calibration.activations not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {calibration.activations!r}")
     try:
         import nncf
         import openvino
@@ -174,9 +190,12 @@ def quantize_openvino(source: str, target: str, batches: Sequence[List[np.ndarra
     model = openvino.Core().read_model(source)
     vocab = _vocab_size(model)
     records = _onnx_records(source)
+    preset = nncf.QuantizationPreset.PERFORMANCE if calibration.activations == "symmetric" else \
+        nncf.QuantizationPreset.MIXED
     # each batch is one of NNCF's samples (its Dataset is not told the batch size, so it collects no statistics row by
     # row inside a batch: batchwise_statistics stays off)
-    quantized = nncf.quantize(model, nncf.Dataset(list(batches)), model_type=nncf.ModelType.TRANSFORMER,
+    batches = list(calibration.batches)
+    quantized = nncf.quantize(model, nncf.Dataset(batches), model_type=nncf.ModelType.TRANSFORMER, preset=preset,
                               subset_size=len(batches))
     if vocab is not None:
         quantized.set_rt_info(vocab, VOCAB_INFO)
