@@ -6,7 +6,7 @@ to an HF transformers model folder with its tokenizer.
     python export.py ... --file_format ONNX --quantize int8      # int8 for ONNX Runtime (src/serving/quantize.py)
     python export.py ... --file_format ONNX --quantize int8 --engine openvino --calibration_file train.mindrecord
         # int8 for OpenVINO (NNCF, calibrated on the data's first rows): <name>.xml + <name>.bin
-        # [--int8_activations asymmetric]: NNCF's default preset instead of the faster symmetric one
+        # [--int8_activations asymmetric]: NNCF's default preset (symmetric: faster at batch 32)
     python export.py --file_format HF --task classifier --export_ckpt_file albert_classifier-800.ckpt \
         --export_file_name out/albert_mrpc --spm_model_file 30k-clean.model [--task_name mrpc]
     python export.py --file_format HF --task pretrain --export_ckpt_file albert_pretrain-1000.ckpt ...
@@ -201,7 +201,8 @@ def check_request(args: Config, task: str) -> None:
 
 
 def check_openvino_request(args: Config) -> None:
-    """--engine openvino (int8 by NNCF) and its calibration flags go together, with nncf and openvino installed."""
+    """--engine openvino (int8 by NNCF) and its flags (calibration, activations) go together, with nncf and openvino
+    installed."""
     if args.engine == "openvino" and args.quantize != "int8":
         raise UserError("--engine openvino makes the int8 model for OpenVINO (NNCF): add --quantize int8 (a float32 "
                         ".onnx export is served by OpenVINO as it is: src.predict --engine openvino)")
@@ -211,7 +212,7 @@ def check_openvino_request(args: Config) -> None:
                  if args[key] != defaults[key]]
         if given:
             raise UserError(f"{given[0]} goes with --quantize int8 --engine openvino (ONNX Runtime's int8 quantizes "
-                            f"activations per call and needs no calibration)")
+                            f"activations per call, its own way, and needs no calibration)")
         return
     if not args.calibration_file:
         raise UserError("--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file (a "
@@ -368,7 +369,7 @@ def _quantize_openvino_in_place(base: str, suffix: str, calibration: Calibration
     counts = quantize_openvino(base + suffix, base + ".xml", calibration)
     os.remove(base + suffix)
     print(f"int8 for OpenVINO (NNCF): {counts['quantized']} quantization point(s), activations "
-          f"{calibration.activations}, calibrated on {counts['rows']} row(s)")
+          f"{'symmetric' if calibration.symmetric else 'asymmetric'}, calibrated on {counts['rows']} row(s)")
 
 
 def _describe(signature: Signature) -> str:
@@ -407,7 +408,8 @@ def main(argv: List[str]) -> int:
         from src.serving.quantize import calibration_batches
 
         calibration = Calibration(calibration_batches(args.calibration_file, TASKS[task].head_inputs, shape[1:],
-                                                      batch, args.calibration_rows), args.int8_activations)
+                                                      batch, args.calibration_rows),
+                                  symmetric=args.int8_activations == "symmetric")
     device = setup_device(args.device_target, args.device_id)
     model, net, metadata = build_network(args, task, task_config, source, device.target)
     names = list(inspect.signature(model.construct).parameters)

@@ -55,7 +55,8 @@ def exports(heads, mrpc, tmp_path_factory):  # noqa: F811
     assert f"activations symmetric, calibrated on {CALIBRATION_ROWS} row(s)" in done.stdout
     done = ok(export("classifier", checkpoint, folder / "asym", "--file_format", "ONNX", "--quantize", "int8",
                      "--engine", "openvino", "--int8_activations", "asymmetric", "--calibration_file",
-                     str(mrpc["train"]), "--calibration_rows", str(CALIBRATION_ROWS), "--export_batch_size", str(BATCH)))
+                     str(mrpc["train"]), "--calibration_rows", str(CALIBRATION_ROWS),
+                     "--export_batch_size", str(BATCH)))
     assert f"activations asymmetric, calibrated on {CALIBRATION_ROWS} row(s)" in done.stdout
     # the IRs only (their float ONNX was an intermediate), beside the float export and the exports' log
     assert sorted(p.name for p in folder.iterdir()) == ["asym.bin", "asym.xml", "float.onnx", "int8.bin", "int8.xml",

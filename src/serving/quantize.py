@@ -21,10 +21,10 @@ inputs (calibration: the first rows of a MindRecord of the task's features), rec
 that enter each product and inserts int8 quantization there (static: the scales are fixed, nothing is measured per
 call); `model_type=TRANSFORMER` is NNCF's setting for BERT-family models (it keeps softmax, LayerNorm and the
 residual additions out of int8). How the activations entering the products are quantized is the export's choice
-(ACTIVATIONS): symmetric (NNCF's PERFORMANCE preset: signed int8 around zero, so OpenVINO's int8 products need no
-zero-point correction; the faster, measured in benchmarks/results) or asymmetric (its MIXED preset, NNCF's default for
+(Calibration.symmetric): symmetric (NNCF's PERFORMANCE preset: signed int8 around zero, so OpenVINO's int8 products need
+no zero-point correction; faster at batch 32, level at batch 1) or asymmetric (its MIXED preset, NNCF's default for
 this model type: each range as calibrated, with a zero point, which keeps the full 8 bits for GELU's mostly positive
-outputs). Both costs on the real dev sets are in benchmarks/results (bench_accuracy.py). The result is saved
+outputs); their speed and their cost on real dev sets (bench_accuracy.py) are in benchmarks/results. The result is saved
 as OpenVINO IR (<name>.xml + <name>.bin, with the ONNX file's records of its checkpoint's run, tokenizer and task, in
 its rt_info; the weights left float stay float32: save_model does not compress a model NNCF quantized), which the CPU
 plugin compiles into int8 products (AMX-INT8 or VNNI where the CPU has them).
@@ -40,7 +40,6 @@ from model_utils.errors import UserError
 from src.serving.onnx_labels import RUN_RECORDS, rt_info_path
 
 QUANTIZED_OPS = ("MatMul",)
-ACTIVATIONS = ("symmetric", "asymmetric")  # quantize_openvino's choices, the export's int8_activations
 CALIBRATION_ROWS = 300  # NNCF's default subset_size: the rows whose activations set the int8 ranges
 VOCAB_INFO = ["albert", "vocab_size"]  # where the IR keeps the vocabulary size (NNCF's int8 table loses its name)
 
@@ -170,18 +169,16 @@ def calibration_batches(path: str, columns: Sequence[str], row_shape: Sequence[i
 
 @dataclass(frozen=True)
 class Calibration:
-    """What NNCF quantizes an export with: input batches (arrays in the graph's order) and how the activations
-    entering the products are quantized (one of ACTIVATIONS)."""
+    """What NNCF quantizes an export with: input batches (arrays in the graph's order) and whether the activations
+    entering the products get ranges centred on zero (see the module docstring)."""
     batches: Sequence[List[np.ndarray]]
-    activations: str = ACTIVATIONS[0]
+    symmetric: bool = True
 
 
 def quantize_openvino(source: str, target: str, calibration: Calibration) -> Dict[str, int]:
     """The float32 ONNX file `source` read by OpenVINO, quantized by NNCF on `calibration` and saved as OpenVINO IR
     `target` (.xml, the weights in the .bin beside it); returns counts for the log: quantization points inserted,
     calibration rows."""
-    if calibration.activations not in ACTIVATIONS:
-        raise ValueError(f"activations must be one of {ACTIVATIONS}, got {calibration.activations!r}")
     try:
         import nncf
         import openvino
@@ -190,8 +187,7 @@ def quantize_openvino(source: str, target: str, calibration: Calibration) -> Dic
     model = openvino.Core().read_model(source)
     vocab = _vocab_size(model)
     records = _onnx_records(source)
-    preset = nncf.QuantizationPreset.PERFORMANCE if calibration.activations == "symmetric" else \
-        nncf.QuantizationPreset.MIXED
+    preset = nncf.QuantizationPreset.PERFORMANCE if calibration.symmetric else nncf.QuantizationPreset.MIXED
     # each batch is one of NNCF's samples (its Dataset is not told the batch size, so it collects no statistics row by
     # row inside a batch: batchwise_statistics stays off)
     batches = list(calibration.batches)

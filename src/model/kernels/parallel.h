@@ -3,7 +3,7 @@
 #define ALBERT_KERNELS_PARALLEL_H_
 
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
 #include <xmmintrin.h>
 #endif
 
@@ -30,11 +30,11 @@ inline int &Threads() {
 // This thread's floating-point control word (x86: MXCSR; Arm: FPCR): its rounding mode and whether subnormal numbers
 // are flushed to zero.
 inline uint64_t FloatControl() {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
   return _mm_getcsr();
 #elif defined(__aarch64__)
   uint64_t fpcr;
-  asm volatile("mrs %0, fpcr" : "=r"(fpcr));
+  asm volatile("mrs %0, fpcr" : "=r"(fpcr) : : "memory");
   return fpcr;
 #else
   return 0;
@@ -42,10 +42,10 @@ inline uint64_t FloatControl() {
 }
 
 inline void SetFloatControl(uint64_t control) {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
   _mm_setcsr(static_cast<unsigned>(control));
 #elif defined(__aarch64__)
-  asm volatile("msr fpcr, %0" : : "r"(control));
+  asm volatile("msr fpcr, %0" : : "r"(control) : "memory");
 #else
   (void)control;
 #endif
@@ -55,22 +55,22 @@ inline void SetFloatControl(uint64_t control) {
 // x86's flush-to-zero and denormals-are-zero (MXCSR bits 15 and 6), Arm's FPCR.FZ (bit 24). Why: on Intel CPUs a
 // product reading subnormal operands runs ~20x slower (microcode assists), and a fine-tuned model's attention
 // probabilities do reach below 1e-38 (exp of scores ~90 under the row's largest): serving a fine-tuned SQuAD head
-// at seq 384 on a Xeon with AMX answered 7.2 requests/s instead of 46 (2026-12-06, benchmarks/results). And so that a
-// call's numbers do not depend on which thread ran which part: before, each worker thread kept the mode of the thread
-// that happened to start it, and MindSpore's own CPU operators leave the mode set or not on the threads they ran on.
-// The caller's control word is restored when the work is done.
-#if defined(__x86_64__) || defined(__i386__)
-const uint64_t kFlushSubnormals = 0x8040;
+// at seq 384 on a Xeon with AMX answered 7.1-7.5 requests/s instead of 45.5 (2026-12-06, benchmarks/results/README.md).
+// And so that a call's numbers do not depend on which thread ran which part: before, each worker thread kept the mode
+// of the thread that happened to start it, whatever mode that thread was in. The caller's mode is restored when the
+// work is done; the exception flags raised meanwhile (x86 keeps them in the same word: kExceptionFlags) are kept.
+#if defined(__x86_64__)
+const uint64_t kFlushSubnormals = 0x8040, kExceptionFlags = 0x3f;
 #elif defined(__aarch64__)
-const uint64_t kFlushSubnormals = uint64_t{1} << 24;
+const uint64_t kFlushSubnormals = uint64_t{1} << 24, kExceptionFlags = 0;  // Arm's flags live in FPSR
 #else
-const uint64_t kFlushSubnormals = 0;
+const uint64_t kFlushSubnormals = 0, kExceptionFlags = 0;
 #endif
 
 class FlushSubnormals {
  public:
   FlushSubnormals() : saved_(FloatControl()) { SetFloatControl(saved_ | kFlushSubnormals); }
-  ~FlushSubnormals() { SetFloatControl(saved_); }
+  ~FlushSubnormals() { SetFloatControl((saved_ & ~kExceptionFlags) | (FloatControl() & kExceptionFlags)); }
   FlushSubnormals(const FlushSubnormals &) = delete;
   FlushSubnormals &operator=(const FlushSubnormals &) = delete;
 
@@ -194,14 +194,8 @@ int64_t ParallelFor(int64_t n, int64_t grain, Fn fn) {
   }
   const std::function<void(int)> slice = [&](int p) { fn(p, n * p / parts, n * (p + 1) / parts); };
   if (!ThreadPool::Get().Run(static_cast<int>(parts), slice)) {
-    std::vector<std::thread> workers;
-    const uint64_t control = FloatControl();
-    for (int p = 1; p < parts; ++p) {
-      workers.emplace_back([&slice, control, p] {
-        SetFloatControl(control);
-        slice(p);
-      });
-    }
+    std::vector<std::thread> workers;  // each starts in this thread's floating-point mode (POSIX threads inherit it)
+    for (int p = 1; p < parts; ++p) workers.emplace_back(slice, p);
     slice(0);
     for (auto &worker : workers) worker.join();
   }
