@@ -44,7 +44,8 @@ from model_utils.errors import UserError, run_cli
 from src.common.atomic_files import (check_folder_output, check_outputs, claimed_folder_of, make_readable, place,
                                      replace_folder)
 from src.data.schema import column_dtype
-from src.serving.quantize import Calibration
+from src.serving.quantize import (Calibration, calibration_batches, missing_openvino_tools, quantize_int8,
+                                  quantize_openvino)
 from src.tasks.registry import TASKS, Signature, tasks_accepting
 
 ROOT = Path(__file__).resolve().parent
@@ -218,8 +219,6 @@ def check_openvino_request(args: Config) -> None:
         raise UserError("--quantize int8 --engine openvino calibrates on real inputs: set --calibration_file (a "
                         "MindRecord of the task's features made by src.create_finetune_data or src.create_squad_data, "
                         "e.g. the fine-tuning train set)")
-    from src.serving.quantize import missing_openvino_tools
-
     missing = missing_openvino_tools()
     if missing:
         raise UserError(f"--engine openvino: int8 for OpenVINO is made by NNCF: pip install {' '.join(missing)}")
@@ -352,8 +351,6 @@ def _export_staged(model, inputs: Sequence[object], base: str, file_format: str,
 
 
 def _quantize_in_place(path: str) -> None:
-    from src.serving.quantize import quantize_int8
-
     float_copy = path + ".float32"
     os.replace(path, float_copy)
     counts = quantize_int8(float_copy, path)
@@ -364,8 +361,6 @@ def _quantize_in_place(path: str) -> None:
 
 def _quantize_openvino_in_place(base: str, suffix: str, calibration: Calibration) -> None:
     """The staged ONNX file <base><suffix> replaced by NNCF's int8 OpenVINO IR <base>.xml + <base>.bin."""
-    from src.serving.quantize import quantize_openvino
-
     counts = quantize_openvino(base + suffix, base + ".xml", calibration)
     os.remove(base + suffix)
     print(f"int8 for OpenVINO (NNCF): {counts['quantized']} quantization point(s), activations "
@@ -405,8 +400,6 @@ def main(argv: List[str]) -> int:
     shape = TASKS[task].input_shape(task_config, batch, seq)
     calibration = None
     if args.engine == "openvino":  # read before any work: bad data stops the run at once
-        from src.serving.quantize import calibration_batches
-
         calibration = Calibration(calibration_batches(args.calibration_file, TASKS[task].head_inputs, shape[1:],
                                                       batch, args.calibration_rows),
                                   symmetric=args.int8_activations == "symmetric")
