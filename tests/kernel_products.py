@@ -4,7 +4,8 @@ bfloat16 (weights rounded per call, their bfloat16 copy from the graph and the s
 products (where oneDNN has exact int8 sums: VNNI or AMX-INT8) against the exact integer product of the quantized
 operands, reading the weights packed at load, on 1 and 2 threads (and bfloat16 weights served packed at load as the
 bfloat16 copy, at batch 1 and above); the feed-forward network in one call under bfloat16 as the three kernels it
-replaces (copies and packed; packed with the residual too); below AMX, attention (int8 serving's, and training's in bfloat16 but where the status
+replaces (copies and packed; packed with the residual too); a large weight gradient by the BLAS-style call where
+AMD's rule applies (tests/test_cpu_kernels.py runs this with ALBERT_KERNELS_VENDOR=amd too); below AMX, attention (int8 serving's, and training's in bfloat16 but where the status
 line says it runs batched) as the float32 attention, bit for bit. The last line printed is the kernels' oneDNN
 description."""
 import ctypes
@@ -61,6 +62,27 @@ def attention_below_amx() -> None:
     cpu_kernels.set_bf16(True)
 
 
+def large_weight_gradient(threads: int) -> None:
+    """A weight gradient whose block on each thread has 2^20 outputs or more, each a sum over 64 tokens (AMD's rule,
+    dnnl_matmul.cc kAmdBlasGradOutputs): through dnnl_gemm_bf16bf16f32 where the status line says that rule
+    applies, through a primitive elsewhere; the bfloat16 product either way."""
+    from mindspore import Tensor
+
+    rng = np.random.default_rng(threads)
+    x, w, b, dy = (rng.standard_normal(shape).astype(np.float32) for shape in ((64, 1024), (2048, 1024), (2048,),
+                                                                              (64, 2048)))
+    cell = Call(cpu_kernels.matmul_nt_bias())
+    cpu_kernels.start_profile()
+    try:
+        _, dw, _ = (grad.asnumpy() for grad in dense_grads(cell, [Tensor(x), Tensor(w), Tensor(b)], Tensor(dy)))
+    finally:
+        counts = cpu_kernels.stop_profile()
+    dyb, xb = (bf16_rounded(a).astype(np.float64) for a in (dy, x))
+    assert_bf16_product(dw, dyb.T @ xb, dy.astype(np.float64).T @ x.astype(np.float64))
+    blas = "for large weight gradients" in cpu_kernels.onednn()
+    assert counts.get("thread: gemm_bf16bf16f32", (0, 0.0))[0] == (threads if blas else 0), counts
+
+
 def main() -> None:
     import mindspore as ms
     from mindspore import Tensor
@@ -95,6 +117,8 @@ def main() -> None:
         feed_forward(copies=True)
         feed_forward(copies=True, packed=True)
         feed_forward(copies=True, packed=True, residual=True)
+        if cpu_kernels.bf16_support()[0]:  # native bfloat16 (emulated, the primitive is refused: the BLAS-style call)
+            large_weight_gradient(threads)
         attention_below_amx()
         cpu_kernels.set_bf16(False)
         if cpu_kernels.int8_support()[0]:  # int8 needs VNNI or AMX-INT8 (without, it is refused)

@@ -201,8 +201,11 @@ def batched_attention() -> str:
     return _bf16_status().partition("batched attention: ")[2]
 
 
-def amd_cpu() -> bool:
-    """Whether /proc/cpuinfo names AMD as this CPU's vendor."""
+def amd_cpu(vendor: str = "") -> bool:
+    """Whether the kernels take this CPU for AMD's: `vendor` (ALBERT_KERNELS_VENDOR's value) where given, else
+    whether /proc/cpuinfo names AMD as this CPU's vendor."""
+    if vendor:
+        return vendor == "amd"
     return any(line.split(":")[-1].strip() == "AuthenticAMD"
                for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("vendor_id"))
 
@@ -741,13 +744,16 @@ def test_the_primitive_cache_stays_bounded_as_shapes_change(bf16_products):
 
 
 @needs_kernels
-@pytest.mark.parametrize("isa", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX512_CORE_BF16"])
-def test_products_on_a_lower_isa_forced(isa):
+@pytest.mark.parametrize("isa, vendor", [("AVX2", ""), ("AVX512_CORE", ""), ("AVX512_CORE_VNNI", ""),
+                                         ("AVX512_CORE_BF16", "amd"), ("AVX512_CORE_BF16", "intel")])
+def test_products_on_a_lower_isa_forced(isa, vendor):
     """ONEDNN_MAX_CPU_ISA caps what oneDNN may use (as on an older CPU; AVX512_CORE_BF16 is AMD Zen 4's): the kernels
     still compute every dense product right, float32, bfloat16 and int8, run attention as in float32 (no AMX; on an AMD
     CPU with AVX512-BF16 training's in batched bfloat16), and say which implementations oneDNN picked
-    (tests/kernel_products.py)."""
-    env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa, GLOG_v="3")
+    (tests/kernel_products.py). ALBERT_KERNELS_VENDOR has the kernels apply AMD's rules (large weight gradients through
+    the BLAS-style call, training's batched attention) on any CPU with AVX512-BF16, or none on an AMD one: both sets
+    of paths run on whichever CPU the tests have."""
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA=isa, GLOG_v="3", ALBERT_KERNELS_VENDOR=vendor)
     result = subprocess.run([sys.executable, str(Path(__file__).with_name("kernel_products.py"))], env=env,
                             capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -764,9 +770,10 @@ def test_products_on_a_lower_isa_forced(isa):
     assert "for long sums" not in described  # the BLAS-style rule was measured on AMX only
     # shared layers' bfloat16 weights are packed wherever a bfloat16 primitive reads them
     assert ("shared weights packed once per step" in described) == ("bfloat16: matmul primitive" in described)
-    amd = isa == "AVX512_CORE_BF16" and amd_cpu() and "avx512_core_bf16" in described  # AMD's rules apply
+    amd = isa == "AVX512_CORE_BF16" and amd_cpu(vendor) and "avx512_core_bf16" in described  # AMD's rules apply
     assert ("batched attention: training" in described) == amd and "int8 serving" not in described, described
     assert ("for large weight gradients" in described) == amd, described
+    assert (f"rules for ALBERT_KERNELS_VENDOR={vendor}" in described) == bool(vendor), described
     # int8 only with exact int32 sums: VNNI (where the CPU has it) or AMX-INT8, never below
     int8 = described.split("; int8: ")[1]
     vnni = isa in ("AVX512_CORE_VNNI", "AVX512_CORE_BF16")
@@ -1483,6 +1490,22 @@ def test_a_switch_value_read_as_neither_is_refused(fresh_build, monkeypatch):
     assert not cpu_kernels.available() and "neither 0" in cpu_kernels.status()
     monkeypatch.setenv("ALBERT_CPU_KERNELS", "TRUE")
     assert cpu_kernels.switch_problem() == ""
+
+
+@pytest.mark.parametrize("value", ["zen4", "AuthenticAMD", " amd"])
+def test_a_vendor_other_than_amd_or_intel_is_refused(fresh_build, monkeypatch, value):
+    """ALBERT_KERNELS_VENDOR chooses whose measured rules the kernels apply: any other value would have been read as
+    intel, silently."""
+    from model_utils.errors import UserError
+    from src.devices.device_setup import setup_device
+
+    monkeypatch.setenv("ALBERT_KERNELS_VENDOR", value)
+    with pytest.raises(UserError, match=rf"^ALBERT_KERNELS_VENDOR='{value}' is neither amd nor intel \(whose"):
+        setup_device("CPU")
+    assert not cpu_kernels.available() and "neither amd nor intel" in cpu_kernels.status()
+    for accepted in ("AMD", "intel", ""):
+        monkeypatch.setenv("ALBERT_KERNELS_VENDOR", accepted)
+        assert cpu_kernels.switch_problem() == ""
 
 
 def test_without_a_compiler_they_fall_back(fresh_build, monkeypatch):

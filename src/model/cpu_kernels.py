@@ -206,13 +206,21 @@ def _switched_off() -> bool:
     return os.environ.get("ALBERT_CPU_KERNELS", "1").strip().lower() in SWITCH_OFF
 
 
+VENDORS = ("amd", "intel")  # ALBERT_KERNELS_VENDOR's values (dnnl_matmul.cc, AmdCpu)
+
+
 def switch_problem() -> str:
-    """Why the value of ALBERT_CPU_KERNELS is not understood ("" when it is, or is unset): a setting read as neither
-    on nor off is refused (setup_device) rather than taken as on."""
+    """Why the value of ALBERT_CPU_KERNELS or ALBERT_KERNELS_VENDOR is not understood ("" when both are, or unset): a
+    setting read as neither on nor off is refused (setup_device) rather than taken as on, and a vendor other than
+    amd or intel rather than taken as intel (the kernels' measured rules for AMD apply with amd, whatever the CPU)."""
     value = os.environ.get("ALBERT_CPU_KERNELS", "1")
-    if value.strip().lower() in SWITCH_OFF + SWITCH_ON:
-        return ""
-    return f"ALBERT_CPU_KERNELS={value!r} is neither 0 (MindSpore's operations) nor 1 (the compiled kernels)"
+    if value.strip().lower() not in SWITCH_OFF + SWITCH_ON:
+        return f"ALBERT_CPU_KERNELS={value!r} is neither 0 (MindSpore's operations) nor 1 (the compiled kernels)"
+    vendor = os.environ.get("ALBERT_KERNELS_VENDOR", "")
+    if vendor and vendor.lower() not in VENDORS:
+        return (f"ALBERT_KERNELS_VENDOR={vendor!r} is neither amd nor intel (whose measured rules the compiled kernels "
+                "apply; unset: this CPU's vendor)")
+    return ""
 
 
 def _build() -> Tuple[Optional[str], str]:

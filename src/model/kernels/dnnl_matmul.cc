@@ -31,10 +31,12 @@
 // See src/model/cpu_kernels.py: it compiles this file, and the network falls back to MindSpore's MatMul without it.
 #include <cpuid.h>
 #include <immintrin.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <random>
@@ -362,8 +364,17 @@ bool AmxBf16() {
   return amx;
 }
 
-// Whether this CPU is AMD's (CPUID's vendor string).
+// ALBERT_KERNELS_VENDOR ("amd" or "intel", checked by cpu_kernels.switch_problem; "" unset), read once as the rules
+// it chooses are: to measure AMD's rules against none on one machine, and to run their paths on an Intel CPU with
+// AVX512-BF16 (the tests, under ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16).
+const std::string &VendorChosen() {
+  static const std::string chosen = std::getenv("ALBERT_KERNELS_VENDOR") ? std::getenv("ALBERT_KERNELS_VENDOR") : "";
+  return chosen;
+}
+
+// Whether the kernels take this CPU for AMD's: ALBERT_KERNELS_VENDOR where set, else CPUID's vendor string.
 bool AmdCpu() {
+  if (!VendorChosen().empty()) return strcasecmp(VendorChosen().c_str(), "amd") == 0;
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return false;
   char vendor[13] = {};
@@ -1617,6 +1628,7 @@ int DnnlDescribe(char *out, int size) {
   if (!bf16.empty() && BatchedBf16AttentionInTraining()) {
     text += AmxBf16() ? ", batched attention: training and int8 serving" : ", batched attention: training";
   }
+  if (!VendorChosen().empty()) text += ", rules for ALBERT_KERNELS_VENDOR=" + VendorChosen();
   text += "; int8: " + (int8.empty()      ? std::string("none (oneDNN has no int8 matmul primitive)")
                        : ExactInt8(int8)
                            ? "matmul primitive " + int8 + Packing(albert::dnnl::kS8, "weights packed at load")
