@@ -206,7 +206,8 @@ def fine_tune(args: argparse.Namespace, script: str, folder: Path, data: Dict[st
                         *network_flags(args), *extra], folder / "finetune.log")
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines() if line]
     evaluation = json.loads((out / "eval" / "eval_results.json").read_text())
-    evaluation["data"] = os.path.relpath(evaluation["data"], folder.parent)  # no machine's path in the report
+    for key in ("data", "checkpoint"):  # no machine's path in the report: relative to --workdir
+        evaluation[key] = os.path.relpath(evaluation[key], folder.parent)
     return {"seconds": round(seconds, 1), "loss_first": losses[0], "loss_last": losses[-1], "eval": evaluation,
             "network": json.loads((out / "albert_config.json").read_text())}
 

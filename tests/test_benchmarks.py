@@ -345,6 +345,11 @@ def test_bench_accuracy_mrpc_slice_against_the_dev_labels(tmp_path, assets):
     # float32 through src.predict scores as the fine-tuning run's own evaluation of the checkpoint
     evaluation = json.loads((folder / "finetune" / "eval" / "eval_results.json").read_text())
     assert 100 * evaluation["accuracy"] == pytest.approx(metrics(predicted["fp32"])["accuracy"])
+    # the report names the checkpoint and data within --workdir, as the evaluation's file does on this machine
+    reported = result["fine_tuning"]["eval"]
+    assert [work / reported[key] for key in ("checkpoint", "data")] == [Path(evaluation[key])
+                                                                      for key in ("checkpoint", "data")]
+    assert not any(Path(reported[key]).is_absolute() for key in ("checkpoint", "data"))
     # the int8 path ran the quantized file: integer products; bfloat16 said it used its products
     assert "MatMulInteger" in {node.op_type for node in onnx.load(str(folder / "model_int8.onnx")).graph.node}
     if "bf16" in ACCURACY_PATHS:
