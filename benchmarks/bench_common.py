@@ -754,11 +754,30 @@ def run_grid(script: Path, args: Any, configs: List[Tuple[str, Dict[str, Any]]],
     return results, failures
 
 
+def disagreements(results: List[Dict[str, Any]], diffs: str, scale: Callable[[Dict[str, Any]], float],
+                  limit: float, what: str) -> List[Dict[str, Any]]:
+    """Failures for the sides whose output differs from ours by more than `limit` x `scale(result)` where they share
+    our weights (`diffs`: a result's {side: abs difference} field): such a side computed another network, so its
+    time compares nothing. The limits sit far above the precisions' own differences (bfloat16 and int8 included),
+    as a tripwire: on 2026-12-06 a wrong bfloat16 feed-forward ran for hours of benchmarks with a first loss of 11.52
+    against PyTorch's 12.28, printed and unread."""
+    found = []
+    for result in results:
+        for side, diff in result[diffs].items():
+            if result["same_weights"] and not diff <= limit * scale(result):
+                found.append({"variant": result["variant"], "batch_size": result["batch_size"],
+                              "seq_length": result["seq_length"], "verdict": "not comparable",
+                              "error": f"{side}: {what} {diff:.3g} away from ours, more than {limit:g} x "
+                                       f"{scale(result):.3g}: the two do not compute the same network"})
+    return found
+
+
 def report_failures(failures: List[Dict[str, Any]]) -> int:
-    """Print the configurations that could not be measured; the exit code of the benchmark (1 if any)."""
+    """Print the configurations that could not be measured (or whose sides disagree: `disagreements`); the exit code
+    of the benchmark (1 if any)."""
     for failure in failures:
-        print(f"[{failure['variant']} b{failure['batch_size']} s{failure['seq_length']}] not measured: "
-              f"{failure['error']}", file=sys.stderr)
+        print(f"[{failure['variant']} b{failure['batch_size']} s{failure['seq_length']}] "
+              f"{failure.get('verdict', 'not measured')}: {failure['error']}", file=sys.stderr)
     return 1 if failures else 0
 
 

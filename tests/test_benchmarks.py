@@ -225,6 +225,42 @@ def test_a_failing_configuration_is_reported_and_the_sweep_goes_on(monkeypatch, 
     assert "[base b8 s512] not measured: the ours worker failed" in capsys.readouterr().err
 
 
+def test_a_side_that_computes_another_network_fails_the_run(capsys):
+    """Sides that share our weights but not our numbers measured another computation: the run reports them and
+    exits 1. The figures are the day's (2026-12-06, ALBERT-base): bfloat16 first losses 11.52 (ours, a wrong
+    feed-forward) against PyTorch's 12.278 (the fixed kernels: 12.2776), bfloat16 serving logits off by 1.46 of 1.01
+    (fixed: 0.024, int8's 0.28); a side with its own weights, or a NaN, as they are."""
+    import bench_infer
+    import bench_train
+
+    def result(field, diffs, same_weights=True, **extra):
+        return {"variant": "base", "batch_size": 8, "seq_length": 128, "same_weights": same_weights, field: diffs,
+                **extra}
+
+    def failing(field, scale, limit, *results):
+        found = bench_common.disagreements(list(results), field, scale, limit, "output")
+        return [failure["error"].split(":")[0] for failure in found]
+
+    loss = "first_loss_abs_diff_by_side"
+    of_loss = lambda r: abs(r["first_loss"]["ours"])  # noqa: E731
+    assert failing(loss, of_loss, bench_train.FIRST_LOSS_LIMIT,
+                   result(loss, {"torch_bf16": 12.278 - 11.52}, first_loss={"ours": 11.52}),
+                   result(loss, {"torch_compile_bf16": 12.2781 - 12.2776}, first_loss={"ours": 12.2776}),
+                   result(loss, {"torch": 0.9}, same_weights=False, first_loss={"ours": 11.0}),
+                   result(loss, {"torch": math.nan}, first_loss={"ours": 11.0})) == ["torch_bf16", "torch"]
+    logits = "logits_max_abs_diff_by_side"
+    of_logits = lambda r: r["logits_max_abs"]  # noqa: E731
+    found = failing(logits, of_logits, bench_infer.LOGITS_LIMIT,
+                    result(logits, {"ours_kernels_bf16": 1.46, "torch_bf16": 0.0258}, logits_max_abs=1.015),
+                    result(logits, {"ours_kernels_bf16": 0.0238, "ours_kernels_int8": 0.2845}, logits_max_abs=1.015))
+    assert found == ["ours_kernels_bf16"]
+    failure = bench_common.disagreements([result(logits, {"ours_kernels_bf16": 1.46}, logits_max_abs=1.015)],
+                                         logits, of_logits, bench_infer.LOGITS_LIMIT, "logits")
+    assert bench_common.report_failures(failure) == 1
+    assert ("[base b8 s128] not comparable: ours_kernels_bf16: logits 1.46 away from ours, more than 0.5 x 1.01: "
+            "the two do not compute the same network") in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_bench_data_every_mode_on_tiny_settings(tmp_path, assets):
     """--scale (with its plot), --stages, --finetune_scale and --readers each report rows whose counts agree with
