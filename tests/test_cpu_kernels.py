@@ -875,7 +875,7 @@ def test_feed_forward_in_one_call_equals_torch_values_and_gradients(m, hidden, i
 def test_bf16_feed_forward_on_packed_weights_adds_its_residual_right_at_albert_base_size(threads, bf16_products):
     """ALBERT-base's feed-forward (1024 rows, 768 -> 3072 -> 768) on packed weights, with its residual: y = x + ... and
     dx = dy + ... came out wrong on AMX (relative error 0.8) since the residual was summed by oneDNN's sum post-op,
-    which its primitive on packed weights gets wrong there for sums of 1280 terms and more (the small shapes above
+    which its primitive on packed weights gets wrong there for sums of 1280 terms and more (the next test's shapes
     stay right); the first loss of ALBERT-base's bfloat16 benchmark step moved from 12.278 (PyTorch's) to 11.52. Now
     the same as the three kernels followed by MindSpore's Add, to float32 roundings."""
     *inputs, dy = feed_forward_operands(1024, 768, 3072)
