@@ -157,7 +157,9 @@ inline const Api &GetApi() {
 // (type kBf16), or a and b int8 and c int32 (type kS8: exact integer sums).
 // With batch > 1, `batch` such products at once (no bias), matrix i of a, b and c starting i * batch_a, i * batch_b
 // and i * batch_c elements after the first (attention's heads, side by side in a row of [S, H]).
-// With packed_b, b is weights packed once (Pack) for products of kPackedRows rows (tb and ldb unused).
+// With packed_b, b is weights packed once (Pack) for products of kPackedRows rows (tb and ldb unused); never with
+// accumulate: on AMX, oneDNN 3.10.1's primitive on packed weights adds c wrongly (GemmBlock in dnnl_matmul.cc adds
+// through a buffer instead).
 struct Shape {
   bool ta, tb, bias, accumulate;
   int64_t m, n, k, lda, ldb, ldc;
