@@ -1,6 +1,8 @@
 """Shared test fixtures: the project root on sys.path, the real test assets and MindSpore's execution mode."""
 import gc
+import signal
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,31 @@ def pytest_runtest_setup(item) -> None:
         _last_module = item.path
         gc.collect()
         gc.freeze()
+
+
+@pytest.fixture
+def stop_signals_as_started():
+    """SIGINT and SIGTERM as a freshly started Python has them for one test (Python's Ctrl-C handler, SIGTERM's
+    default, neither blocked), the worker's own afterwards. Tests that stop a command by a signal need it: an earlier
+    test's library may leave them otherwise in the worker (MindSpore's runtime installs C handlers behind Python's
+    back), and an ignored or blocked signal also passes to the subprocesses a test starts. Twice in full suites
+    (2026-12-06) SIGINT went unheeded in and below one worker, which this rules out; a warning names what was found."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    handlers = {number: signal.getsignal(number) for number in stops}
+    found = [f"{signal.Signals(number).name} blocked" for number in stops if number in blocked]
+    found += [f"{signal.Signals(number).name} ignored" for number, handler in handlers.items()
+              if handler == signal.SIG_IGN]
+    if found:
+        warnings.warn(f"this worker had {', '.join(found)}; reset for the test")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 @pytest.fixture(scope="session")

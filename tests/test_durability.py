@@ -421,7 +421,8 @@ def test_a_checkpoint_write_that_failed_leaves_no_temporary_file_and_the_start_a
     assert list(tmp_path.iterdir()) == []
 
 
-def test_sigterm_stops_a_command_through_its_cleanup_and_leaves_other_programs_handlers_alone(tmp_path):
+def test_sigterm_stops_a_command_through_its_cleanup_and_leaves_other_programs_handlers_alone(
+        tmp_path, stop_signals_as_started):
     """SIGTERM killed a command on the spot (its temporary files stayed); inside a training loop it waits for the
     end of the step (raised where it landed, it cut the log's last line in two); a program calling the package's
     functions keeps its own handlers, and a command run inside it gives them back."""
