@@ -889,7 +889,8 @@ def test_predict_keeps_an_output_file_that_appears_while_it_runs(spm_path, tmp_p
     assert json.loads(output.read_text())["label"] in ("0", "1", "2")
 
 
-def test_predict_stopped_by_sigterm_leaves_no_partial_answers_or_lock(spm_path, tmp_path, monkeypatch):
+def test_predict_stopped_by_sigterm_leaves_no_partial_answers_or_lock(spm_path, tmp_path, monkeypatch,
+                                                                     stop_signals_as_started):
     """SIGTERM (a service manager, `timeout`) killed the run mid-file, leaving its hidden partial answers and lock in
     the output folder until the next run there."""
     import signal

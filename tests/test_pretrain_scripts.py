@@ -264,7 +264,8 @@ def in_use(folder: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_a_script_stopped_by_a_scheduler_stops_its_run_which_the_same_command_resumes(data, tmp_path):
+def test_a_script_stopped_by_a_scheduler_stops_its_run_which_the_same_command_resumes(data, tmp_path,
+                                                                                      stop_signals_as_started):
     """SIGTERM to the script alone (a scheduler's stop) ended the script but left its training running on, detached,
     holding OUTPUT_DIR (running the script again was refused), and a run stopped by SIGTERM or Ctrl-C ended
     without a word. Now the run stops between steps with a line naming its newest checkpoint, exits 143, and the
