@@ -38,8 +38,9 @@ def stop_signals_as_started():
     """SIGINT and SIGTERM as a freshly started Python has them for one test (Python's Ctrl-C handler, SIGTERM's
     default, neither blocked), the worker's own afterwards. Tests that stop a command by a signal need it: an earlier
     test's library may leave them otherwise in the worker (MindSpore's runtime installs C handlers behind Python's
-    back), and an ignored or blocked signal also passes to the subprocesses a test starts. Twice in full suites
-    (2026-12-06) SIGINT went unheeded in and below one worker, which this rules out; a warning names what was found."""
+    back), and an ignored or blocked signal also passes to the subprocesses a test starts. In one full suite
+    (2026-12-06) two such tests failed as a worker with SIGINT blocked or ignored makes them fail (exit 0 instead of
+    130; a job never interrupted); a warning names what this finds."""
     stops = (signal.SIGINT, signal.SIGTERM)
     blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     handlers = {number: signal.getsignal(number) for number in stops}

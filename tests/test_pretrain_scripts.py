@@ -137,8 +137,8 @@ def test_ctrl_c_through_a_script_keeps_the_runs_last_words_in_its_log(tmp_path, 
     import time
 
     job = tmp_path / "job.py"
-    # `ready` from inside the try: printed before it, an interrupt landing between the two ended the job with a
-    # traceback (exit 1) on a busy machine.
+    # `ready` from inside the try: printed before it, an interrupt landing between the two would end the job with
+    # a traceback (exit 1).
     job.write_text("import sys, time\ntry:\n    print('ready', flush=True)\n    time.sleep(60)\n"
                    "except KeyboardInterrupt:\n    time.sleep(0.5)\n    print('interrupted', flush=True)\n"
                    "    sys.exit(130)\n")
