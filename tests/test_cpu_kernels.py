@@ -877,8 +877,8 @@ def test_bf16_feed_forward_on_packed_weights_adds_its_residual_right_at_albert_b
     dx = dy + ... came out wrong on AMX (relative error 0.8) since the residual was summed by oneDNN's sum post-op,
     which its primitive on packed weights gets wrong there for sums of 1280 terms and more (the next test's shapes
     stay right); the first loss of ALBERT-base's bfloat16 benchmark step moved from 12.278 (PyTorch's) to 11.52. Now
-    y and dx are those of the three kernels followed by MindSpore's Add, to float32 roundings, and every other output
-    and gradient theirs bit for bit."""
+    y and dx are float64's from the bfloat16-rounded operands and those of the three kernels followed by MindSpore's
+    Add, to float32 roundings, and every other output and gradient theirs bit for bit."""
     *inputs, dy = feed_forward_operands(1024, 768, 3072)
     (y, pre, h), grads = run_feed_forward(FeedForward(True, packed=True, residual=True), inputs, dy)
     (step_y, step_pre, step_h), step_grads = run_feed_forward(
@@ -886,6 +886,16 @@ def test_bf16_feed_forward_on_packed_weights_adds_its_residual_right_at_albert_b
     for index, (got, want) in enumerate(zip([y, pre, h, *grads], [step_y, step_pre, bf16_rounded(step_h), *step_grads])):
         summed = index in (0, 3)  # y and dx
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max() if summed else 1e-35)
+    # y and dx against float64 as well: y = x + h w2^T + b2 from the kernel's bfloat16 h and the rounded w2; dx = dy +
+    # dpre w1, dpre = (dy w2) * gelu'(pre) unrounded (bfloat16's rounding of dpre stays within 1%)
+    x, b2 = (value.astype(np.float64) for value in (inputs[0], inputs[4]))
+    w1, w2 = (bf16_rounded(value).astype(np.float64) for value in (inputs[1], inputs[3]))
+    want_y = x + h.astype(np.float64) @ w2.T + b2
+    pre64 = torch.tensor(pre.astype(np.float64), requires_grad=True)
+    _gelu_tanh(pre64).backward(torch.tensor(bf16_rounded(dy).astype(np.float64) @ w2))
+    want_dx = dy.astype(np.float64) + pre64.grad.numpy() @ w1
+    for got, want, share in ((y, want_y, 1e-5), (grads[0], want_dx, 1e-2)):
+        assert np.abs(got - want).max() <= share * np.abs(want).max(), np.abs(got - want).max() / np.abs(want).max()
 
 
 @needs_kernels
