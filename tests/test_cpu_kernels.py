@@ -883,7 +883,8 @@ def test_bf16_feed_forward_on_packed_weights_adds_its_residual_right_at_albert_b
     (y, pre, h), grads = run_feed_forward(FeedForward(True, packed=True, residual=True), inputs, dy)
     (step_y, step_pre, step_h), step_grads = run_feed_forward(
         FeedForward(True, steps=True, packed=True, residual=True), inputs, dy)
-    for index, (got, want) in enumerate(zip([y, pre, h, *grads], [step_y, step_pre, bf16_rounded(step_h), *step_grads])):
+    wants = [step_y, step_pre, bf16_rounded(step_h), *step_grads]
+    for index, (got, want) in enumerate(zip([y, pre, h, *grads], wants)):
         summed = index in (0, 3)  # y and dx
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6 * np.abs(want).max() if summed else 1e-35)
     # y and dx against float64 as well: y = x + h w2^T + b2 from the kernel's bfloat16 h and the rounded w2; dx = dy +
