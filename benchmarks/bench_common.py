@@ -642,9 +642,9 @@ def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds:
              prepare: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
              progress: Callable[[str], None] = print, profile_steps: int = 0) -> Dict[str, Dict[str, Any]]:
     """`prepare` (given ours' spec and "sides") returns facts for every side's spec (e.g. the exported files); then
-    start the workers (torch first: in bench_train it writes the weights ours loads), run `rounds` alternating
-    rounds of `steps` steps, profile `profile_steps` more (if any), stop them; returns per side the ready facts,
-    step times per round, the profile and the quit facts."""
+    start the workers (torch first: in bench_train it writes the weights ours loads), run one untimed warm-up round
+    and `rounds` alternating rounds of `steps` steps, profile `profile_steps` more (if any), stop them; returns per
+    side the ready facts, step times per round (the warm-up's apart), the profile and the quit facts."""
     workers: Dict[str, Worker] = {}
     try:
         prepared = prepare({**specs["ours"], "sides": sorted(specs)}) if prepare is not None else {}
@@ -652,6 +652,15 @@ def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds:
             workers[side] = Worker(script, {**specs[side], **prepared}, log_dir)
         rounds_times: Dict[str, List[List[float]]] = {side: [] for side in workers}
         order = sorted(workers)  # "ours" first
+        # Untimed: a side's first round after its first step ran slower than its later ones (2026-11/12 JSONs,
+        # first / later round medians: PyTorch eager autocast 1.15, our MINDIR 1.12; the rest ~1.0), which moved
+        # the median of a run of 2-3 rounds for one side only.
+        warmup: Dict[str, List[float]] = {}
+        for side in order:
+            time.sleep(PAUSE_S)
+            warmup[side] = workers[side].ask({"cmd": "round", "steps": steps})["times"]
+        progress("  warm-up (untimed): " + ", ".join(f"{side} {statistics.median(warmup[side]) * 1e3:.1f} ms"
+                                                     for side in order))
         for index in range(rounds):
             done = []
             for side in order if index % 2 == 0 else order[::-1]:
@@ -662,7 +671,8 @@ def run_pair(script: Path, specs: Dict[str, Dict[str, Any]], steps: int, rounds:
             progress(f"  round {index + 1}/{rounds}: " + ", ".join(done))
         profiles = {side: workers[side].ask({"cmd": "profile", "steps": profile_steps})["profile"]
                     for side in order if profile_steps}
-        return {side: {"ready": workers[side].ready, "rounds": rounds_times[side], "quit": workers[side].quit(),
+        return {side: {"ready": workers[side].ready, "warmup": warmup[side], "rounds": rounds_times[side],
+                       "quit": workers[side].quit(),
                        **({"profile": profiles[side]} if profiles.get(side) is not None else {})} for side in order}
     finally:
         for worker in workers.values():
@@ -696,6 +706,7 @@ def summarize(raw: Dict[str, Dict[str, Any]], batch: int, seq: int, flops: float
                        "peak_rss_mb": side["quit"]["peak_rss_mb"],
                        **{k: v for k, v in side["quit"].items() if k != "peak_rss_mb"},
                        "round_median_ms": [statistics.median(r) * 1e3 for r in side["rounds"]],
+                       "warmup_ms": [t * 1e3 for t in side.get("warmup", [])],
                        "times_ms": [t * 1e3 for t in times],
                        **({"op_profile": side["profile"]} if "profile" in side else {})}
     ratios = {name: side["median_ms"] / sides["ours"]["median_ms"] for name, side in sides.items() if name != "ours"}

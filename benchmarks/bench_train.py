@@ -25,7 +25,8 @@ faster of eager and compiled.
 
 Each side runs in its own worker process (bench_common.py): it builds its model once, measures its framework's
 fp32 sgemm (--peak_size^3) at the same thread count, runs the first step (MindSpore: graph compilation), then
-timed rounds of --steps steps alternate between the sides; each worker measures its sgemm again before it exits.
+one untimed warm-up round and the timed rounds of --steps steps alternate between the sides (first rounds ran
+slower for some sides); each worker measures its sgemm again before it exits.
 Every (variant, seq_length, batch_size) gets fresh workers, so peak RSS (VmHWM of each worker) is that
 configuration's.
 

@@ -572,3 +572,52 @@ def test_a_worker_that_hangs_after_its_last_answer_is_killed_and_its_answer_kept
     assert worker.quit() == {"done": True}
     assert worker.proc.poll() is not None  # killed, not left running
     assert capsys.readouterr().err.strip() == "the export worker had not exited 1 s after its last answer: killed"
+
+
+FIRST_ROUND_SLOW_WORKER = '''
+import sys
+sys.path.insert(0, {benchmarks!r})
+import bench_common
+
+
+class FirstRoundSlow(bench_common.Side):
+    """Steps of 1 ms, except the first round after the first step: 10 ms each (as PyTorch eager autocast's first
+    round ran ~15% slower)."""
+    framework = "fake"
+
+    def set_threads(self, threads):
+        pass
+
+    def matmul_gflops(self, size):
+        return 100.0
+
+    def build(self):
+        self.rounds = 0
+        return {{}}
+
+    def first(self):
+        return {{"check": 0.0}}
+
+    def run(self, steps):
+        self.rounds += 1
+        return [0.010 if self.rounds == 1 else 0.001] * steps
+
+
+sys.exit(bench_common.worker_main({{"ours": FirstRoundSlow, "other": FirstRoundSlow}}))
+'''
+
+
+def test_the_first_round_is_an_untimed_warm_up(tmp_path):
+    """A side's first round after its first step ran slower than its later ones: run_pair runs it untimed for every
+    side, so the medians are of the later rounds only, and the JSON keeps the warm-up's times apart."""
+    script = tmp_path / "fake_bench.py"
+    script.write_text(FIRST_ROUND_SLOW_WORKER.format(benchmarks=str(ROOT / "benchmarks")))
+    specs = {side: {"side": side, "threads": 1, "peak_size": 16} for side in ("ours", "other")}
+    raw = bench_common.run_pair(script, specs, steps=2, rounds=2, log_dir=tmp_path, progress=lambda line: None)
+    for side in ("ours", "other"):
+        assert raw[side]["warmup"] == [0.010, 0.010]
+        assert raw[side]["rounds"] == [[0.001, 0.001], [0.001, 0.001]]
+    summary = bench_common.summarize(raw, 1, 8, 1e6, {"ours": 1e6, "other": 1e6}, "step")
+    assert summary["sides"]["ours"]["median_ms"] == pytest.approx(1.0)
+    assert summary["sides"]["other"]["warmup_ms"] == pytest.approx([10.0, 10.0])
+    assert summary["speed_ratios"] == {"other": pytest.approx(1.0)}
