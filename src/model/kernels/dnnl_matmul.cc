@@ -116,6 +116,8 @@ const int64_t kBf16BlasDepthPerColumn = 4;
 // ran 1.04-1.85x as fast through dnnl_gemm_bf16bf16f32 at 256 to 4096 tokens, the masked-LM decoder's (15000 x 128)
 // 1.10-1.25x from 80 terms (0.84x at 40); the smaller weight gradients (384 x 768 and below) 0.70-1.11x; the forwards
 // and input gradients 0.50-1.55x, above 1.05x in only 8 of 60 rows and never for one product in every run.
+// On a Zen 4 EPYC (2026-12-07) the train step with this rule ran level with none (Intel's rules); from 2^18 outputs
+// (the 768 x 768 weight gradients too, 1.25x faster alone there) it gained nothing in the step: kept at 2^20.
 const int64_t kAmdBlasGradOutputs = 1 << 20;
 const int64_t kAmdBlasGradFromTerms = 64;
 
